@@ -1,0 +1,54 @@
+package ff
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors that callers branch on with errors.Is. Operations wrap them
+// with detail naming the execution and the reason.
+var (
+	// ErrNotFound: the execution (or flow, or event) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrStaleLease: the caller's lease epoch or attempt is no longer the
+	// current one (the lease was expired, revoked, reclaimed or cancelled).
+	ErrStaleLease = errors.New("stale lease")
+	// ErrLeaseExpired: the lease is still the current one but its expiry has
+	// passed; the caller may no longer act on it.
+	ErrLeaseExpired = errors.New("lease expired")
+	// ErrNotActive: the execution is not in the phase the operation needs
+	// (for example complete on a runnable execution, or cancel of a terminal one).
+	ErrNotActive = errors.New("execution not active")
+	// ErrValidation: the input is malformed; a *ValidationError carries which
+	// field and why.
+	ErrValidation = errors.New("invalid input")
+	// ErrUnavailable: the database could not be reached or answered with a
+	// transient error; the operation may be retried.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrNotMigrated: the schema lacks ffriver's tables or has a different
+	// partition count than the caller expects.
+	ErrNotMigrated = errors.New("schema not migrated")
+)
+
+// ValidationError names the input that was rejected and why. It matches
+// ErrValidation with errors.Is.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return "invalid input: " + e.Reason
+	}
+	return "invalid " + e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrValidation) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrValidation }
+
+// Validationf returns a *ValidationError for field with a formatted reason.
+func Validationf(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,128 @@
+// Package dbutil holds the small pieces every ffriver package that talks to
+// Postgres shares: schema-qualified SQL, identifier checks and the mapping of
+// driver errors onto ff's typed errors.
+package dbutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// MaxSchemaLen is the longest schema name accepted. River requires that
+// "<schema>.river_leadership" fits Postgres's 63-byte channel names.
+const MaxSchemaLen = 46
+
+var schemaRe = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// Schema is a validated schema name; the empty Schema means the connection's
+// search_path.
+type Schema string
+
+// ParseSchema validates name. Names with anything but letters, digits and
+// underscores are rejected, so a schema can never carry SQL.
+func ParseSchema(name string) (Schema, error) {
+	if name == "" {
+		return "", nil
+	}
+	if len(name) > MaxSchemaLen {
+		return "", ff.Validationf("schema", "%q is longer than %d characters", name, MaxSchemaLen)
+	}
+	if !schemaRe.MatchString(name) {
+		return "", ff.Validationf("schema", "%q: only letters, digits and underscores, not starting with a digit", name)
+	}
+	return Schema(name), nil
+}
+
+// Ident returns the quoted identifier, or "" for the empty schema.
+func (s Schema) Ident() string {
+	if s == "" {
+		return ""
+	}
+	return `"` + string(s) + `"`
+}
+
+// SQL replaces every {S} in q with the quoted schema and a dot (or nothing for
+// the empty schema). ffriver's SQL writes {S}ff_exec_core and so on.
+func (s Schema) SQL(q string) string {
+	if s == "" {
+		return strings.ReplaceAll(q, "{S}", "")
+	}
+	return strings.ReplaceAll(q, "{S}", s.Ident()+".")
+}
+
+// Resolve returns s, or the connection's current_schema() when s is empty.
+func (s Schema) Resolve(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (Schema, error) {
+	if s != "" {
+		return s, nil
+	}
+	var name *string
+	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&name); err != nil {
+		return "", MapErr(err, "resolving current_schema()")
+	}
+	if name == nil {
+		return "", ff.Validationf("schema", "the connection's search_path names no existing schema; pass a schema")
+	}
+	return ParseSchema(*name)
+}
+
+// MapErr wraps a driver error with what was being done, adding
+// ff.ErrUnavailable for connection failures and transient server errors so
+// callers can branch on them.
+func MapErr(err error, doing string) error {
+	if err == nil {
+		return nil
+	}
+	if IsTransient(err) {
+		return fmt.Errorf("%s: %w: %w", doing, ff.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// IsTransient reports whether err is a connection failure or a server error
+// worth retrying (serialization failure, deadlock, lock timeout, shutdown).
+func IsTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006", "08001", "08004":
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}
+
+// IsUndefinedTable reports whether err is Postgres's "relation does not exist".
+func IsUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000" || pgErr.Code == "42883")
+}

@@ -1,0 +1,160 @@
+// Package testdb gives each test its own freshly migrated schema on a real
+// Postgres, and drops only that schema when the test ends.
+//
+// The server is found through $DATABASE_URL, else
+// postgres://postgres@127.0.0.1:5432/test. `make test` finds or starts one and
+// exports DATABASE_URL (scripts/devdb.sh). Without a server the test is
+// skipped, except with CI=true, where a missing database is a failure.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/migrations"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is used when $DATABASE_URL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns the database URL tests use.
+func URL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// DB is one test's schema and a pool whose search_path is that schema.
+type DB struct {
+	Pool       *pgxpool.Pool
+	Schema     string
+	Partitions ff.Partitions
+}
+
+// Options tune New.
+type Options struct {
+	// Partitions for the schema (default ff.DefaultPartitions).
+	Partitions ff.Partitions
+	// NoMigrate creates the schema but applies no migrations.
+	NoMigrate bool
+	// MaxConns of the pool (default 16).
+	MaxConns int32
+}
+
+// New creates a schema named after the test, migrates it, and registers
+// cleanup that closes the pool and drops the schema.
+func New(tb testing.TB, opts *Options) *DB {
+	tb.Helper()
+	if opts == nil {
+		opts = &Options{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	schema := SchemaName(tb.Name())
+	admin := Connect(tb, "")
+	if _, err := admin.Exec(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
+		tb.Fatalf("testdb: creating schema %s: %v", schema, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			tb.Errorf("testdb: dropping schema %s: %v", schema, err)
+		}
+		admin.Close()
+	})
+
+	maxConns := opts.MaxConns
+	if maxConns == 0 {
+		maxConns = 16
+	}
+	pool := connectWith(tb, schema, maxConns)
+	tb.Cleanup(pool.Close)
+	db := &DB{Pool: pool, Schema: schema}
+	if opts.NoMigrate {
+		return db
+	}
+	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions})
+	if err != nil {
+		tb.Fatalf("testdb: migrating %s: %v", schema, err)
+	}
+	db.Partitions = res.Partitions
+	return db
+}
+
+// Connect returns a pool on the test database with search_path set to schema
+// (when non-empty). It fails or skips the test when the server is unreachable.
+func Connect(tb testing.TB, schema string) *pgxpool.Pool {
+	tb.Helper()
+	return connectWith(tb, schema, 4)
+}
+
+func connectWith(tb testing.TB, schema string, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		tb.Fatalf("testdb: DATABASE_URL: %v", err)
+	}
+	cfg.MaxConns = maxConns
+	if schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		msg := "testdb: no Postgres at " + redact(URL()) + ": " + err.Error() +
+			" (run `make test`, which finds or starts one, or set DATABASE_URL)"
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	return pool
+}
+
+// SchemaName returns a unique, valid schema name derived from a test name.
+func SchemaName(testName string) string {
+	var b strings.Builder
+	b.WriteString("t_")
+	for _, r := range strings.ToLower(testName) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 30 {
+			break
+		}
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	b.WriteString("_")
+	b.WriteString(hex.EncodeToString(rnd[:]))
+	return b.String()
+}
+
+func redact(u string) string {
+	if i := strings.Index(u, "@"); i > 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "…" + u[i:]
+		}
+	}
+	return u
+}

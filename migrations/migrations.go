@@ -1,0 +1,268 @@
+// Package migrations prepares a schema for ffriver: it creates the schema if
+// missing, applies River's migrations (through rivermigrate) and ffriver's own
+// embedded SQL in order, records what it applied in ff_migration, and seeds the
+// partition-config row every binary checks at start.
+//
+// Migrate is safe to run twice and from several processes at once: it holds a
+// Postgres advisory lock, scoped to the schema, for the whole run.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// Version is the ffriver schema version recorded in ff_partition_config.
+const Version = "ffriver-1"
+
+// Options tune Migrate. The zero value is valid.
+type Options struct {
+	// Partitions is the logical partition count seeded into a new schema
+	// (default ff.DefaultPartitions). On an existing schema it must be zero
+	// or equal to the recorded count.
+	Partitions ff.Partitions
+	// Logger receives one line per applied migration (default: discard).
+	Logger *slog.Logger
+}
+
+// Result says what a Migrate run did.
+type Result struct {
+	Schema       string
+	Partitions   ff.Partitions
+	RiverApplied []int
+	Applied      []string // ffriver migrations applied by this run
+}
+
+// Migration is one embedded ffriver migration.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// All returns ffriver's embedded migrations in order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(sqlFS, "sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		num, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration file %q: want NNNN_name.sql", e.Name())
+		}
+		b, err := sqlFS.ReadFile("sql/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: rest, SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// LockKey returns the advisory lock key Migrate holds for schema.
+func LockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("ffriver.migrate:" + schema))
+	return int64(h.Sum64())
+}
+
+// Migrate creates schema if missing and brings River's and ffriver's tables in
+// it up to date. An empty schema means the connection's current_schema().
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Options) (*Result, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Partitions != 0 {
+		if err := opts.Partitions.Check(); err != nil {
+			return nil, err
+		}
+	}
+	s, err := dbutil.ParseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: connecting")
+	}
+	defer conn.Release()
+	if s, err = s.Resolve(ctx, conn); err != nil {
+		return nil, err
+	}
+	res := &Result{Schema: string(s)}
+
+	key := LockKey(string(s))
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return nil, dbutil.MapErr(err, "migrate: taking the migration lock")
+	}
+	defer func() {
+		// Use a fresh context: the caller's may be cancelled, and a lock left
+		// held would block every later Migrate on this connection's session.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key)
+	}()
+
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Ident()); err != nil {
+		return nil, dbutil.MapErr(err, "migrate: creating schema "+string(s))
+	}
+
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(s), Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: river migrator: %w", err)
+	}
+	rres, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: river migrations")
+	}
+	for _, v := range rres.Versions {
+		res.RiverApplied = append(res.RiverApplied, v.Version)
+	}
+
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, s.SQL(`CREATE TABLE IF NOT EXISTS {S}ff_migration (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`)); err != nil {
+		return nil, dbutil.MapErr(err, "migrate: creating ff_migration")
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, s.SQL(`SELECT version FROM {S}ff_migration`))
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
+	}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	for _, m := range all {
+		if applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+s.Ident()); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, s.SQL(`INSERT INTO {S}ff_migration (version, name) VALUES ($1, $2)`), m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return nil, dbutil.MapErr(err, fmt.Sprintf("migrate: applying %04d_%s", m.Version, m.Name))
+		}
+		res.Applied = append(res.Applied, fmt.Sprintf("%04d_%s", m.Version, m.Name))
+		logger.InfoContext(ctx, "applied ffriver migration", "schema", string(s), "version", m.Version, "name", m.Name)
+	}
+
+	want := opts.Partitions
+	if want == 0 {
+		want = ff.DefaultPartitions
+	}
+	if _, err := conn.Exec(ctx, s.SQL(`INSERT INTO {S}ff_partition_config (num_partitions, ff_version)
+		VALUES ($1, $2) ON CONFLICT (singleton_lock) DO NOTHING`), int(want), Version); err != nil {
+		return nil, dbutil.MapErr(err, "migrate: seeding ff_partition_config")
+	}
+	var got int
+	if err := conn.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&got); err != nil {
+		return nil, dbutil.MapErr(err, "migrate: reading ff_partition_config")
+	}
+	if opts.Partitions != 0 && got != int(opts.Partitions) {
+		return nil, fmt.Errorf("%w: schema %s was migrated with %d partitions, not %d; the count is fixed at first migration",
+			ff.ErrNotMigrated, s, got, int(opts.Partitions))
+	}
+	res.Partitions = ff.Partitions(got)
+	return res, nil
+}
+
+// Verify checks that schema is fully migrated (River's and ffriver's
+// migrations) and returns its partition count. With want non-zero it also
+// checks the count. Binaries call it at start and refuse to run on error.
+func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, want ff.Partitions) (ff.Partitions, error) {
+	s, err := dbutil.ParseSchema(schema)
+	if err != nil {
+		return 0, err
+	}
+	if s, err = s.Resolve(ctx, pool); err != nil {
+		return 0, err
+	}
+	all, err := All()
+	if err != nil {
+		return 0, err
+	}
+	var applied int
+	err = pool.QueryRow(ctx, s.SQL(`SELECT count(*) FROM {S}ff_migration WHERE version = ANY($1)`), versionsOf(all)).Scan(&applied)
+	if dbutil.IsUndefinedTable(err) {
+		return 0, fmt.Errorf("%w: schema %q has no ffriver tables; run `ffctl migrate --schema %s` first", ff.ErrNotMigrated, s, s)
+	}
+	if err != nil {
+		return 0, dbutil.MapErr(err, "verify: reading ff_migration")
+	}
+	if applied != len(all) {
+		return 0, fmt.Errorf("%w: schema %q has %d of %d ffriver migrations; run `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, applied, len(all), s)
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(s)})
+	if err != nil {
+		return 0, fmt.Errorf("verify: river migrator: %w", err)
+	}
+	vres, err := migrator.Validate(ctx, nil)
+	if err != nil {
+		return 0, dbutil.MapErr(err, "verify: River's migrations")
+	}
+	if !vres.OK {
+		return 0, fmt.Errorf("%w: schema %q: River's migrations: %s; run `ffctl migrate --schema %s`",
+			ff.ErrNotMigrated, s, strings.Join(vres.Messages, "; "), s)
+	}
+	var n int
+	err = pool.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w: schema %q has no partition config row; run `ffctl migrate`", ff.ErrNotMigrated, s)
+	}
+	if err != nil {
+		return 0, dbutil.MapErr(err, "verify: reading ff_partition_config")
+	}
+	if want != 0 && n != int(want) {
+		return 0, fmt.Errorf("%w: schema %q has %d partitions, this process expects %d", ff.ErrNotMigrated, s, n, int(want))
+	}
+	return ff.Partitions(n), nil
+}
+
+func versionsOf(ms []Migration) []int {
+	out := make([]int, len(ms))
+	for i, m := range ms {
+		out[i] = m.Version
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+// Package outbox writes ffriver's two event logs, ff_lease_event and
+// ff_completion_event, inside the caller's transaction, so that an event
+// exists if and only if the state change it describes committed.
+//
+// Each INSERT copies the execution's namespace and the value of its
+// "cairn.instance_id" tag onto the row in the same statement (the upstream
+// seed's behaviour), so stream filters never need a join. Each row also
+// records the id of its writing transaction (column xact_id, filled by a
+// column default), which commit-safe stream readers order by; see package
+// subscribe.
+//
+// Writers do not NOTIFY inside their transaction: a NOTIFY in every writing
+// transaction serialises commits. A Waker sends at most one NOTIFY per
+// interval, after commit, to wake stream readers early; readers also poll.
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Execer is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool. Producers are
+// meant to run on a transaction the caller owns.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// LeaseEvent is one lease transition.
+type LeaseEvent struct {
+	ID   ff.ExecutionID
+	Type string // ff.LeaseAcquired … ff.LeaseRevoked
+	// LeaseID of the lease the event is about (nil when unknown).
+	LeaseID *uuid.UUID
+	// AttemptIndex and LeaseEpoch of the attempt, when known.
+	AttemptIndex *int32
+	LeaseEpoch   *int64
+	// WorkerInstanceID that held (or now holds) the lease, when known.
+	WorkerInstanceID *string
+	OccurredAtMs     int64
+}
+
+// CompletionEvent is one terminal transition.
+type CompletionEvent struct {
+	ID           ff.ExecutionID
+	Outcome      string // ff.OutcomeSuccess … ff.OutcomeSkipped
+	OccurredAtMs int64
+}
+
+// Writer writes events into one schema's outbox tables.
+type Writer struct {
+	leaseSQL      string
+	completionSQL string
+}
+
+// NewWriter returns a Writer for schema ("" for the search_path).
+func NewWriter(schema string) (*Writer, error) {
+	s, err := dbutil.ParseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{leaseSQL: s.SQL(leaseSQL), completionSQL: s.SQL(completionSQL)}, nil
+}
+
+// The execution's row is read in the same statement. An event for an
+// execution that does not exist (a producer outside ffriver may emit one) is
+// still written, with NULL namespace and tag.
+const leaseSQL = `
+INSERT INTO {S}ff_lease_event
+  (execution_id, lease_id, event_type, occurred_at_ms, partition_key,
+   namespace, instance_tag, attempt_index, lease_epoch, worker_instance_id)
+SELECT $1::uuid::text, $2, $3, $4, $5,
+       x.namespace, x.instance_tag, $7, $8, $9
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (
+  SELECT raw_fields->>'namespace' AS namespace,
+         raw_fields->'tags'->>'cairn.instance_id' AS instance_tag
+  FROM {S}ff_exec_core
+  WHERE partition_key = $5 AND execution_id = $6::uuid) x ON true`
+
+const completionSQL = `
+INSERT INTO {S}ff_completion_event
+  (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+SELECT $1, $2::uuid, x.flow_id, $3, x.namespace, x.instance_tag, $4
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (
+  SELECT flow_id, raw_fields->>'namespace' AS namespace,
+         raw_fields->'tags'->>'cairn.instance_id' AS instance_tag
+  FROM {S}ff_exec_core
+  WHERE partition_key = $1 AND execution_id = $2::uuid) x ON true`
+
+func (w *Writer) leaseArgs(ev LeaseEvent) ([]any, error) {
+	switch ev.Type {
+	case ff.LeaseAcquired, ff.LeaseRenewed, ff.LeaseExpired, ff.LeaseReclaimed, ff.LeaseRevoked:
+	default:
+		return nil, ff.Validationf("event_type", "%q is not a lease event type", ev.Type)
+	}
+	var leaseID *string
+	if ev.LeaseID != nil {
+		s := ev.LeaseID.String()
+		leaseID = &s
+	}
+	return []any{ev.ID.UUID, leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.ID.UUID,
+		ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
+}
+
+func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
+	switch ev.Outcome {
+	case ff.OutcomeSuccess, ff.OutcomeFailed, ff.OutcomeExpired, ff.OutcomeCancelled, ff.OutcomeSkipped:
+	default:
+		return nil, ff.Validationf("outcome", "%q is not a completion outcome", ev.Outcome)
+	}
+	return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs}, nil
+}
+
+// Lease writes one lease event on tx.
+func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
+	args, err := w.leaseArgs(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, w.leaseSQL, args...); err != nil {
+		return dbutil.MapErr(err, fmt.Sprintf("outbox: lease %s event for %s", ev.Type, ev.ID))
+	}
+	return nil
+}
+
+// Completion writes one completion event on tx.
+func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) error {
+	args, err := w.completionArgs(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, w.completionSQL, args...); err != nil {
+		return dbutil.MapErr(err, fmt.Sprintf("outbox: completion %s event for %s", ev.Outcome, ev.ID))
+	}
+	return nil
+}
+
+// QueueLease adds the lease event's INSERT to a batch, so that it travels in
+// the same round trip as the state change it belongs to.
+func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
+	args, err := w.leaseArgs(ev)
+	if err != nil {
+		return err
+	}
+	b.Queue(w.leaseSQL, args...)
+	return nil
+}
+
+// QueueCompletion adds the completion event's INSERT to a batch.
+func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionEvent) error {
+	args, err := w.completionArgs(ev)
+	if err != nil {
+		return err
+	}
+	b.Queue(w.completionSQL, args...)
+	return nil
+}
