@@ -19,6 +19,9 @@ var (
 	// ErrNotActive: the execution is not in the phase the operation needs
 	// (for example complete on a runnable execution, or cancel of a terminal one).
 	ErrNotActive = errors.New("execution not active")
+	// ErrLeaseHeld: the operation needs an execution whose lease has
+	// expired (Reclaim), but its lease is still live.
+	ErrLeaseHeld = errors.New("lease still held")
 	// ErrValidation: the input is malformed; a *ValidationError carries which
 	// field and why.
 	ErrValidation = errors.New("invalid input")

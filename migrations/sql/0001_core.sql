@@ -10,6 +10,14 @@ CREATE TABLE ff_partition_config (
     created_at_ms   bigint  NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
 );
 
+-- Lanes executions were created in; Claim on a lane never registered is an
+-- error (a typo in a worker's lane would otherwise wait forever).
+CREATE TABLE ff_lane_registry (
+    lane_id           text   PRIMARY KEY,
+    registered_at_ms  bigint NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+    registered_by     text
+);
+
 CREATE TABLE ff_exec_core (
     partition_key         smallint NOT NULL,
     execution_id          uuid     NOT NULL,
@@ -68,6 +76,20 @@ CREATE TRIGGER ff_exec_core_legacy_delay_trg BEFORE INSERT ON ff_exec_core FOR E
     WHEN (NEW.eligibility_state = 'not_eligible_until_time' AND NEW.delay_until_ms IS NULL
           AND NEW.deadline_at_ms IS NOT NULL)
     EXECUTE FUNCTION ff_exec_core_legacy_delay();
+
+-- Every lane an execution is inserted in is registered, whoever inserts it.
+-- search_path is pinned to this schema so the trigger works under any caller's.
+CREATE FUNCTION ff_exec_core_register_lanes() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO ff_lane_registry (lane_id, registered_by)
+    SELECT DISTINCT lane_id, 'insert' FROM new_rows
+    ON CONFLICT (lane_id) DO NOTHING;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ff_exec_core_register_lanes_trg AFTER INSERT ON ff_exec_core
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+    EXECUTE FUNCTION ff_exec_core_register_lanes();
 
 CREATE TABLE ff_attempt (
     partition_key       smallint NOT NULL,

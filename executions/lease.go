@@ -1,0 +1,511 @@
+package executions
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Lease is a worker's hold on one attempt of an execution. Pass it back to
+// Renew, Complete, Fail and Delay; they are fenced by (ID, AttemptIndex, Epoch).
+type Lease struct {
+	ID               ff.ExecutionID
+	AttemptIndex     int32
+	Epoch            int64
+	LeaseID          uuid.UUID
+	ExpiresAtMs      int64
+	WorkerID         string
+	WorkerInstanceID string
+	// Payload of the execution, returned by Claim and Reclaim.
+	Payload []byte
+}
+
+// ClaimParams say who claims what.
+type ClaimParams struct {
+	Lane             string
+	WorkerID         string
+	WorkerInstanceID string
+	// LeaseTTL is how long the lease lives without a Renew. Required.
+	LeaseTTL time.Duration
+	// Max executions to claim at once (default 1).
+	Max int
+	// Capabilities the worker offers; an execution is claimable only when
+	// its required capabilities are a subset.
+	Capabilities []string
+}
+
+func (p *ClaimParams) validate() error {
+	if err := validateText("lane", p.Lane, true, 255); err != nil {
+		return err
+	}
+	if err := validateText("worker_id", p.WorkerID, false, 255); err != nil {
+		return err
+	}
+	if err := validateText("worker_instance_id", p.WorkerInstanceID, false, 255); err != nil {
+		return err
+	}
+	if p.LeaseTTL <= 0 {
+		return ff.Validationf("lease_ttl", "%s: must be positive", p.LeaseTTL)
+	}
+	if p.LeaseTTL < time.Millisecond {
+		return ff.Validationf("lease_ttl", "%s: below one millisecond", p.LeaseTTL)
+	}
+	if p.Max < 0 || p.Max > 10_000 {
+		return ff.Validationf("max", "%d is outside 1..10000", p.Max)
+	}
+	if p.Max == 0 {
+		p.Max = 1
+	}
+	for _, c := range p.Capabilities {
+		if err := validateText("capabilities", c, true, 255); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// One statement claims across all partitions: pick eligible rows with SKIP
+// LOCKED, open (or re-lease) their attempt with epoch = previous max + 1, and
+// mark them active.
+const claimSQL = `
+WITH cand AS (
+  SELECT partition_key, execution_id, attempt_index
+  FROM {S}ff_exec_core
+  WHERE lane_id = $1 AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
+    AND required_capabilities <@ $2::text[]
+  ORDER BY priority DESC, created_at_ms, execution_id
+  LIMIT $3
+  FOR NO KEY UPDATE SKIP LOCKED
+), prev AS (
+  SELECT a.partition_key, a.execution_id, max(a.lease_epoch) AS max_epoch
+  FROM {S}ff_attempt a JOIN cand c USING (partition_key, execution_id)
+  GROUP BY a.partition_key, a.execution_id
+), att AS (
+  INSERT INTO {S}ff_attempt AS a
+    (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
+     lease_epoch, lease_expires_at_ms, started_at_ms)
+  SELECT c.partition_key, c.execution_id, c.attempt_index, $4, $5, gen_random_uuid(),
+         COALESCE(p.max_epoch, 0) + 1, $6::bigint + $7::bigint, $6
+  FROM cand c LEFT JOIN prev p USING (partition_key, execution_id)
+  ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
+    SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
+        lease_id = EXCLUDED.lease_id, lease_epoch = EXCLUDED.lease_epoch,
+        lease_expires_at_ms = EXCLUDED.lease_expires_at_ms, started_at_ms = EXCLUDED.started_at_ms,
+        terminal_at_ms = NULL, outcome = NULL
+  RETURNING a.partition_key, a.execution_id, a.attempt_index, a.lease_id, a.lease_epoch, a.lease_expires_at_ms
+), core AS (
+  UPDATE {S}ff_exec_core e
+  SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
+      attempt_state = 'running_attempt', public_state = 'active', blocking_reason = NULL,
+      delay_until_ms = NULL, started_at_ms = COALESCE(e.started_at_ms, $6)
+  FROM att
+  WHERE e.partition_key = att.partition_key AND e.execution_id = att.execution_id
+  RETURNING e.partition_key, e.execution_id, e.payload, e.priority, e.created_at_ms
+)
+SELECT att.partition_key, att.execution_id, att.attempt_index, att.lease_id, att.lease_epoch,
+       att.lease_expires_at_ms, core.payload
+FROM att JOIN core USING (partition_key, execution_id)
+ORDER BY core.priority DESC, core.created_at_ms, att.execution_id`
+
+// Claim leases up to p.Max eligible executions of p.Lane, highest priority
+// first, then oldest, across all partitions in one query. It returns no
+// leases (and no error) when nothing is eligible, and a validation error
+// when the lane was never registered.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Lease, error) {
+	var leases []Lease
+	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+		var err error
+		leases, err = s.ClaimTx(ctx, tx, p)
+		return err
+	})
+	return leases, err
+}
+
+// ClaimTx is Claim inside the caller's transaction.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	caps := p.Capabilities
+	if caps == nil {
+		caps = []string{}
+	}
+	now := s.clock.NowMs()
+	rows, err := tx.Query(ctx, s.sql(claimSQL), p.Lane, caps, p.Max, p.WorkerID, p.WorkerInstanceID, now, p.LeaseTTL.Milliseconds())
+	if err != nil {
+		return nil, dbutil.MapErr(err, "claim")
+	}
+	var leases []Lease
+	for rows.Next() {
+		l := Lease{WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
+		if err := rows.Scan(&l.ID.Partition, &l.ID.UUID, &l.AttemptIndex, &l.LeaseID, &l.Epoch, &l.ExpiresAtMs, &l.Payload); err != nil {
+			rows.Close()
+			return nil, dbutil.MapErr(err, "claim")
+		}
+		leases = append(leases, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbutil.MapErr(err, "claim")
+	}
+	if len(leases) == 0 {
+		var known bool
+		if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_lane_registry WHERE lane_id = $1)`), p.Lane).Scan(&known); err != nil {
+			return nil, dbutil.MapErr(err, "claim: checking lane")
+		}
+		if !known {
+			return nil, ff.Validationf("lane", "%q is unknown: no execution was ever created in it (RegisterLane registers one ahead)", p.Lane)
+		}
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	for i := range leases {
+		l := &leases[i]
+		if err := s.out.QueueLease(b, leaseEvent(l, ff.LeaseAcquired, now)); err != nil {
+			return nil, err
+		}
+	}
+	if err := sendBatch(ctx, tx, b, "claim: lease events"); err != nil {
+		return nil, err
+	}
+	return leases, nil
+}
+
+func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
+	lid, idx, ep := l.LeaseID, l.AttemptIndex, l.Epoch
+	ev := outbox.LeaseEvent{ID: l.ID, Type: typ, LeaseID: &lid, AttemptIndex: &idx, LeaseEpoch: &ep, OccurredAtMs: now}
+	if l.WorkerInstanceID != "" {
+		w := l.WorkerInstanceID
+		ev.WorkerInstanceID = &w
+	}
+	return ev
+}
+
+// lockedLeaseEvent describes the lease currently on a locked row.
+func lockedLeaseEvent(l *locked, typ string, epoch int64, now int64) outbox.LeaseEvent {
+	idx := l.attemptIndex
+	return outbox.LeaseEvent{ID: l.id, Type: typ, LeaseID: l.leaseID, AttemptIndex: &idx, LeaseEpoch: &epoch,
+		WorkerInstanceID: l.workerInstance, OccurredAtMs: now}
+}
+
+// Renew extends a live lease by ttl from now and returns the renewed lease.
+func (s *Store) Renew(ctx context.Context, lease Lease, ttl time.Duration) (Lease, error) {
+	var out Lease
+	err := s.inTx(ctx, "renew", func(tx pgx.Tx) error {
+		var err error
+		out, err = s.RenewTx(ctx, tx, lease, ttl)
+		return err
+	})
+	return out, err
+}
+
+// RenewTx is Renew inside the caller's transaction.
+func (s *Store) RenewTx(ctx context.Context, tx pgx.Tx, lease Lease, ttl time.Duration) (Lease, error) {
+	if ttl <= 0 {
+		return Lease{}, ff.Validationf("lease_ttl", "%s: must be positive", ttl)
+	}
+	if err := s.checkID(lease.ID); err != nil {
+		return Lease{}, err
+	}
+	l, err := s.lock(ctx, tx, lease.ID, false)
+	if err != nil {
+		return Lease{}, err
+	}
+	now := s.clock.NowMs()
+	if err := s.fence(l, lease, now); err != nil {
+		return Lease{}, err
+	}
+	lease.ExpiresAtMs = now + ttl.Milliseconds()
+	b := &pgx.Batch{}
+	b.Queue(s.sql(`UPDATE {S}ff_attempt SET lease_expires_at_ms = $4
+		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`),
+		lease.ID.Partition, lease.ID.UUID, lease.AttemptIndex, lease.ExpiresAtMs)
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRenewed, l.epoch, now)); err != nil {
+		return Lease{}, err
+	}
+	if err := sendBatch(ctx, tx, b, "renew "+lease.ID.String()); err != nil {
+		return Lease{}, err
+	}
+	return lease, nil
+}
+
+// Complete finishes the leased attempt successfully: the execution becomes
+// terminal (public state completed) with result stored, and a completion
+// "success" and a lease "revoked" event are written.
+func (s *Store) Complete(ctx context.Context, lease Lease, result []byte) error {
+	return s.inTx(ctx, "complete", func(tx pgx.Tx) error { return s.CompleteTx(ctx, tx, lease, result) })
+}
+
+// CompleteTx is Complete inside the caller's transaction.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result []byte) error {
+	if err := s.checkID(lease.ID); err != nil {
+		return err
+	}
+	l, err := s.lock(ctx, tx, lease.ID, false)
+	if err != nil {
+		return err
+	}
+	now := s.clock.NowMs()
+	if err := s.fence(l, lease, now); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	s.queueCloseAttempt(b, l, "success", false, now)
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+		    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
+		    terminal_at_ms = $3, result = $4
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, result)
+	if err := s.queueTerminalEvents(b, l, ff.OutcomeSuccess, ff.LeaseRevoked, l.epoch, true, now); err != nil {
+		return err
+	}
+	return sendBatch(ctx, tx, b, "complete "+l.id.String())
+}
+
+// queueCloseAttempt ends the current attempt: outcome set, lease cleared,
+// and with bump the epoch moved on so the holder is fenced out.
+func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump bool, now int64) {
+	if !l.attemptExists {
+		return
+	}
+	inc := 0
+	if bump {
+		inc = 1
+	}
+	b.Queue(s.sql(`UPDATE {S}ff_attempt
+		SET outcome = $4, lease_expires_at_ms = NULL, terminal_at_ms = $5, lease_epoch = lease_epoch + $6
+		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`),
+		l.id.Partition, l.id.UUID, l.attemptIndex, outcome, now, inc)
+}
+
+// queueTerminalEvents queues the completion event and, when the execution
+// was leased (withLease), the lease event.
+func (s *Store) queueTerminalEvents(b *pgx.Batch, l *locked, outcome, leaseType string, epoch int64, withLease bool, now int64) error {
+	if withLease {
+		if err := s.out.QueueLease(b, lockedLeaseEvent(l, leaseType, epoch, now)); err != nil {
+			return err
+		}
+	}
+	return s.out.QueueCompletion(b, completionEvent(l, outcome, now))
+}
+
+// FailParams describe a failed attempt.
+type FailParams struct {
+	// Message is kept as the execution's last_failure_message.
+	Message string
+	// Permanent failures never retry.
+	Permanent bool
+}
+
+// FailResult says what Fail did.
+type FailResult struct {
+	// Retried is true when another attempt was scheduled.
+	Retried bool
+	// NextAttempt is the attempt index the retry will run as.
+	NextAttempt int32
+	// DelayUntilMs is when the retry becomes eligible (0: at once).
+	DelayUntilMs int64
+}
+
+// Fail ends the leased attempt as failed. While retries remain (see the
+// package doc) the execution goes back to runnable, delayed by the policy's
+// backoff; otherwise it becomes terminal failed with a completion "failed"
+// event. Either way the lease is revoked with a "revoked" event.
+func (s *Store) Fail(ctx context.Context, lease Lease, p FailParams) (FailResult, error) {
+	var res FailResult
+	err := s.inTx(ctx, "fail", func(tx pgx.Tx) error {
+		var err error
+		res, err = s.FailTx(ctx, tx, lease, p)
+		return err
+	})
+	return res, err
+}
+
+// FailTx is Fail inside the caller's transaction.
+func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams) (FailResult, error) {
+	if err := validateText("message", p.Message, false, 64<<10); err != nil {
+		return FailResult{}, err
+	}
+	if err := s.checkID(lease.ID); err != nil {
+		return FailResult{}, err
+	}
+	l, err := s.lock(ctx, tx, lease.ID, false)
+	if err != nil {
+		return FailResult{}, err
+	}
+	now := s.clock.NowMs()
+	if err := s.fence(l, lease, now); err != nil {
+		return FailResult{}, err
+	}
+	rp := l.retryPolicy()
+	b := &pgx.Batch{}
+	var res FailResult
+	if !p.Permanent && int(l.attemptIndex) < rp.MaxRetries {
+		s.queueCloseAttempt(b, l, "retry", false, now)
+		res = s.queueRetry(b, l, rp, p.Message, now)
+		if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, l.epoch, now)); err != nil {
+			return FailResult{}, err
+		}
+	} else {
+		s.queueCloseAttempt(b, l, "failed", false, now)
+		s.queueTerminal(b, l, ff.PublicFailed, p.Message, now)
+		if err := s.queueTerminalEvents(b, l, ff.OutcomeFailed, ff.LeaseRevoked, l.epoch, true, now); err != nil {
+			return FailResult{}, err
+		}
+	}
+	return res, sendBatch(ctx, tx, b, "fail "+l.id.String())
+}
+
+// queueRetry moves the execution to its next attempt, eligible now or
+// delayed by the backoff.
+func (s *Store) queueRetry(b *pgx.Batch, l *locked, rp RetryPolicy, message string, now int64) FailResult {
+	next := l.attemptIndex + 1
+	elig, public, delayUntil, blocking := retryTarget(rp, next, now)
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = $3,
+		    public_state = $4, attempt_state = 'pending_retry_attempt', attempt_index = $5,
+		    delay_until_ms = $6, blocking_reason = $7,
+		    raw_fields = raw_fields || jsonb_build_object('last_failure_message', $8::text, 'retry_count', $5::int)
+		WHERE partition_key = $1 AND execution_id = $2`),
+		l.id.Partition, l.id.UUID, elig, public, next, delayUntil, blocking, message)
+	res := FailResult{Retried: true, NextAttempt: next}
+	if delayUntil != nil {
+		res.DelayUntilMs = *delayUntil
+	}
+	return res
+}
+
+// queueTerminal makes the execution terminal with the given public state.
+func (s *Store) queueTerminal(b *pgx.Batch, l *locked, public, message string, now int64) {
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+		    attempt_state = 'attempt_terminal', public_state = $3, blocking_reason = NULL,
+		    delay_until_ms = NULL, terminal_at_ms = $4,
+		    raw_fields = CASE WHEN $5::text = '' THEN raw_fields
+		                      ELSE raw_fields || jsonb_build_object('last_failure_message', $5::text) END
+		WHERE partition_key = $1 AND execution_id = $2`),
+		l.id.Partition, l.id.UUID, public, now, message)
+}
+
+// Delay ends the leased attempt without consuming a retry and parks the
+// execution until until; the lease is revoked with a "revoked" event. The
+// next Claim after until re-leases the same attempt with epoch+1.
+func (s *Store) Delay(ctx context.Context, lease Lease, until time.Time) error {
+	return s.inTx(ctx, "delay", func(tx pgx.Tx) error { return s.DelayTx(ctx, tx, lease, until) })
+}
+
+// DelayTx is Delay inside the caller's transaction.
+func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.Time) error {
+	if until.IsZero() {
+		return ff.Validationf("until", "is required")
+	}
+	if err := s.checkID(lease.ID); err != nil {
+		return err
+	}
+	l, err := s.lock(ctx, tx, lease.ID, false)
+	if err != nil {
+		return err
+	}
+	now := s.clock.NowMs()
+	if err := s.fence(l, lease, now); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	s.queueCloseAttempt(b, l, "interrupted", false, now)
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
+		    public_state = 'delayed', attempt_state = 'attempt_interrupted', delay_until_ms = $3,
+		    blocking_reason = 'waiting_for_delay'
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, until.UnixMilli())
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, l.epoch, now)); err != nil {
+		return err
+	}
+	return sendBatch(ctx, tx, b, "delay "+l.id.String())
+}
+
+// Reclaim takes over an active execution whose lease has expired before the
+// attempt_timeout scanner got to it: the old attempt is closed
+// (interrupted_reclaimed), a new attempt starts under a new lease with epoch
+// = old + 1, and a "reclaimed" event is written. It fails with
+// ff.ErrLeaseHeld while the lease is live, ff.ErrNotActive when the
+// execution is not active or has no retry left (the scanner then expires it).
+func (s *Store) Reclaim(ctx context.Context, id ff.ExecutionID, p ClaimParams) (Lease, error) {
+	var out Lease
+	err := s.inTx(ctx, "reclaim", func(tx pgx.Tx) error {
+		var err error
+		out, err = s.ReclaimTx(ctx, tx, id, p)
+		return err
+	})
+	return out, err
+}
+
+// ReclaimTx is Reclaim inside the caller's transaction. p.Lane and p.Max
+// are ignored.
+func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p ClaimParams) (Lease, error) {
+	if p.Lane == "" {
+		p.Lane = "-"
+	}
+	if err := p.validate(); err != nil {
+		return Lease{}, err
+	}
+	if err := s.checkID(id); err != nil {
+		return Lease{}, err
+	}
+	l, err := s.lock(ctx, tx, id, false)
+	if err != nil {
+		return Lease{}, err
+	}
+	now := s.clock.NowMs()
+	if l.phase != ff.PhaseActive || !l.attemptExists {
+		return Lease{}, fmt.Errorf("reclaim %s: execution is %s, not active: %w", id, l.phase, ff.ErrNotActive)
+	}
+	if l.leaseExpiresMs == nil {
+		return Lease{}, fmt.Errorf("reclaim %s: the attempt holds no lease: %w", id, ff.ErrNotActive)
+	}
+	if *l.leaseExpiresMs > now {
+		return Lease{}, fmt.Errorf("reclaim %s: lease live until %d (now %d): %w", id, *l.leaseExpiresMs, now, ff.ErrLeaseHeld)
+	}
+	if rp := l.retryPolicy(); int(l.attemptIndex) >= rp.MaxRetries {
+		return Lease{}, fmt.Errorf("reclaim %s: attempt %d used the last of %d retries; the attempt_timeout scanner expires it: %w",
+			id, l.attemptIndex, rp.MaxRetries, ff.ErrNotActive)
+	}
+	lease := Lease{ID: id, AttemptIndex: l.attemptIndex + 1, Epoch: l.epoch + 1, LeaseID: uuid.New(),
+		ExpiresAtMs: now + p.LeaseTTL.Milliseconds(), WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
+	b := &pgx.Batch{}
+	s.queueCloseAttempt(b, l, "interrupted_reclaimed", false, now)
+	b.Queue(s.sql(`INSERT INTO {S}ff_attempt
+		(partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id, lease_epoch,
+		 lease_expires_at_ms, started_at_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
+		id.Partition, id.UUID, lease.AttemptIndex, p.WorkerID, p.WorkerInstanceID, lease.LeaseID, lease.Epoch,
+		lease.ExpiresAtMs, now)
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+		SET attempt_index = $3, lease_reclaim_count = lease_reclaim_count + 1, ownership_state = 'leased',
+		    attempt_state = 'running_attempt', public_state = 'active'
+		WHERE partition_key = $1 AND execution_id = $2 RETURNING payload`), id.Partition, id.UUID, lease.AttemptIndex)
+	if err := s.out.QueueLease(b, leaseEvent(&lease, ff.LeaseReclaimed, now)); err != nil {
+		return Lease{}, err
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
+		}
+	}
+	if err := br.QueryRow().Scan(&lease.Payload); err != nil {
+		return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
+	}
+	if _, err := br.Exec(); err != nil {
+		return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
+	}
+	if err := br.Close(); err != nil {
+		return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
+	}
+	return lease, nil
+}

@@ -1,0 +1,148 @@
+package executions
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5"
+)
+
+// Outcome is what a per-execution scanner action did; workers record it as
+// River job output.
+type Outcome string
+
+// Outcomes of the scanner actions.
+const (
+	// Processed: the transition was applied.
+	Processed Outcome = "processed"
+	// NoOp: the execution no longer needs the action (already handled,
+	// state changed, not yet due).
+	NoOp Outcome = "no_op"
+	// Orphaned: the row the action was for no longer exists.
+	Orphaned Outcome = "orphaned"
+	// SkippedLocked: another transaction holds the row; the next scan
+	// picks it up again if it is still due.
+	SkippedLocked Outcome = "skipped_locked"
+)
+
+// lockForAction locks an execution for a scanner action, mapping "gone" and
+// "locked elsewhere" onto outcomes instead of errors.
+func (s *Store) lockForAction(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, Outcome, error) {
+	if err := s.checkID(id); err != nil {
+		return nil, "", err
+	}
+	l, err := s.lock(ctx, tx, id, true)
+	switch {
+	case errors.Is(err, errLockedElsewhere):
+		return nil, SkippedLocked, nil
+	case errors.Is(err, ff.ErrNotFound):
+		return nil, Orphaned, nil
+	case err != nil:
+		return nil, "", err
+	}
+	return l, "", nil
+}
+
+// ExpireAttemptTx is the attempt_timeout action for one execution: if
+// attemptIndex is still its current attempt, the execution is active and the
+// lease has expired, the attempt is interrupted and fenced (lease cleared,
+// epoch+1). The execution retries (next attempt, after the policy's backoff)
+// while attempt_index < max_retries, else becomes terminal expired with a
+// completion "expired" event. A lease "expired" event is written either way.
+func (s *Store) ExpireAttemptTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, attemptIndex int32) (Outcome, error) {
+	l, out, err := s.lockForAction(ctx, tx, id)
+	if l == nil {
+		return out, err
+	}
+	now := s.clock.NowMs()
+	if l.phase != ff.PhaseActive || l.attemptIndex != attemptIndex || l.leaseExpiresMs == nil || *l.leaseExpiresMs >= now {
+		return NoOp, nil
+	}
+	rp := l.retryPolicy()
+	b := &pgx.Batch{}
+	s.queueCloseAttempt(b, l, "interrupted", true, now)
+	if int(l.attemptIndex) < rp.MaxRetries {
+		s.queueRetry(b, l, rp, "attempt_timeout", now)
+	} else {
+		s.queueTerminal(b, l, ff.PublicExpired, "attempt_timeout", now)
+		if err := s.out.QueueCompletion(b, completionEvent(l, ff.OutcomeExpired, now)); err != nil {
+			return "", err
+		}
+	}
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseExpired, l.epoch+1, now)); err != nil {
+		return "", err
+	}
+	return Processed, sendBatch(ctx, tx, b, "expire attempt "+id.String())
+}
+
+// PromoteDelayedTx is the delayed_promoter action: a runnable execution whose
+// delay_until_ms has come becomes eligible now (public state waiting). It
+// writes no event.
+func (s *Store) PromoteDelayedTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (Outcome, error) {
+	l, out, err := s.lockForAction(ctx, tx, id)
+	if l == nil {
+		return out, err
+	}
+	now := s.clock.NowMs()
+	if l.phase != ff.PhaseRunnable || l.eligibility != ff.EligibleNotUntilTime || l.delayUntilMs == nil || *l.delayUntilMs > now {
+		return NoOp, nil
+	}
+	_, err = tx.Exec(ctx, s.sql(`UPDATE {S}ff_exec_core
+		SET eligibility_state = 'eligible_now', public_state = 'waiting', delay_until_ms = NULL, blocking_reason = NULL
+		WHERE partition_key = $1 AND execution_id = $2`), id.Partition, id.UUID)
+	if err != nil {
+		return "", dbutil.MapErr(err, "promote "+id.String())
+	}
+	return Processed, nil
+}
+
+// ExpireDeadlineTx is the execution_deadline action: a non-terminal
+// execution past its deadline_at_ms becomes terminal expired, with its lease
+// fenced if it held one; a completion "expired" event is written, and a lease
+// "expired" event if it was leased.
+func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (Outcome, error) {
+	l, out, err := s.lockForAction(ctx, tx, id)
+	if l == nil {
+		return out, err
+	}
+	now := s.clock.NowMs()
+	if ff.IsTerminalPhase(l.phase) || l.deadlineAtMs == nil || *l.deadlineAtMs >= now {
+		return NoOp, nil
+	}
+	leased := l.leased()
+	b := &pgx.Batch{}
+	if leased {
+		s.queueCloseAttempt(b, l, "interrupted", true, now)
+	}
+	s.queueTerminal(b, l, ff.PublicExpired, "execution_deadline", now)
+	if err := s.queueTerminalEvents(b, l, ff.OutcomeExpired, ff.LeaseExpired, l.epoch+1, leased, now); err != nil {
+		return "", err
+	}
+	return Processed, sendBatch(ctx, tx, b, "expire deadline "+id.String())
+}
+
+// CancelSiblingTx cancels one sibling for the edge-cancel dispatcher: like
+// CancelTx (lease fenced, completion "cancelled", lease "revoked" if leased)
+// but an already-terminal or missing sibling is a no-op, and the row lock is
+// waited for (the dispatcher already holds the group).
+func (s *Store) CancelSiblingTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reason string) (Outcome, error) {
+	if err := s.checkID(id); err != nil {
+		return "", err
+	}
+	l, err := s.lock(ctx, tx, id, false)
+	if errors.Is(err, ff.ErrNotFound) {
+		return Orphaned, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if ff.IsTerminalPhase(l.phase) {
+		return NoOp, nil
+	}
+	if err := s.cancelLocked(ctx, tx, l, CancelParams{Reason: reason, By: "engine"}, s.clock.NowMs()); err != nil {
+		return "", err
+	}
+	return Processed, nil
+}

@@ -1,0 +1,353 @@
+// Package executions is ffriver's hot path: create, claim, renew, complete,
+// fail, delay, cancel, revoke and reclaim executions, and the per-execution
+// actions the background scanners apply (expire an attempt, promote a delayed
+// execution, expire a deadline, cancel a sibling).
+//
+// Every operation is one transaction: it locks the execution's ff_exec_core
+// row first (the one lock order every writer follows), rechecks the state it
+// needs, writes the transition and its outbox rows, and commits. Each
+// operation has a ...Tx variant that runs inside a transaction the caller
+// owns; the caller then decides whether it commits.
+//
+// # Leases and fencing
+//
+// A Lease names an execution, its attempt and the attempt's lease_epoch.
+// Every lease operation is fenced by that triple: once the lease has been
+// expired, revoked, reclaimed or cancelled the epoch (or the attempt) has
+// moved on, and a late worker gets ff.ErrStaleLease instead of a silent
+// success. A lease whose expiry time has passed but that no scanner has
+// expired yet gets ff.ErrLeaseExpired.
+//
+// # Attempts and retries
+//
+// ff_exec_core.attempt_index is the index of the current (or most recent)
+// attempt, 0-based. A retry (Fail with retries left, or an attempt timeout)
+// moves it to the next index, which gets its ff_attempt row at the next
+// Claim. Revoke and Delay do not consume an attempt: the next Claim re-leases
+// the same attempt row with epoch+1. An execution retries while
+// attempt_index < policy.retry_policy.max_retries (the upstream rule), so
+// max_retries = 2 allows three attempts. Reclaim starts a new attempt and so
+// consumes the retry budget too: a crash-looping worker cannot escape it.
+package executions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/migrations"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Store.
+type Config struct {
+	// Schema holding ffriver's tables ("" = the pool's search_path).
+	Schema string
+	// Partitions expected; 0 accepts whatever the schema was migrated with.
+	Partitions ff.Partitions
+	// Clock for every *_ms timestamp (default ff.SystemClock).
+	Clock ff.Clock
+	// Waker, when set, is poked after each commit that wrote events.
+	Waker *outbox.Waker
+}
+
+// Store runs execution operations against one schema. It is safe for
+// concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema dbutil.Schema
+	parts  ff.Partitions
+	clock  ff.Clock
+	out    *outbox.Writer
+	waker  *outbox.Waker
+}
+
+// Open checks that the schema is migrated (and has the expected partition
+// count) and returns a Store on it.
+func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	s, err := dbutil.ParseSchema(cfg.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = s.Resolve(ctx, pool); err != nil {
+		return nil, err
+	}
+	parts, err := migrations.Verify(ctx, pool, string(s), cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	out, err := outbox.NewWriter(string(s))
+	if err != nil {
+		return nil, err
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = ff.SystemClock{}
+	}
+	return &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker}, nil
+}
+
+// Schema returns the resolved schema name.
+func (s *Store) Schema() string { return string(s.schema) }
+
+// Partitions returns the schema's partition count.
+func (s *Store) Partitions() ff.Partitions { return s.parts }
+
+// Pool returns the pool the Store runs on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// NowMs returns the Store clock's time.
+func (s *Store) NowMs() int64 { return s.clock.NowMs() }
+
+// Outbox returns the Store's outbox writer.
+func (s *Store) Outbox() *outbox.Writer { return s.out }
+
+func (s *Store) sql(q string) string { return s.schema.SQL(q) }
+
+// inTx runs fn in a transaction of its own and pokes the waker after a
+// commit. Every non-Tx operation goes through it.
+func (s *Store) inTx(ctx context.Context, doing string, fn func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, s.pool, fn)
+	if err != nil {
+		if isTyped(err) {
+			return err
+		}
+		return dbutil.MapErr(err, doing)
+	}
+	s.waker.Poke()
+	return nil
+}
+
+func isTyped(err error) bool {
+	for _, e := range []error{ff.ErrNotFound, ff.ErrStaleLease, ff.ErrLeaseExpired, ff.ErrNotActive,
+		ff.ErrValidation, ff.ErrUnavailable, ff.ErrLeaseHeld, ff.ErrNotMigrated} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkID rejects ids outside the schema's partitions.
+func (s *Store) checkID(id ff.ExecutionID) error {
+	if id.UUID == uuid.Nil {
+		return ff.Validationf("execution_id", "the nil UUID is not an execution id")
+	}
+	return s.parts.CheckID(id)
+}
+
+// locked is an execution's row, locked, with its current attempt.
+type locked struct {
+	id             ff.ExecutionID
+	phase          string
+	ownership      string
+	eligibility    string
+	attemptIndex   int32
+	flowID         *uuid.UUID
+	policy         []byte
+	deadlineAtMs   *int64
+	delayUntilMs   *int64
+	attemptExists  bool
+	epoch          int64
+	leaseExpiresMs *int64
+	leaseID        *uuid.UUID
+	workerInstance *string
+}
+
+func (l *locked) leased() bool { return l.phase == ff.PhaseActive && l.leaseExpiresMs != nil }
+
+func (l *locked) retryPolicy() RetryPolicy { return decodePolicy(l.policy).RetryPolicy }
+
+const lockSQL = `
+SELECT e.lifecycle_phase, e.ownership_state, e.eligibility_state, e.attempt_index, e.flow_id, e.policy,
+       e.deadline_at_ms, e.delay_until_ms,
+       a.attempt_index IS NOT NULL, COALESCE(a.lease_epoch, 0), a.lease_expires_at_ms, a.lease_id, a.worker_instance_id
+FROM {S}ff_exec_core e
+LEFT JOIN {S}ff_attempt a
+  ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index
+WHERE e.partition_key = $1 AND e.execution_id = $2
+FOR NO KEY UPDATE OF e`
+
+// errLockedElsewhere is returned by lock with skipLocked when another
+// transaction holds the row.
+var errLockedElsewhere = errors.New("row locked by another transaction")
+
+// lock locks the execution row. With skipLocked it returns errLockedElsewhere
+// instead of waiting when another transaction holds it.
+func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, skipLocked bool) (*locked, error) {
+	q := lockSQL
+	if skipLocked {
+		q += " SKIP LOCKED"
+	}
+	l := &locked{id: id}
+	err := tx.QueryRow(ctx, s.sql(q), id.Partition, id.UUID).Scan(
+		&l.phase, &l.ownership, &l.eligibility, &l.attemptIndex, &l.flowID, &l.policy,
+		&l.deadlineAtMs, &l.delayUntilMs,
+		&l.attemptExists, &l.epoch, &l.leaseExpiresMs, &l.leaseID, &l.workerInstance)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if skipLocked {
+			var exists bool
+			if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2)`),
+				id.Partition, id.UUID).Scan(&exists); err != nil {
+				return nil, dbutil.MapErr(err, "probing "+id.String())
+			}
+			if exists {
+				return nil, errLockedElsewhere
+			}
+		}
+		return nil, fmt.Errorf("execution %s: %w", id, ff.ErrNotFound)
+	}
+	if err != nil {
+		return nil, dbutil.MapErr(err, "locking "+id.String())
+	}
+	return l, nil
+}
+
+// fence checks a worker's lease against the locked row.
+func (s *Store) fence(l *locked, lease Lease, now int64) error {
+	if lease.AttemptIndex != l.attemptIndex || !l.attemptExists || lease.Epoch != l.epoch {
+		return fmt.Errorf("execution %s: lease for attempt %d epoch %d, but the current attempt is %d epoch %d: %w",
+			l.id, lease.AttemptIndex, lease.Epoch, l.attemptIndex, l.epoch, ff.ErrStaleLease)
+	}
+	if l.phase != ff.PhaseActive {
+		return fmt.Errorf("execution %s is %s, not active: %w", l.id, l.phase, ff.ErrNotActive)
+	}
+	if l.leaseExpiresMs == nil || *l.leaseExpiresMs <= now {
+		var at int64
+		if l.leaseExpiresMs != nil {
+			at = *l.leaseExpiresMs
+		}
+		return fmt.Errorf("execution %s: lease expired at %d (now %d): %w", l.id, at, now, ff.ErrLeaseExpired)
+	}
+	return nil
+}
+
+// sendBatch runs b on tx and reports the first error.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch, doing string) error {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return dbutil.MapErr(err, doing)
+	}
+	return nil
+}
+
+// Policy is the execution policy stored in ff_exec_core.policy.
+type Policy struct {
+	RetryPolicy RetryPolicy `json:"retry_policy"`
+}
+
+// RetryPolicy says how often and how soon a failed attempt is retried.
+type RetryPolicy struct {
+	// MaxRetries is how many retries follow the first attempt.
+	MaxRetries int `json:"max_retries"`
+	// Backoff between a failure and the next attempt; nil retries at once.
+	Backoff *Backoff `json:"backoff,omitempty"`
+}
+
+// Backoff kinds.
+const (
+	BackoffFixed       = "fixed"
+	BackoffExponential = "exponential"
+)
+
+// Backoff is the delay before a retry.
+type Backoff struct {
+	Kind       string  `json:"kind"` // BackoffFixed or BackoffExponential
+	InitialMs  int64   `json:"initial_ms"`
+	MaxMs      int64   `json:"max_ms,omitempty"`
+	Multiplier float64 `json:"multiplier,omitempty"` // exponential; default 2
+}
+
+// Validate rejects unusable policies.
+func (p RetryPolicy) Validate() error {
+	if p.MaxRetries < 0 || p.MaxRetries > 1_000_000 {
+		return ff.Validationf("retry_policy.max_retries", "%d is outside 0..1000000", p.MaxRetries)
+	}
+	if b := p.Backoff; b != nil {
+		switch b.Kind {
+		case BackoffFixed, BackoffExponential:
+		default:
+			return ff.Validationf("retry_policy.backoff.kind", "%q: want %q or %q", b.Kind, BackoffFixed, BackoffExponential)
+		}
+		if b.InitialMs < 0 || b.MaxMs < 0 || b.Multiplier < 0 {
+			return ff.Validationf("retry_policy.backoff", "negative durations or multiplier")
+		}
+		if b.MaxMs != 0 && b.MaxMs < b.InitialMs {
+			return ff.Validationf("retry_policy.backoff.max_ms", "%d is below initial_ms %d", b.MaxMs, b.InitialMs)
+		}
+	}
+	return nil
+}
+
+// Delay returns the backoff before retry number n (1 for the first retry).
+func (p RetryPolicy) Delay(n int) time.Duration {
+	b := p.Backoff
+	if b == nil || b.InitialMs <= 0 {
+		return 0
+	}
+	d := float64(b.InitialMs)
+	if b.Kind == BackoffExponential {
+		m := b.Multiplier
+		if m == 0 {
+			m = 2
+		}
+		for i := 1; i < n; i++ {
+			d *= m
+			if b.MaxMs > 0 && d >= float64(b.MaxMs) {
+				break
+			}
+		}
+	}
+	if b.MaxMs > 0 && d > float64(b.MaxMs) {
+		d = float64(b.MaxMs)
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// decodePolicy reads a stored policy leniently: rows written outside
+// ffriver may carry anything, and a missing retry policy means no retries.
+func decodePolicy(b []byte) Policy {
+	var p Policy
+	if len(b) > 0 {
+		_ = json.Unmarshal(b, &p)
+	}
+	if p.RetryPolicy.MaxRetries < 0 {
+		p.RetryPolicy.MaxRetries = 0
+	}
+	return p
+}
+
+// validateText rejects empty, oversized or NUL-carrying names.
+func validateText(field, v string, required bool, max int) error {
+	if v == "" {
+		if required {
+			return ff.Validationf(field, "is required")
+		}
+		return nil
+	}
+	if len(v) > max {
+		return ff.Validationf(field, "is %d bytes, longer than %d", len(v), max)
+	}
+	if strings.ContainsRune(v, 0) {
+		return ff.Validationf(field, "contains a NUL byte")
+	}
+	return nil
+}
+
+// retryTarget is the state a retried execution moves to.
+func retryTarget(p RetryPolicy, nextAttempt int32, now int64) (eligibility, public string, delayUntil *int64, blocking *string) {
+	d := p.Delay(int(nextAttempt))
+	if d <= 0 {
+		return ff.EligibleNow, ff.PublicWaiting, nil, nil
+	}
+	until := now + d.Milliseconds()
+	reason := "waiting_for_retry_backoff"
+	return ff.EligibleNotUntilTime, ff.PublicDelayed, &until, &reason
+}
