@@ -1,0 +1,177 @@
+package executions_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5"
+)
+
+func (f *fixture) action(fn func(tx pgx.Tx) (executions.Outcome, error)) executions.Outcome {
+	f.t.Helper()
+	var out executions.Outcome
+	err := f.inTx(func(tx pgx.Tx) error {
+		var err error
+		out, err = fn(tx)
+		return err
+	})
+	if err != nil {
+		f.t.Fatalf("action: %v", err)
+	}
+	return out
+}
+
+func (f *fixture) expireAttempt(id ff.ExecutionID, attempt int32) executions.Outcome {
+	f.t.Helper()
+	return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.ExpireAttemptTx(f.ctx, tx, id, attempt) })
+}
+
+func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 3}, Namespace: "n"})
+	l := f.claimOne("lane-a", time.Second)
+	if got := f.expireAttempt(id, 0); got != executions.NoOp {
+		t.Fatalf("expire before the lease expired = %q, want no_op", got)
+	}
+	f.clock.Advance(time.Hour)
+	if got := f.expireAttempt(id, 0); got != executions.Processed {
+		t.Fatalf("expire = %q, want processed", got)
+	}
+	e := f.wantState(id, stRetry)
+	if e.AttemptIndex != 1 || e.LastFailureMessage != "attempt_timeout" {
+		t.Fatalf("after expiry: %+v", e)
+	}
+	var outcome string
+	var epoch int64
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT outcome, lease_epoch FROM ff_attempt WHERE execution_id = $1 AND attempt_index = 0`, id.UUID).Scan(&outcome, &epoch); err != nil {
+		t.Fatal(err)
+	}
+	if outcome != "interrupted" || epoch != 2 {
+		t.Errorf("attempt 0 = %s epoch %d, want interrupted epoch 2", outcome, epoch)
+	}
+	f.wantEvents(id, []string{"acquired", "expired"}, nil)
+	ev := f.leaseEvents(id)
+	if ev[1].Namespace != "n" || ev[1].Epoch != 2 || ev[1].AtMs != t0+3600_000 {
+		t.Errorf("expired event = %+v", ev[1])
+	}
+	// The late worker is fenced out; a second run of the action does nothing.
+	_, err := f.st.Renew(f.ctx, l, time.Second)
+	wantErr(t, err, ff.ErrStaleLease)
+	if got := f.expireAttempt(id, 0); got != executions.NoOp {
+		t.Fatalf("second expire = %q, want no_op", got)
+	}
+	f.wantEvents(id, []string{"acquired", "expired"}, nil)
+}
+
+func TestExpireAttemptTerminalWhenRetriesExhausted(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	f.claimOne("lane-a", time.Second)
+	f.clock.Advance(2 * time.Second)
+	if got := f.expireAttempt(id, 0); got != executions.Processed {
+		t.Fatalf("expire = %q", got)
+	}
+	f.wantState(id, stExpired)
+	f.wantEvents(id, []string{"acquired", "expired"}, []string{"expired"})
+	if got := f.expireAttempt(ff.NewExecutionID(id.Partition), 0); got != executions.Orphaned {
+		t.Fatalf("expire of a missing execution = %q, want orphaned", got)
+	}
+}
+
+func TestExpireAttemptSkipsLockedRow(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	f.claimOne("lane-a", time.Second)
+	f.clock.Advance(2 * time.Second)
+	blocker, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(f.ctx)
+	if _, err := blocker.Exec(f.ctx, `SELECT 1 FROM ff_exec_core WHERE execution_id = $1 FOR UPDATE`, id.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.expireAttempt(id, 0); got != executions.SkippedLocked {
+		t.Fatalf("expire of a locked row = %q, want skipped_locked", got)
+	}
+	f.wantState(id, stActive)
+	if err := blocker.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.expireAttempt(id, 0); got != executions.Processed {
+		t.Fatalf("expire after the lock is gone = %q", got)
+	}
+}
+
+func TestPromoteDelayed(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
+	promote(t, f, id, executions.NoOp)
+	f.clock.Advance(time.Second)
+	promote(t, f, id, executions.Processed)
+	e := f.wantState(id, stWaiting)
+	if e.DelayUntilMs != nil || e.BlockingReason != nil {
+		t.Fatalf("promoted: delay_until %v blocking %v", e.DelayUntilMs, e.BlockingReason)
+	}
+	promote(t, f, id, executions.NoOp)
+	f.wantEvents(id, nil, nil)
+	f.claimOne("lane-a", time.Second)
+}
+
+func TestExpireDeadline(t *testing.T) {
+	f := newFixture(t)
+	deadline := time.UnixMilli(t0 + 10_000)
+	leased := f.create(executions.CreateParams{Deadline: deadline, RetryPolicy: executions.RetryPolicy{MaxRetries: 5}})
+	l := f.claimOne("lane-a", time.Hour)
+	waiting := f.create(executions.CreateParams{Lane: "b", Deadline: deadline})
+	done := f.create(executions.CreateParams{Lane: "c", Deadline: deadline})
+	if err := f.st.Complete(f.ctx, f.claimOne("c", time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	expire := func(id ff.ExecutionID) executions.Outcome {
+		return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.ExpireDeadlineTx(f.ctx, tx, id) })
+	}
+	if got := expire(leased); got != executions.NoOp {
+		t.Fatalf("before the deadline: %q", got)
+	}
+	f.clock.Advance(11 * time.Second)
+	for _, id := range []ff.ExecutionID{leased, waiting} {
+		if got := expire(id); got != executions.Processed {
+			t.Fatalf("expire deadline of %s = %q", id, got)
+		}
+		e := f.wantState(id, stExpired)
+		if e.LastFailureMessage != "execution_deadline" {
+			t.Errorf("message = %q", e.LastFailureMessage)
+		}
+	}
+	if got := expire(done); got != executions.NoOp {
+		t.Fatalf("expire of a completed execution = %q", got)
+	}
+	f.wantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
+	f.wantEvents(waiting, nil, []string{"expired"})
+	wantErr(t, f.st.Complete(f.ctx, l, nil), ff.ErrStaleLease)
+}
+
+func TestCancelSibling(t *testing.T) {
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	f.claimOne("lane-a", time.Hour)
+	cancel := func() executions.Outcome {
+		return f.action(func(tx pgx.Tx) (executions.Outcome, error) {
+			return f.st.CancelSiblingTx(f.ctx, tx, id, "sibling_quorum_satisfied")
+		})
+	}
+	if got := cancel(); got != executions.Processed {
+		t.Fatalf("cancel sibling = %q", got)
+	}
+	e := f.wantState(id, stCanceled)
+	if *e.CancellationReason != "sibling_quorum_satisfied" || *e.CancelledBy != "engine" {
+		t.Fatalf("cancelled sibling = %+v", e)
+	}
+	if got := cancel(); got != executions.NoOp {
+		t.Fatalf("second cancel = %q", got)
+	}
+	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"cancelled"})
+}
