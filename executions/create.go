@@ -17,8 +17,9 @@ type CreateParams struct {
 	// ID of the new execution; uuid.Nil picks a random one. Creating an id
 	// that exists is a validation error.
 	ID uuid.UUID
-	// FlowID places the execution in a flow (co-located in the flow's
-	// partition); uuid.Nil makes a solo execution, partitioned by lane.
+	// FlowID places the execution in a flow created by CreateFlow
+	// (co-located in the flow's partition); uuid.Nil makes a solo
+	// execution, partitioned by lane.
 	FlowID uuid.UUID
 	// Lane the execution waits in; workers claim by lane. Required.
 	Lane      string
@@ -138,6 +139,16 @@ func (s *Store) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (ff.Exe
 	caps := p.RequiredCapabilities
 	if caps == nil {
 		caps = []string{}
+	}
+	if flowID != nil {
+		var ok bool
+		if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_flow_core WHERE partition_key = $1 AND flow_id = $2 FOR KEY SHARE)`),
+			id.Partition, *flowID).Scan(&ok); err != nil {
+			return ff.ExecutionID{}, dbutil.MapErr(err, "create: checking flow")
+		}
+		if !ok {
+			return ff.ExecutionID{}, fmt.Errorf("create: flow %s: %w", *flowID, ff.ErrNotFound)
+		}
 	}
 	tag, err := tx.Exec(ctx, s.sql(createSQL), id.Partition, id.UUID, flowID, p.Lane, caps, elig, public, blocking,
 		p.Priority, now, deadline, delayUntil, p.Payload, policyJSON, rawJSON)

@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -43,6 +44,15 @@ func (f *fixture) create(p executions.CreateParams) ff.ExecutionID {
 	id, err := f.st.Create(f.ctx, p)
 	if err != nil {
 		f.t.Fatalf("Create: %v", err)
+	}
+	return id
+}
+
+func (f *fixture) flow() uuid.UUID {
+	f.t.Helper()
+	id, err := f.st.CreateFlow(f.ctx, uuid.Nil)
+	if err != nil {
+		f.t.Fatalf("CreateFlow: %v", err)
 	}
 	return id
 }

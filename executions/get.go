@@ -8,7 +8,6 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -110,8 +109,4 @@ func (s *Store) Get(ctx context.Context, id ff.ExecutionID) (*Execution, error) 
 		e.LastFailureMessage = *fields.LastFailureMessage
 	}
 	return e, nil
-}
-
-func completionEvent(l *locked, outcome string, now int64) outbox.CompletionEvent {
-	return outbox.CompletionEvent{ID: l.id, Outcome: outcome, OccurredAtMs: now}
 }

@@ -261,7 +261,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 		    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
 		    terminal_at_ms = $3, result = $4
 		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, result)
-	if err := s.queueTerminalEvents(b, l, ff.OutcomeSuccess, ff.LeaseRevoked, l.epoch, true, now); err != nil {
+	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, l.epoch, true, now); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, "complete "+l.id.String())
@@ -283,15 +283,15 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 		l.id.Partition, l.id.UUID, l.attemptIndex, outcome, now, inc)
 }
 
-// queueTerminalEvents queues the completion event and, when the execution
-// was leased (withLease), the lease event.
-func (s *Store) queueTerminalEvents(b *pgx.Batch, l *locked, outcome, leaseType string, epoch int64, withLease bool, now int64) error {
+// queueTerminalEvents queues the completion event (and, for a flow member,
+// the cascade) and, when the execution was leased (withLease), the lease event.
+func (s *Store) queueTerminalEvents(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome, leaseType string, epoch int64, withLease bool, now int64) error {
 	if withLease {
 		if err := s.out.QueueLease(b, lockedLeaseEvent(l, leaseType, epoch, now)); err != nil {
 			return err
 		}
 	}
-	return s.out.QueueCompletion(b, completionEvent(l, outcome, now))
+	return s.queueCompletion(ctx, tx, b, l, outcome, now)
 }
 
 // FailParams describe a failed attempt.
@@ -354,7 +354,7 @@ func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams
 	} else {
 		s.queueCloseAttempt(b, l, "failed", false, now)
 		s.queueTerminal(b, l, ff.PublicFailed, p.Message, now)
-		if err := s.queueTerminalEvents(b, l, ff.OutcomeFailed, ff.LeaseRevoked, l.epoch, true, now); err != nil {
+		if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeFailed, ff.LeaseRevoked, l.epoch, true, now); err != nil {
 			return FailResult{}, err
 		}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -33,7 +32,7 @@ func TestCreateSoloAndInFlow(t *testing.T) {
 	if e.Namespace != "tenant-a" || e.Tags["cairn.instance_id"] != "i-1" || e.AttemptIndex != 0 || e.Attempt != nil {
 		t.Errorf("created execution = %+v", e)
 	}
-	flow := uuid.New()
+	flow := f.flow()
 	a := f.create(executions.CreateParams{Lane: "x", FlowID: flow})
 	b := f.create(executions.CreateParams{Lane: "y", FlowID: flow})
 	if a.Partition != b.Partition || a.Partition != f.st.Partitions().ForFlow(flow) {
@@ -86,7 +85,7 @@ func TestClaimOrderAcrossPartitionsAndLanes(t *testing.T) {
 	var ids []ff.ExecutionID
 	// Flows spread executions over partitions; priority first, then age.
 	for i, prio := range []int32{0, 5, 0, 5} {
-		ids = append(ids, f.create(executions.CreateParams{Lane: "q", FlowID: uuid.New(), Priority: prio}))
+		ids = append(ids, f.create(executions.CreateParams{Lane: "q", FlowID: f.flow(), Priority: prio}))
 		f.clock.Advance(time.Duration(i+1) * time.Millisecond)
 	}
 	other := f.create(executions.CreateParams{Lane: "other"})
@@ -109,7 +108,7 @@ func TestClaimConcurrentWorkersGetDisjointExecutions(t *testing.T) {
 	f := newFixture(t)
 	const n = 40
 	for range n {
-		f.create(executions.CreateParams{Lane: "c", FlowID: uuid.New()})
+		f.create(executions.CreateParams{Lane: "c", FlowID: f.flow()})
 	}
 	var mu sync.Mutex
 	seen := map[ff.ExecutionID]int{}

@@ -52,23 +52,38 @@ func (s *Store) CancelTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p Ca
 	return s.cancelLocked(ctx, tx, l, p, s.clock.NowMs())
 }
 
+// terminal describes how a non-terminal execution ends without running to
+// completion: cancelled, or skipped because its dependencies cannot be met.
+type terminal struct {
+	public, outcome string
+	// reason and by are stored as cancellation_reason and cancelled_by.
+	reason, by string
+}
+
 // cancelLocked cancels a locked, non-terminal execution.
 func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, l *locked, p CancelParams, now int64) error {
+	return s.terminateLocked(ctx, tx, l, terminal{public: ff.PublicCancelled, outcome: ff.OutcomeCancelled, reason: p.Reason, by: p.By}, now)
+}
+
+// terminateLocked ends a locked, non-terminal execution: a lease it holds is
+// fenced (cleared, epoch+1) with a "revoked" event, and the completion event
+// (and cascade) is written.
+func (s *Store) terminateLocked(ctx context.Context, tx pgx.Tx, l *locked, t terminal, now int64) error {
 	leased := l.leased()
 	b := &pgx.Batch{}
 	if leased {
-		s.queueCloseAttempt(b, l, "cancelled", true, now)
+		s.queueCloseAttempt(b, l, t.outcome, true, now)
 	}
 	b.Queue(s.sql(`UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-		    attempt_state = 'attempt_terminal', public_state = 'cancelled', blocking_reason = NULL,
+		    attempt_state = 'attempt_terminal', public_state = $6, blocking_reason = NULL,
 		    delay_until_ms = NULL, terminal_at_ms = $3,
 		    cancellation_reason = $4, cancelled_by = $5
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, p.Reason, p.By)
-	if err := s.queueTerminalEvents(b, l, ff.OutcomeCancelled, ff.LeaseRevoked, l.epoch+1, leased, now); err != nil {
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, t.reason, t.by, t.public)
+	if err := s.queueTerminalEvents(ctx, tx, b, l, t.outcome, ff.LeaseRevoked, l.epoch+1, leased, now); err != nil {
 		return err
 	}
-	return sendBatch(ctx, tx, b, "cancel "+l.id.String())
+	return sendBatch(ctx, tx, b, t.public+" "+l.id.String())
 }
 
 // Revoke takes the lease away from a leased execution (an operator action):

@@ -67,7 +67,7 @@ func (s *Store) ExpireAttemptTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionI
 		s.queueRetry(b, l, rp, "attempt_timeout", now)
 	} else {
 		s.queueTerminal(b, l, ff.PublicExpired, "attempt_timeout", now)
-		if err := s.out.QueueCompletion(b, completionEvent(l, ff.OutcomeExpired, now)); err != nil {
+		if err := s.queueCompletion(ctx, tx, b, l, ff.OutcomeExpired, now); err != nil {
 			return "", err
 		}
 	}
@@ -117,7 +117,7 @@ func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.Execution
 		s.queueCloseAttempt(b, l, "interrupted", true, now)
 	}
 	s.queueTerminal(b, l, ff.PublicExpired, "execution_deadline", now)
-	if err := s.queueTerminalEvents(b, l, ff.OutcomeExpired, ff.LeaseExpired, l.epoch+1, leased, now); err != nil {
+	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeExpired, ff.LeaseExpired, l.epoch+1, leased, now); err != nil {
 		return "", err
 	}
 	return Processed, sendBatch(ctx, tx, b, "expire deadline "+id.String())

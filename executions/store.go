@@ -57,17 +57,22 @@ type Config struct {
 	Clock ff.Clock
 	// Waker, when set, is poked after each commit that wrote events.
 	Waker *outbox.Waker
+	// Cascader, when set, enqueues the flow cascade of every terminal
+	// transition of a flow member in the same transaction. Without one,
+	// completion events stay undispatched for the dependency scanner.
+	Cascader Cascader
 }
 
 // Store runs execution operations against one schema. It is safe for
 // concurrent use.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema dbutil.Schema
-	parts  ff.Partitions
-	clock  ff.Clock
-	out    *outbox.Writer
-	waker  *outbox.Waker
+	pool     *pgxpool.Pool
+	schema   dbutil.Schema
+	parts    ff.Partitions
+	clock    ff.Clock
+	out      *outbox.Writer
+	waker    *outbox.Waker
+	cascader Cascader
 }
 
 // Open checks that the schema is migrated (and has the expected partition
@@ -92,7 +97,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if clock == nil {
 		clock = ff.SystemClock{}
 	}
-	return &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker}, nil
+	return &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader}, nil
 }
 
 // Schema returns the resolved schema name.
@@ -228,6 +233,10 @@ func (s *Store) fence(l *locked, lease Lease, now int64) error {
 		return fmt.Errorf("execution %s: lease expired at %d (now %d): %w", l.id, at, now, ff.ErrLeaseExpired)
 	}
 	return nil
+}
+
+func outboxCompletion(l *locked, outcome string, now int64) outbox.CompletionEvent {
+	return outbox.CompletionEvent{ID: l.id, Outcome: outcome, OccurredAtMs: now}
 }
 
 // sendBatch runs b on tx and reports the first error.

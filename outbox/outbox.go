@@ -50,6 +50,10 @@ type CompletionEvent struct {
 	ID           ff.ExecutionID
 	Outcome      string // ff.OutcomeSuccess … ff.OutcomeSkipped
 	OccurredAtMs int64
+	// DispatchedAtMs marks the event as already dispatched to its flow's
+	// downstream edge groups (the writer enqueued the cascade in the same
+	// transaction); nil leaves it to the dependency scanner.
+	DispatchedAtMs *int64
 }
 
 // Writer writes events into one schema's outbox tables.
@@ -85,8 +89,8 @@ LEFT JOIN LATERAL (
 
 const completionSQL = `
 INSERT INTO {S}ff_completion_event
-  (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
-SELECT $1, $2::uuid, x.flow_id, $3, x.namespace, x.instance_tag, $4
+  (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms, dispatched_at_ms)
+SELECT $1, $2::uuid, x.flow_id, $3, x.namespace, x.instance_tag, $4, $5
 FROM (SELECT 1) one
 LEFT JOIN LATERAL (
   SELECT flow_id, raw_fields->>'namespace' AS namespace,
@@ -115,7 +119,7 @@ func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
 	default:
 		return nil, ff.Validationf("outcome", "%q is not a completion outcome", ev.Outcome)
 	}
-	return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs}, nil
+	return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs}, nil
 }
 
 // Lease writes one lease event on tx.

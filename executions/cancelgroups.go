@@ -1,0 +1,246 @@
+package executions
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Outcomes of the edge-cancel group actions, in addition to Processed, NoOp,
+// Orphaned and SkippedLocked.
+const (
+	// SkippedForReconciler: the group's cancel flag is already cleared but
+	// its pending row lingers; the reconciler deletes it.
+	SkippedForReconciler Outcome = "skipped_for_reconciler"
+	// SremmedStale: the reconciler deleted a pending row whose group is
+	// gone or no longer flagged.
+	SremmedStale Outcome = "sremmed_stale"
+	// CompletedDrain: the reconciler found every member terminal (or none
+	// listed), cleared the flag and deleted the pending row.
+	CompletedDrain Outcome = "completed_drain"
+)
+
+// SiblingCancelReason is the cancellation_reason the dispatcher writes on
+// the siblings it cancels.
+const SiblingCancelReason = "sibling_quorum_satisfied"
+
+// GroupKey names one ff_edge_group row and its ff_pending_cancel_groups row.
+type GroupKey struct {
+	Partition     int16
+	FlowID        uuid.UUID
+	DownstreamEID uuid.UUID
+}
+
+// GroupResult says what a group action did.
+type GroupResult struct {
+	Outcome Outcome `json:"outcome"`
+	// Cancelled members (dispatcher), each with a completion "cancelled"
+	// event and, if it was leased, a lease "revoked" event.
+	Cancelled int `json:"cancelled,omitempty"`
+	// AlreadyTerminal members the dispatcher left alone, or members the
+	// reconciler found terminal.
+	AlreadyTerminal int `json:"already_terminal,omitempty"`
+	// Missing members (no such execution, or not a UUID).
+	Missing int `json:"missing,omitempty"`
+	// Running members the reconciler left to the dispatcher.
+	Running int `json:"running,omitempty"`
+}
+
+func (s *Store) checkGroup(g GroupKey) error {
+	if !s.parts.Contains(g.Partition) {
+		return ff.Validationf("partition", "%d is outside this schema's 0..%d", g.Partition, int(s.parts)-1)
+	}
+	return nil
+}
+
+type lockedGroup struct {
+	flag    bool
+	members []string
+}
+
+// lockGroup locks a group row without waiting. It reports found=false with
+// locked=true when another transaction holds it, and found=false,
+// locked=false when it does not exist.
+func (s *Store) lockGroup(ctx context.Context, tx pgx.Tx, g GroupKey) (lg lockedGroup, found, locked bool, err error) {
+	err = tx.QueryRow(ctx, s.sql(`SELECT cancel_siblings_pending_flag, cancel_siblings_pending_members
+		FROM {S}ff_edge_group WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3
+		FOR UPDATE SKIP LOCKED`), g.Partition, g.FlowID, g.DownstreamEID).Scan(&lg.flag, &lg.members)
+	if err == nil {
+		return lg, true, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return lg, false, false, dbutil.MapErr(err, "locking edge group")
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_edge_group
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3)`),
+		g.Partition, g.FlowID, g.DownstreamEID).Scan(&exists); err != nil {
+		return lg, false, false, dbutil.MapErr(err, "probing edge group")
+	}
+	return lg, false, exists, nil
+}
+
+// pendingExists reports whether the group still has its pending row.
+func (s *Store) pendingExists(ctx context.Context, tx pgx.Tx, g GroupKey) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_pending_cancel_groups
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3)`),
+		g.Partition, g.FlowID, g.DownstreamEID).Scan(&ok)
+	return ok, dbutil.MapErr(err, "reading pending cancel group")
+}
+
+func (s *Store) deletePending(ctx context.Context, tx pgx.Tx, g GroupKey) error {
+	_, err := tx.Exec(ctx, s.sql(`DELETE FROM {S}ff_pending_cancel_groups
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), g.Partition, g.FlowID, g.DownstreamEID)
+	return dbutil.MapErr(err, "deleting pending cancel group")
+}
+
+func (s *Store) clearGroup(ctx context.Context, tx pgx.Tx, g GroupKey) error {
+	_, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group
+		SET cancel_siblings_pending_flag = false, cancel_siblings_pending_members = '{}'
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), g.Partition, g.FlowID, g.DownstreamEID)
+	return dbutil.MapErr(err, "clearing edge group")
+}
+
+// parseMembers returns the member ids that are UUIDs, de-duplicated in
+// order, and how many entries were not UUIDs.
+func parseMembers(raw []string) (ids []uuid.UUID, bad int) {
+	seen := map[uuid.UUID]bool{}
+	for _, m := range raw {
+		u, err := uuid.Parse(m)
+		if err != nil {
+			bad++
+			continue
+		}
+		if !seen[u] {
+			seen[u] = true
+			ids = append(ids, u)
+		}
+	}
+	return ids, bad
+}
+
+// DispatchCancelGroupTx is the edge_cancel_dispatcher action for one group,
+// inside the caller's transaction:
+//
+//   - the group row is locked without waiting; held by another transaction
+//     → SkippedLocked, nothing written;
+//   - the pending row is already gone → NoOp (another run drained it);
+//   - the group is missing → the pending row is an orphan: it is deleted
+//     (Orphaned);
+//   - the cancel flag is false → SkippedForReconciler, nothing written;
+//   - otherwise every listed member still non-terminal is cancelled with
+//     CancelSiblingTx (lease fenced, completion "cancelled", lease "revoked"
+//     if it was leased, reason sibling_quorum_satisfied, by engine), then the
+//     flag and members are cleared and the pending row deleted → Processed.
+//
+// Members live in the group's partition (a flow's executions share one).
+// The caller commits; everything the action wrote commits or rolls back
+// together.
+func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey) (GroupResult, error) {
+	if err := s.checkGroup(g); err != nil {
+		return GroupResult{}, err
+	}
+	lg, found, locked, err := s.lockGroup(ctx, tx, g)
+	if err != nil {
+		return GroupResult{}, err
+	}
+	if locked {
+		return GroupResult{Outcome: SkippedLocked}, nil
+	}
+	pending, err := s.pendingExists(ctx, tx, g)
+	if err != nil {
+		return GroupResult{}, err
+	}
+	if !pending {
+		return GroupResult{Outcome: NoOp}, nil
+	}
+	if !found {
+		return GroupResult{Outcome: Orphaned}, s.deletePending(ctx, tx, g)
+	}
+	if !lg.flag {
+		return GroupResult{Outcome: SkippedForReconciler}, nil
+	}
+	ids, bad := parseMembers(lg.members)
+	res := GroupResult{Outcome: Processed, Missing: bad}
+	for _, u := range ids {
+		out, err := s.CancelSiblingTx(ctx, tx, ff.ExecutionID{Partition: g.Partition, UUID: u}, SiblingCancelReason)
+		if err != nil {
+			return GroupResult{}, err
+		}
+		switch out {
+		case Processed:
+			res.Cancelled++
+		case Orphaned:
+			res.Missing++
+		default:
+			res.AlreadyTerminal++
+		}
+	}
+	if err := s.clearGroup(ctx, tx, g); err != nil {
+		return GroupResult{}, err
+	}
+	return res, s.deletePending(ctx, tx, g)
+}
+
+// ReconcileCancelGroupTx is the edge_cancel_reconciler action for one
+// pending group, inside the caller's transaction:
+//
+//   - the group row is held by another transaction → NoOp (the holder, most
+//     likely the dispatcher, owns it);
+//   - the pending row is already gone → NoOp;
+//   - the group is missing, or its flag is false → the pending row is stale
+//     and deleted (SremmedStale);
+//   - the flag is set and some listed member is still non-terminal → NoOp:
+//     draining is the dispatcher's job, the reconciler never fights it;
+//   - otherwise (every member terminal, or none listed) the flag and members
+//     are cleared and the pending row deleted (CompletedDrain).
+//
+// It never cancels an execution and writes no outbox event.
+func (s *Store) ReconcileCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey) (GroupResult, error) {
+	if err := s.checkGroup(g); err != nil {
+		return GroupResult{}, err
+	}
+	lg, found, locked, err := s.lockGroup(ctx, tx, g)
+	if err != nil {
+		return GroupResult{}, err
+	}
+	if locked {
+		return GroupResult{Outcome: NoOp}, nil
+	}
+	pending, err := s.pendingExists(ctx, tx, g)
+	if err != nil {
+		return GroupResult{}, err
+	}
+	if !pending {
+		return GroupResult{Outcome: NoOp}, nil
+	}
+	if !found || !lg.flag {
+		return GroupResult{Outcome: SremmedStale}, s.deletePending(ctx, tx, g)
+	}
+	ids, bad := parseMembers(lg.members)
+	var running, terminal int
+	if len(ids) > 0 {
+		if err := tx.QueryRow(ctx, s.sql(`SELECT
+			count(*) FILTER (WHERE lifecycle_phase NOT IN ('terminal', 'cancelled')),
+			count(*) FILTER (WHERE lifecycle_phase IN ('terminal', 'cancelled'))
+			FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = ANY($2)`),
+			g.Partition, ids).Scan(&running, &terminal); err != nil {
+			return GroupResult{}, dbutil.MapErr(err, "counting group members")
+		}
+	}
+	res := GroupResult{Running: running, AlreadyTerminal: terminal, Missing: bad + len(ids) - running - terminal}
+	if running > 0 {
+		res.Outcome = NoOp
+		return res, nil
+	}
+	if err := s.clearGroup(ctx, tx, g); err != nil {
+		return GroupResult{}, err
+	}
+	res.Outcome = CompletedDrain
+	return res, s.deletePending(ctx, tx, g)
+}

@@ -1,0 +1,501 @@
+package executions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Edge-group policy kinds.
+const (
+	PolicyAllOf  = "all_of"
+	PolicyAnyOf  = "any_of"
+	PolicyQuorum = "quorum"
+)
+
+// What happens to the still-running upstreams once a group is satisfied.
+const (
+	CancelRemaining = "cancel_remaining"
+	LetRun          = "let_run"
+)
+
+// Group states: a group resolves exactly once.
+const (
+	GroupPending    = "pending"
+	GroupSatisfied  = "satisfied"
+	GroupImpossible = "impossible"
+)
+
+// EdgePolicy is how a downstream's upstream edges combine (stored as
+// ff_edge_group.policy, in the upstream JSON form).
+type EdgePolicy struct {
+	Kind string `json:"kind"`
+	// K of a quorum: how many upstreams must succeed.
+	K int `json:"k,omitempty"`
+	// OnSatisfied for any_of and quorum: CancelRemaining or LetRun.
+	OnSatisfied string `json:"on_satisfied,omitempty"`
+}
+
+// AllOf: the downstream runs once every upstream succeeded; any failure
+// skips it.
+func AllOf() EdgePolicy { return EdgePolicy{Kind: PolicyAllOf} }
+
+// AnyOf: the downstream runs once one upstream succeeded; it is skipped
+// when all failed.
+func AnyOf(onSatisfied string) EdgePolicy {
+	return EdgePolicy{Kind: PolicyAnyOf, OnSatisfied: onSatisfied}
+}
+
+// Quorum: the downstream runs once k upstreams succeeded; it is skipped as
+// soon as k successes are no longer possible.
+func Quorum(k int, onSatisfied string) EdgePolicy {
+	return EdgePolicy{Kind: PolicyQuorum, K: k, OnSatisfied: onSatisfied}
+}
+
+func (p EdgePolicy) validate(n int) error {
+	switch p.Kind {
+	case PolicyAllOf:
+		if p.OnSatisfied != "" {
+			return ff.Validationf("policy.on_satisfied", "all_of takes no on_satisfied")
+		}
+	case PolicyAnyOf, PolicyQuorum:
+		if p.OnSatisfied != CancelRemaining && p.OnSatisfied != LetRun {
+			return ff.Validationf("policy.on_satisfied", "%q: want %q or %q", p.OnSatisfied, CancelRemaining, LetRun)
+		}
+		if p.Kind == PolicyQuorum && (p.K < 1 || p.K > n) {
+			return ff.Validationf("policy.k", "quorum k = %d with %d upstreams: want 1 ≤ k ≤ %d", p.K, n, n)
+		}
+		if p.Kind == PolicyAnyOf && p.K != 0 {
+			return ff.Validationf("policy.k", "any_of takes no k")
+		}
+	default:
+		return ff.Validationf("policy.kind", "%q: want %q, %q or %q", p.Kind, PolicyAllOf, PolicyAnyOf, PolicyQuorum)
+	}
+	return nil
+}
+
+// decodeEdgePolicy reads a stored policy; like upstream, an unknown or
+// missing on_satisfied means cancel_remaining.
+func decodeEdgePolicy(b []byte) EdgePolicy {
+	p := EdgePolicy{Kind: PolicyAllOf}
+	if len(b) > 0 {
+		_ = json.Unmarshal(b, &p)
+	}
+	if p.Kind != PolicyAllOf && p.OnSatisfied != LetRun {
+		p.OnSatisfied = CancelRemaining
+	}
+	return p
+}
+
+// counts are a group's counters.
+type counts struct{ success, fail, skip, running int }
+
+func (c counts) total() int { return c.success + c.fail + c.skip + c.running }
+
+// evaluate returns GroupSatisfied, GroupImpossible or GroupPending.
+func (p EdgePolicy) evaluate(c counts) string {
+	n := c.total()
+	switch p.Kind {
+	case PolicyAnyOf:
+		if c.success >= 1 {
+			return GroupSatisfied
+		}
+		if n > 0 && c.fail+c.skip >= n {
+			return GroupImpossible
+		}
+	case PolicyQuorum:
+		if c.success >= p.K {
+			return GroupSatisfied
+		}
+		if n-(c.fail+c.skip) < p.K {
+			return GroupImpossible
+		}
+	default: // all_of
+		if c.fail+c.skip > 0 {
+			return GroupImpossible
+		}
+		if n > 0 && c.success == n {
+			return GroupSatisfied
+		}
+	}
+	return GroupPending
+}
+
+// count adds one upstream outcome to c: success, skipped, or anything else
+// (failed, expired, cancelled) as a failure.
+func (c *counts) count(outcome string) {
+	if c.running > 0 {
+		c.running--
+	}
+	switch outcome {
+	case ff.OutcomeSuccess:
+		c.success++
+	case ff.OutcomeSkipped:
+		c.skip++
+	default:
+		c.fail++
+	}
+}
+
+// Hop is the advance of one downstream edge group by one upstream's
+// terminal outcome.
+type Hop struct {
+	// Upstream is the execution that reached a terminal state.
+	Upstream ff.ExecutionID
+	FlowID   uuid.UUID
+	// Downstream is the execution whose edge group advances (same partition).
+	Downstream uuid.UUID
+	// Outcome of the upstream: success, failed, expired, cancelled or skipped.
+	Outcome string
+}
+
+// Cascader enqueues hops inside the transaction of the terminal transition
+// that caused them, so that no dispatch is ever lost. ffriver implements it
+// with River jobs (one job per hop, each applied by AdvanceTx).
+type Cascader interface {
+	EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []Hop) error
+}
+
+// CreateFlow creates an empty flow and returns its id; executions join it
+// with CreateParams.FlowID and are co-located in its partition.
+func (s *Store) CreateFlow(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+	if id == uuid.Nil {
+		id = uuid.New()
+	}
+	tag, err := s.pool.Exec(ctx, s.sql(`INSERT INTO {S}ff_flow_core (partition_key, flow_id, created_at_ms)
+		VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`), s.parts.ForFlow(id), id, s.clock.NowMs())
+	if err != nil {
+		return uuid.Nil, dbutil.MapErr(err, "create flow")
+	}
+	if tag.RowsAffected() == 0 {
+		return uuid.Nil, ff.Validationf("flow_id", "flow %s already exists", id)
+	}
+	return id, nil
+}
+
+// DependencyParams add the edges of one downstream.
+type DependencyParams struct {
+	FlowID     uuid.UUID
+	Downstream ff.ExecutionID
+	Upstreams  []ff.ExecutionID
+	// Policy of the downstream's edge group (default AllOf).
+	Policy EdgePolicy
+}
+
+// AddDependencies makes Downstream wait for Upstreams under Policy: it adds
+// the edges upstream → downstream and fixes the downstream's edge group in
+// one transaction. The downstream must be a runnable (not yet claimed)
+// member of the flow with no edge group yet; it becomes blocked by
+// dependencies (public state waiting_children) until the group resolves.
+// Upstreams already terminal are counted at once. Cycles, unknown members,
+// duplicate upstreams and bad policies are rejected with validation errors.
+func (s *Store) AddDependencies(ctx context.Context, p DependencyParams) error {
+	return s.inTx(ctx, "add dependencies", func(tx pgx.Tx) error { return s.AddDependenciesTx(ctx, tx, p) })
+}
+
+// AddDependenciesTx is AddDependencies inside the caller's transaction.
+func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyParams) error {
+	if p.Policy.Kind == "" {
+		p.Policy = AllOf()
+	}
+	if len(p.Upstreams) == 0 {
+		return ff.Validationf("upstreams", "at least one upstream is required")
+	}
+	if err := p.Policy.validate(len(p.Upstreams)); err != nil {
+		return err
+	}
+	part := s.parts.ForFlow(p.FlowID)
+	ups := make([]uuid.UUID, len(p.Upstreams))
+	for i, u := range p.Upstreams {
+		if u.Partition != part || u == p.Downstream {
+			if u == p.Downstream {
+				return ff.Validationf("upstreams", "%s depends on itself", u)
+			}
+			return ff.Validationf("upstreams", "%s is not in flow %s's partition %d", u, p.FlowID, part)
+		}
+		if slices.Contains(ups[:i], u.UUID) {
+			return ff.Validationf("upstreams", "%s is listed twice", u)
+		}
+		ups[i] = u.UUID
+	}
+	if p.Downstream.Partition != part {
+		return ff.Validationf("downstream", "%s is not in flow %s's partition %d", p.Downstream, p.FlowID, part)
+	}
+	// The flow row serialises graph changes, so two concurrent additions
+	// cannot close a cycle between them.
+	var rev int64
+	err := tx.QueryRow(ctx, s.sql(`UPDATE {S}ff_flow_core SET graph_revision = graph_revision + 1
+		WHERE partition_key = $1 AND flow_id = $2 RETURNING graph_revision`), part, p.FlowID).Scan(&rev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("flow %s: %w", p.FlowID, ff.ErrNotFound)
+	}
+	if err != nil {
+		return dbutil.MapErr(err, "add dependencies: locking flow")
+	}
+	d, err := s.lock(ctx, tx, p.Downstream, false)
+	if err != nil {
+		return err
+	}
+	if d.flowID == nil || *d.flowID != p.FlowID {
+		return ff.Validationf("downstream", "%s is not a member of flow %s", p.Downstream, p.FlowID)
+	}
+	if d.phase != ff.PhaseRunnable || d.eligibility == ff.EligibleBlockedByDeps {
+		return ff.Validationf("downstream", "%s is %s/%s: dependencies can only be added before it first runs, once", p.Downstream, d.phase, d.eligibility)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_edge_group
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3)`), part, p.FlowID, p.Downstream.UUID).Scan(&exists); err != nil {
+		return dbutil.MapErr(err, "add dependencies")
+	}
+	if exists {
+		return ff.Validationf("downstream", "%s's edge group is already fixed", p.Downstream)
+	}
+	// FOR SHARE holds off concurrent terminal transitions of the upstreams
+	// until these edges commit, so each upstream outcome is counted either
+	// here or by the hop its transition enqueues, never lost in between.
+	rows, err := tx.Query(ctx, s.sql(`SELECT execution_id, lifecycle_phase, public_state FROM {S}ff_exec_core
+		WHERE partition_key = $1 AND execution_id = ANY($2) AND flow_id = $3 FOR SHARE`), part, ups, p.FlowID)
+	if err != nil {
+		return dbutil.MapErr(err, "add dependencies: reading upstreams")
+	}
+	outcomes := map[uuid.UUID]string{}
+	found := 0
+	for rows.Next() {
+		var u uuid.UUID
+		var phase, public string
+		if err := rows.Scan(&u, &phase, &public); err != nil {
+			rows.Close()
+			return dbutil.MapErr(err, "add dependencies: reading upstreams")
+		}
+		found++
+		if ff.IsTerminalPhase(phase) {
+			outcomes[u] = outcomeOfPublic(public)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return dbutil.MapErr(err, "add dependencies: reading upstreams")
+	}
+	if found != len(ups) {
+		return ff.Validationf("upstreams", "%d of %d upstreams are not members of flow %s", len(ups)-found, len(ups), p.FlowID)
+	}
+	var cycle bool
+	if err := tx.QueryRow(ctx, s.sql(`
+		WITH RECURSIVE reach(eid) AS (
+		  SELECT downstream_eid FROM {S}ff_edge WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3
+		  UNION
+		  SELECT e.downstream_eid FROM {S}ff_edge e JOIN reach r ON e.upstream_eid = r.eid
+		  WHERE e.partition_key = $1 AND e.flow_id = $2)
+		SELECT EXISTS (SELECT 1 FROM reach WHERE eid = ANY($4))`), part, p.FlowID, p.Downstream.UUID, ups).Scan(&cycle); err != nil {
+		return dbutil.MapErr(err, "add dependencies: cycle check")
+	}
+	if cycle {
+		return ff.Validationf("upstreams", "adding them makes a cycle through %s", p.Downstream)
+	}
+
+	now := s.clock.NowMs()
+	c := counts{running: len(ups)}
+	b := &pgx.Batch{}
+	for _, u := range ups {
+		var outcome, resolved any
+		if o, ok := outcomes[u]; ok {
+			c.count(o)
+			outcome, resolved = o, now
+		}
+		b.Queue(s.sql(`INSERT INTO {S}ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy_version,
+			upstream_outcome, resolved_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
+			part, p.FlowID, uuid.New(), u, p.Downstream.UUID, rev, outcome, resolved)
+	}
+	policyJSON, err := json.Marshal(p.Policy)
+	if err != nil {
+		return fmt.Errorf("add dependencies: encoding policy: %w", err)
+	}
+	b.Queue(s.sql(`INSERT INTO {S}ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target,
+		success_count, fail_count, skip_count, running_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
+		part, p.FlowID, p.Downstream.UUID, policyJSON, p.Policy.K, c.success, c.fail, c.skip, c.running)
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core SET eligibility_state = 'blocked_by_dependencies', public_state = 'waiting_children',
+		blocking_reason = 'waiting_for_children' WHERE partition_key = $1 AND execution_id = $2`), part, p.Downstream.UUID)
+	if err := sendBatch(ctx, tx, b, "add dependencies"); err != nil {
+		return err
+	}
+	d.eligibility = ff.EligibleBlockedByDeps
+	if state := p.Policy.evaluate(c); state != GroupPending {
+		// Already resolved by upstreams that had finished: the winner is
+		// unknown, so every non-terminal upstream is a sibling to cancel.
+		_, err := s.resolveGroup(ctx, tx, d, p.FlowID, p.Policy, state, uuid.Nil, now)
+		return err
+	}
+	return nil
+}
+
+// outcomeOfPublic maps a terminal public_state to its completion outcome.
+func outcomeOfPublic(public string) string {
+	switch public {
+	case ff.PublicCompleted:
+		return ff.OutcomeSuccess
+	case ff.PublicCancelled:
+		return ff.OutcomeCancelled
+	case ff.PublicExpired:
+		return ff.OutcomeExpired
+	case ff.PublicSkipped:
+		return ff.OutcomeSkipped
+	default:
+		return ff.OutcomeFailed
+	}
+}
+
+// queueCompletion queues the completion event of a terminal transition. For
+// a flow member it also finds the downstream edges and, with a Cascader,
+// enqueues one hop per downstream in this transaction and marks the event
+// dispatched. Without a Cascader the event stays undispatched for the
+// dependency scanner.
+func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome string, now int64) error {
+	ev := outboxCompletion(l, outcome, now)
+	if l.flowID != nil {
+		rows, err := tx.Query(ctx, s.sql(`SELECT downstream_eid FROM {S}ff_edge
+			WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3 AND upstream_outcome IS NULL`),
+			l.id.Partition, *l.flowID, l.id.UUID)
+		if err != nil {
+			return dbutil.MapErr(err, "finding downstream edges of "+l.id.String())
+		}
+		downs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return dbutil.MapErr(err, "finding downstream edges of "+l.id.String())
+		}
+		switch {
+		case len(downs) == 0:
+			ev.DispatchedAtMs = &now
+		case s.cascader != nil:
+			hops := make([]Hop, len(downs))
+			for i, d := range downs {
+				hops[i] = Hop{Upstream: l.id, FlowID: *l.flowID, Downstream: d, Outcome: outcome}
+			}
+			if err := s.cascader.EnqueueHopsTx(ctx, tx, hops); err != nil {
+				return fmt.Errorf("enqueueing the cascade of %s: %w", l.id, err)
+			}
+			ev.DispatchedAtMs = &now
+		}
+	}
+	return s.out.QueueCompletion(b, ev)
+}
+
+// AdvanceTx applies one hop: it counts the upstream's outcome in the
+// downstream's edge group (once: replays are no-ops), and the first time the
+// group resolves it acts on the downstream — satisfied: eligible to run
+// (and, with cancel_remaining, the still-running siblings are flagged for
+// the edge-cancel dispatcher); impossible: terminal skipped with a
+// completion "skipped", which cascades further. A group resolves once; later
+// outcomes are still counted but never re-resolve it.
+//
+// The group row is waited for at most lockTimeout (a stuck hop returns a
+// transient error and its job retries; other hops are separate jobs).
+func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error) {
+	if err := s.checkID(h.Upstream); err != nil {
+		return "", err
+	}
+	part := h.Upstream.Partition
+	var policyJSON []byte
+	var c counts
+	var state string
+	err := tx.QueryRow(ctx, s.sql(`SELECT policy, success_count, fail_count, skip_count, running_count, group_state
+		FROM {S}ff_edge_group WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3 FOR UPDATE`),
+		part, h.FlowID, h.Downstream).Scan(&policyJSON, &c.success, &c.fail, &c.skip, &c.running, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Orphaned, nil
+	}
+	if err != nil {
+		return "", dbutil.MapErr(err, "advance: locking edge group")
+	}
+	now := s.clock.NowMs()
+	tag, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge SET upstream_outcome = $5, resolved_at_ms = $6
+		WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3 AND downstream_eid = $4 AND upstream_outcome IS NULL`),
+		part, h.FlowID, h.Upstream.UUID, h.Downstream, h.Outcome, now)
+	if err != nil {
+		return "", dbutil.MapErr(err, "advance: marking edge")
+	}
+	if tag.RowsAffected() == 0 {
+		return NoOp, nil
+	}
+	c.count(h.Outcome)
+	if _, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group SET success_count = $4, fail_count = $5, skip_count = $6,
+		running_count = $7 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`),
+		part, h.FlowID, h.Downstream, c.success, c.fail, c.skip, c.running); err != nil {
+		return "", dbutil.MapErr(err, "advance: counting")
+	}
+	if state != GroupPending {
+		return Processed, nil
+	}
+	policy := decodeEdgePolicy(policyJSON)
+	next := policy.evaluate(c)
+	if next == GroupPending {
+		return Processed, nil
+	}
+	d, err := s.lock(ctx, tx, ff.ExecutionID{Partition: part, UUID: h.Downstream}, false)
+	if errors.Is(err, ff.ErrNotFound) {
+		return Orphaned, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	winner := uuid.Nil
+	if h.Outcome == ff.OutcomeSuccess {
+		winner = h.Upstream.UUID
+	}
+	return s.resolveGroup(ctx, tx, d, h.FlowID, policy, next, winner, now)
+}
+
+// resolveGroup records the group's one-shot resolution and acts on the
+// locked downstream.
+func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID uuid.UUID, policy EdgePolicy, state string, winner uuid.UUID, now int64) (Outcome, error) {
+	part := d.id.Partition
+	if _, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group SET group_state = $4, resolved_at_ms = $5
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), part, flowID, d.id.UUID, state, now); err != nil {
+		return "", dbutil.MapErr(err, "resolving edge group")
+	}
+	if state == GroupImpossible {
+		if ff.IsTerminalPhase(d.phase) {
+			return Processed, nil
+		}
+		return Processed, s.terminateLocked(ctx, tx, d, terminal{public: ff.PublicSkipped, outcome: ff.OutcomeSkipped,
+			reason: "dependencies_impossible", by: "engine"}, now)
+	}
+	if d.phase == ff.PhaseRunnable && d.eligibility == ff.EligibleBlockedByDeps {
+		if _, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_exec_core
+			SET eligibility_state = CASE WHEN delay_until_ms > $3 THEN 'not_eligible_until_time' ELSE 'eligible_now' END,
+			    public_state = CASE WHEN delay_until_ms > $3 THEN 'delayed' ELSE 'waiting' END,
+			    blocking_reason = CASE WHEN delay_until_ms > $3 THEN 'waiting_for_delay' END
+			WHERE partition_key = $1 AND execution_id = $2`), part, d.id.UUID, now); err != nil {
+			return "", dbutil.MapErr(err, "releasing downstream")
+		}
+	}
+	if policy.Kind == PolicyAllOf || policy.OnSatisfied != CancelRemaining {
+		return Processed, nil
+	}
+	rows, err := tx.Query(ctx, s.sql(`SELECT e.upstream_eid::text FROM {S}ff_edge e
+		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
+		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_eid = $3 AND e.upstream_eid <> $4
+		  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')
+		ORDER BY e.upstream_eid`), part, flowID, d.id.UUID, winner)
+	if err != nil {
+		return "", dbutil.MapErr(err, "snapshotting siblings")
+	}
+	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", dbutil.MapErr(err, "snapshotting siblings")
+	}
+	if len(members) == 0 {
+		return Processed, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.sql(`UPDATE {S}ff_edge_group SET cancel_siblings_pending_flag = true, cancel_siblings_pending_members = $4
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), part, flowID, d.id.UUID, members)
+	b.Queue(s.sql(`INSERT INTO {S}ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
+		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`), part, flowID, d.id.UUID, now)
+	return Processed, sendBatch(ctx, tx, b, "flagging siblings")
+}

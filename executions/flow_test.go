@@ -1,0 +1,364 @@
+package executions_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// hopQueue is a Cascader that keeps enqueued hops in memory, standing in
+// for the River jobs. It keeps hops even if their transaction rolls back,
+// which these tests never do to a transition that enqueues.
+type hopQueue struct {
+	mu   sync.Mutex
+	hops []executions.Hop
+}
+
+func (q *hopQueue) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.hops = append(q.hops, hops...)
+	return nil
+}
+
+func (q *hopQueue) take() []executions.Hop {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := q.hops
+	q.hops = nil
+	return h
+}
+
+type flowFixture struct {
+	*fixture
+	q *hopQueue
+}
+
+func newFlowFixture(t *testing.T) *flowFixture {
+	t.Helper()
+	db := testdb.New(t, nil)
+	clock := ff.NewManualClock(t0)
+	q := &hopQueue{}
+	st, err := executions.Open(context.Background(), db.Pool, executions.Config{Schema: db.Schema, Clock: clock, Cascader: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &flowFixture{fixture: &fixture{t: t, ctx: context.Background(), db: db, st: st, clock: clock}, q: q}
+}
+
+// drain applies enqueued hops (and the hops they cause) until none remain,
+// returning the outcomes in order.
+func (f *flowFixture) drain() []executions.Outcome {
+	f.t.Helper()
+	var out []executions.Outcome
+	for {
+		hops := f.q.take()
+		if len(hops) == 0 {
+			return out
+		}
+		for _, h := range hops {
+			out = append(out, f.advance(h))
+		}
+	}
+}
+
+func (f *flowFixture) advance(h executions.Hop) executions.Outcome {
+	f.t.Helper()
+	return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.AdvanceTx(f.ctx, tx, h) })
+}
+
+// members creates n executions in flow, each in its own lane.
+func (f *flowFixture) members(flow uuid.UUID, lanes ...string) []ff.ExecutionID {
+	var ids []ff.ExecutionID
+	for _, l := range lanes {
+		ids = append(ids, f.create(executions.CreateParams{FlowID: flow, Lane: l}))
+	}
+	return ids
+}
+
+func (f *flowFixture) finish(lane string, ok bool) {
+	f.t.Helper()
+	l := f.claimOne(lane, time.Minute)
+	if ok {
+		if err := f.st.Complete(f.ctx, l, nil); err != nil {
+			f.t.Fatal(err)
+		}
+		return
+	}
+	if _, err := f.st.Fail(f.ctx, l, executions.FailParams{Permanent: true}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *flowFixture) group(flow uuid.UUID, down ff.ExecutionID) (state string, flag bool, members []string, pending int) {
+	f.t.Helper()
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT group_state, cancel_siblings_pending_flag, cancel_siblings_pending_members,
+		(SELECT count(*) FROM ff_pending_cancel_groups p WHERE p.flow_id = g.flow_id AND p.downstream_eid = g.downstream_eid)
+		FROM ff_edge_group g WHERE flow_id = $1 AND downstream_eid = $2`, flow, down.UUID).Scan(&state, &flag, &members, &pending); err != nil {
+		f.t.Fatal(err)
+	}
+	slices.Sort(members)
+	return
+}
+
+var stBlocked = state{"runnable", "unowned", "blocked_by_dependencies", "pending_first_attempt", "waiting_children"}
+
+func TestFlowAllOf(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "u1", "u2", "u3")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
+		t.Fatal(err)
+	}
+	f.wantState(down, stBlocked)
+	if leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "down", LeaseTTL: time.Second}); err != nil || len(leases) != 0 {
+		t.Fatalf("a blocked downstream was claimable: %v %v", leases, err)
+	}
+	for i, lane := range []string{"u1", "u2", "u3"} {
+		f.finish(lane, true)
+		if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Processed}) {
+			t.Fatalf("hop %d outcomes = %v", i, got)
+		}
+		if i < 2 {
+			f.wantState(down, stBlocked)
+		}
+	}
+	f.wantState(down, stWaiting)
+	if st, flag, _, pending := f.group(flow, down); st != "satisfied" || flag || pending != 0 {
+		t.Fatalf("group = %s flag %v pending %d", st, flag, pending)
+	}
+	f.claimOne("down", time.Minute)
+	// Every upstream completion was dispatched by the cascade itself.
+	var undispatched int
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`).Scan(&undispatched); err != nil || undispatched != 0 {
+		t.Fatalf("undispatched completion events = %d, %v", undispatched, err)
+	}
+}
+
+func TestFlowAnyOfCancelRemainingFlagsSiblings(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a", "b", "c")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
+		Policy: executions.AnyOf(executions.CancelRemaining)}); err != nil {
+		t.Fatal(err)
+	}
+	f.claimOne("c", time.Minute) // c is running when a wins
+	f.finish("a", true)
+	f.drain()
+	f.wantState(down, stWaiting)
+	st, flag, members, pending := f.group(flow, down)
+	want := []string{ups[1].UUID.String(), ups[2].UUID.String()}
+	slices.Sort(want)
+	if st != "satisfied" || !flag || !slices.Equal(members, want) || pending != 1 {
+		t.Fatalf("group = %s flag %v members %v pending %d; want satisfied, flagged, %v, 1", st, flag, members, pending, want)
+	}
+	// A later success neither re-resolves nor re-flags the group.
+	f.finish("b", true)
+	f.drain()
+	if _, _, members2, pending2 := f.group(flow, down); !slices.Equal(members2, want) || pending2 != 1 {
+		t.Fatalf("after a later success: members %v pending %d", members2, pending2)
+	}
+}
+
+func TestFlowQuorumLetRun(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a", "b", "c")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
+		Policy: executions.Quorum(2, executions.LetRun)}); err != nil {
+		t.Fatal(err)
+	}
+	f.finish("a", true)
+	f.finish("b", false)
+	f.drain()
+	f.wantState(down, stBlocked)
+	f.finish("c", true)
+	f.drain()
+	f.wantState(down, stWaiting)
+	if st, flag, _, pending := f.group(flow, down); st != "satisfied" || flag || pending != 0 {
+		t.Fatalf("group = %s flag %v pending %d", st, flag, pending)
+	}
+}
+
+// Quorum impossible skips the downstream, and the skip cascades hop by hop.
+func TestFlowImpossibleSkipCascadesThreeHops(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a", "b", "c")
+	d1 := f.create(executions.CreateParams{FlowID: flow, Lane: "d1"})
+	d2 := f.create(executions.CreateParams{FlowID: flow, Lane: "d2"})
+	d3 := f.create(executions.CreateParams{FlowID: flow, Lane: "d3"})
+	add := func(down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) {
+		if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(d1, ups, executions.Quorum(2, executions.LetRun))
+	add(d2, []ff.ExecutionID{d1}, executions.AllOf())
+	add(d3, []ff.ExecutionID{d2}, executions.AllOf())
+	f.finish("a", false)
+	f.drain()
+	f.wantState(d1, stBlocked)
+	f.finish("b", false) // 2 of 3 failed: k=2 is out of reach
+	if got := f.drain(); len(got) != 3 {
+		t.Fatalf("cascade outcomes = %v, want three hops", got)
+	}
+	stSkipped := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"}
+	for _, d := range []ff.ExecutionID{d1, d2, d3} {
+		f.wantState(d, stSkipped)
+		f.wantEvents(d, nil, []string{"skipped"})
+	}
+	// c's later success is counted but changes nothing.
+	f.finish("c", true)
+	f.drain()
+	f.wantState(d1, stSkipped)
+}
+
+func TestFlowReplayedHopIsNoOp(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a", "b")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
+		t.Fatal(err)
+	}
+	f.finish("a", true)
+	hops := f.q.take()
+	if len(hops) != 1 {
+		t.Fatalf("hops = %v", hops)
+	}
+	if got := f.advance(hops[0]); got != executions.Processed {
+		t.Fatalf("first = %q", got)
+	}
+	if got := f.advance(hops[0]); got != executions.NoOp {
+		t.Fatalf("replay = %q, want no_op", got)
+	}
+	var success int
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT success_count FROM ff_edge_group WHERE downstream_eid = $1`, down.UUID).Scan(&success); err != nil || success != 1 {
+		t.Fatalf("success_count = %d, %v; want 1", success, err)
+	}
+}
+
+// Many upstreams succeed at once; their hops run concurrently: the group
+// resolves exactly once and flags its siblings once.
+func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	lanes := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	ups := f.members(flow, lanes...)
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
+		Policy: executions.Quorum(3, executions.CancelRemaining)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lanes {
+		f.finish(l, true)
+	}
+	hops := f.q.take()
+	var wg sync.WaitGroup
+	outcomes := make([]executions.Outcome, len(hops))
+	for i, h := range hops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
+				var err error
+				outcomes[i], err = f.st.AdvanceTx(f.ctx, tx, h)
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var resolved int
+	var success int
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FILTER (WHERE group_state = 'satisfied'), max(success_count)
+		FROM ff_edge_group WHERE downstream_eid = $1`, down.UUID).Scan(&resolved, &success); err != nil {
+		t.Fatal(err)
+	}
+	if resolved != 1 || success != len(lanes) {
+		t.Fatalf("resolved groups %d, success_count %d; want 1 and %d", resolved, success, len(lanes))
+	}
+	// All upstreams were terminal already: nothing left to cancel.
+	if _, flag, _, pending := f.group(flow, down); flag || pending != 0 {
+		t.Fatalf("flag %v pending %d with no running sibling", flag, pending)
+	}
+	f.wantState(down, stWaiting)
+}
+
+func TestFlowDependenciesOnFinishedUpstreams(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a", "b")
+	f.finish("a", true)
+	f.finish("b", true)
+	f.drain()
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
+		t.Fatal(err)
+	}
+	f.wantState(down, stWaiting)
+}
+
+func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ids := f.members(flow, "a", "b", "c")
+	other := f.create(executions.CreateParams{FlowID: f.flow(), Lane: "x"})
+	solo := f.create(executions.CreateParams{Lane: "solo"})
+	add := func(down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) error {
+		return f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p})
+	}
+	if err := add(ids[1], ids[:1], executions.AllOf()); err != nil { // a → b
+		t.Fatal(err)
+	}
+	if err := add(ids[2], ids[1:2], executions.AllOf()); err != nil { // b → c
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"cycle c → a", add(ids[0], ids[2:3], executions.AllOf()), ff.ErrValidation},
+		{"self edge", add(ids[0], ids[:1], executions.AllOf()), ff.ErrValidation},
+		{"quorum k=0", add(ids[0], ids[1:], executions.Quorum(0, executions.LetRun)), ff.ErrValidation},
+		{"quorum k>n", add(ids[0], ids[1:], executions.Quorum(3, executions.LetRun)), ff.ErrValidation},
+		{"bad on_satisfied", add(ids[0], ids[1:], executions.AnyOf("maybe")), ff.ErrValidation},
+		{"bad kind", add(ids[0], ids[1:], executions.EdgePolicy{Kind: "most_of"}), ff.ErrValidation},
+		{"no upstreams", add(ids[0], nil, executions.AllOf()), ff.ErrValidation},
+		{"duplicate upstream", add(ids[0], []ff.ExecutionID{ids[1], ids[1]}, executions.AllOf()), ff.ErrValidation},
+		{"group already fixed", add(ids[1], ids[2:], executions.AllOf()), ff.ErrValidation},
+		{"upstream in another flow", add(ids[0], []ff.ExecutionID{other}, executions.AllOf()), ff.ErrValidation},
+		{"solo downstream", add(solo, ids[:1], executions.AllOf()), ff.ErrValidation},
+		{"missing flow", f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: uuid.New(), Downstream: ids[0], Upstreams: ids[1:2]}), ff.ErrValidation},
+	}
+	for _, c := range cases {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: err = %v, want %v", c.name, c.err, c.want)
+		}
+	}
+	f.wantState(ids[0], stWaiting)
+	var edges int
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM ff_edge`).Scan(&edges); err != nil || edges != 2 {
+		t.Fatalf("edges = %d, %v; want the 2 valid ones", edges, err)
+	}
+	if _, err := f.st.Create(f.ctx, executions.CreateParams{FlowID: uuid.New(), Lane: "x"}); !errors.Is(err, ff.ErrNotFound) {
+		t.Errorf("create in a missing flow: %v", err)
+	}
+}
