@@ -57,6 +57,10 @@ type Config struct {
 	Clock ff.Clock
 	// Waker, when set, is poked after each commit that wrote events.
 	Waker *outbox.Waker
+	// Outbox replaces the default writer for the schema (used by ffctl
+	// bench to measure a store without outbox rows; see
+	// outbox.Writer.Discarding).
+	Outbox *outbox.Writer
 	// Cascader, when set, enqueues the flow cascade of every terminal
 	// transition of a flow member in the same transaction. Without one,
 	// completion events stay undispatched for the dependency scanner.
@@ -89,9 +93,11 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := outbox.NewWriter(string(s))
-	if err != nil {
-		return nil, err
+	out := cfg.Outbox
+	if out == nil {
+		if out, err = outbox.NewWriter(string(s)); err != nil {
+			return nil, err
+		}
 	}
 	clock := cfg.Clock
 	if clock == nil {

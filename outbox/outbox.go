@@ -60,6 +60,16 @@ type CompletionEvent struct {
 type Writer struct {
 	leaseSQL      string
 	completionSQL string
+	discard       bool
+}
+
+// Discarding returns a Writer that validates events but writes none. It
+// exists to measure what the outbox costs (ffctl bench): a store using it
+// breaks every stream guarantee.
+func (w *Writer) Discarding() *Writer {
+	c := *w
+	c.discard = true
+	return &c
 }
 
 // NewWriter returns a Writer for schema ("" for the search_path).
@@ -125,7 +135,7 @@ func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
 // Lease writes one lease event on tx.
 func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
 	args, err := w.leaseArgs(ev)
-	if err != nil {
+	if err != nil || w.discard {
 		return err
 	}
 	if _, err := tx.Exec(ctx, w.leaseSQL, args...); err != nil {
@@ -137,7 +147,7 @@ func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
 // Completion writes one completion event on tx.
 func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) error {
 	args, err := w.completionArgs(ev)
-	if err != nil {
+	if err != nil || w.discard {
 		return err
 	}
 	if _, err := tx.Exec(ctx, w.completionSQL, args...); err != nil {
@@ -150,7 +160,7 @@ func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) 
 // the same round trip as the state change it belongs to.
 func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
 	args, err := w.leaseArgs(ev)
-	if err != nil {
+	if err != nil || w.discard {
 		return err
 	}
 	b.Queue(w.leaseSQL, args...)
@@ -160,7 +170,7 @@ func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
 // QueueCompletion adds the completion event's INSERT to a batch.
 func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionEvent) error {
 	args, err := w.completionArgs(ev)
-	if err != nil {
+	if err != nil || w.discard {
 		return err
 	}
 	b.Queue(w.completionSQL, args...)

@@ -125,3 +125,21 @@ func TestWakerNotifiesListeners(t *testing.T) {
 	var nilWaker *outbox.Waker
 	nilWaker.Poke() // must not panic
 }
+
+func TestDiscardingWriterWritesNothingButStillValidates(t *testing.T) {
+	w, err := outbox.NewWriter("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := w.Discarding()
+	var b pgx.Batch
+	if err := d.QueueLease(&b, outbox.LeaseEvent{ID: ff.NewExecutionID(1), Type: ff.LeaseRenewed}); err != nil || b.Len() != 0 {
+		t.Fatalf("discarding QueueLease = %v, queued %d", err, b.Len())
+	}
+	if err := d.QueueLease(&b, outbox.LeaseEvent{Type: "bogus"}); !errors.Is(err, ff.ErrValidation) {
+		t.Fatalf("discarding writer accepted a bad type: %v", err)
+	}
+	if err := w.QueueLease(&b, outbox.LeaseEvent{ID: ff.NewExecutionID(1), Type: ff.LeaseRenewed}); err != nil || b.Len() != 1 {
+		t.Fatalf("the original writer was changed by Discarding: %v, %d", err, b.Len())
+	}
+}
