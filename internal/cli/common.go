@@ -1,0 +1,219 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Log formats accepted by --log-format.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// Common holds the flags every ffriver binary takes. AddCommon registers them
+// on a FlagSet; after Parse the fields hold the values, with the environment's
+// defaults filled in and checked.
+type Common struct {
+	// DatabaseURL: --database-url, else $DATABASE_URL.
+	DatabaseURL string
+	// Schema: --schema, else $FF_SCHEMA, else "" (the connection's
+	// search_path decides). Always a valid identifier after Parse.
+	Schema string
+	// LogFormat: LogText or LogJSON.
+	LogFormat string
+	// LogLevel: --log-level.
+	LogLevel slog.Level
+}
+
+// AddCommon registers --database-url, --schema, --log-format and --log-level
+// on fs and returns where their values land after fs.Parse.
+func AddCommon(fs *FlagSet) *Common {
+	c := &Common{LogFormat: LogText, LogLevel: slog.LevelInfo}
+	// The URL may carry a password: its default is read after parsing, so the
+	// help never prints it.
+	fs.StringVar(&c.DatabaseURL, "database-url", "",
+		"Postgres connection `url`, e.g. postgres://user@host:5432/db (default $DATABASE_URL)")
+	fs.StringVar(&c.Schema, "schema", "",
+		"Postgres `schema` holding River's and ffriver's tables: letters, digits and underscores\n"+
+			"(default $FF_SCHEMA, else the first schema of the connection's search_path)")
+	fs.Var(&logFormatValue{&c.LogFormat}, "log-format", "log line `format` on stderr: text or json")
+	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "lowest `level` logged: debug, info, warn or error")
+	fs.AfterParse(func() error {
+		if c.DatabaseURL == "" {
+			c.DatabaseURL = fs.Getenv("DATABASE_URL")
+		}
+		if c.Schema == "" {
+			c.Schema = fs.Getenv("FF_SCHEMA")
+		}
+		return c.check(fs.Getenv)
+	})
+	return c
+}
+
+func (c *Common) check(getenv func(string) string) error {
+	if _, err := dbutil.ParseSchema(c.Schema); err != nil {
+		return &UsageError{Err: err}
+	}
+	if c.DatabaseURL == "" && getenv("PGHOST") == "" && getenv("PGSERVICE") == "" && getenv("PGDATABASE") == "" {
+		return Usagef("no database given: pass --database-url or set DATABASE_URL (scripts/devdb.sh prints one for a local server)")
+	}
+	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+		// pgx's message can quote the URL; say what is wrong without it.
+		return Usagef("--database-url %s: %v", RedactURL(c.DatabaseURL), redactErr(err, c.DatabaseURL))
+	}
+	return nil
+}
+
+type logFormatValue struct{ p *string }
+
+func (v *logFormatValue) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+
+func (v *logFormatValue) Set(s string) error {
+	switch s {
+	case LogText, LogJSON:
+		*v.p = s
+		return nil
+	}
+	return fmt.Errorf("%q is not a log format: use text or json", s)
+}
+
+// Logger returns a logger writing c.LogFormat lines at c.LogLevel and above
+// to w (normally os.Stderr).
+func (c *Common) Logger(w io.Writer) *slog.Logger {
+	return NewLogger(w, c.LogFormat, c.LogLevel)
+}
+
+// NewLogger returns a text or JSON slog logger on w.
+func NewLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// PoolOptions tune OpenPool. A pool_max_conns (or other pool_ setting) in the
+// URL wins over these.
+type PoolOptions struct {
+	// AppName is the application_name the server shows in pg_stat_activity
+	// (unless the URL sets one).
+	AppName string
+	// MaxConns of the pool (default: pgx's, the larger of 4 and the CPU count).
+	MaxConns int32
+	// MinConns kept open (default 0).
+	MinConns int32
+}
+
+// PoolConfig builds the pool configuration OpenPool uses: c.DatabaseURL, with
+// search_path set to c.Schema when one is given, so unqualified SQL finds
+// ffriver's tables (River gets the schema through its Config.Schema).
+func (c *Common) PoolConfig(o PoolOptions) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, Usagef("--database-url %s: %v", RedactURL(c.DatabaseURL), redactErr(err, c.DatabaseURL))
+	}
+	s, err := dbutil.ParseSchema(c.Schema)
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	if s != "" {
+		// Quoted, so a mixed-case name is not folded to lower case.
+		cfg.ConnConfig.RuntimeParams["search_path"] = s.Ident()
+	}
+	if o.AppName != "" && cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = o.AppName
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if !strings.Contains(c.DatabaseURL, "pool_max_conns") && o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	if !strings.Contains(c.DatabaseURL, "pool_min_conns") && o.MinConns > 0 {
+		cfg.MinConns = min(o.MinConns, cfg.MaxConns)
+	}
+	if !strings.Contains(c.DatabaseURL, "pool_max_conn_idle_time") {
+		cfg.MaxConnIdleTime = 5 * time.Minute
+	}
+	return cfg, nil
+}
+
+// OpenPool opens a pool (see PoolConfig) and checks that the server answers.
+// A server that does not answer is an ff.ErrUnavailable (exit code 1).
+func (c *Common) OpenPool(ctx context.Context, o PoolOptions) (*pgxpool.Pool, error) {
+	cfg, err := c.PoolConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), "connecting to "+RedactURL(c.DatabaseURL))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), "connecting to "+RedactURL(c.DatabaseURL))
+	}
+	return pool, nil
+}
+
+// ResolveSchema returns c.Schema, or the pool's current_schema() when it is
+// empty: the name to give River's Config.Schema and ffriver's packages.
+func (c *Common) ResolveSchema(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	s, err := dbutil.Schema(c.Schema).Resolve(ctx, pool)
+	return string(s), err
+}
+
+// RedactURL returns u with its password replaced by "xxxxx", for logs and
+// messages. A keyword/value DSN has its password=… value hidden.
+func RedactURL(u string) string {
+	if u == "" {
+		return "(default connection from PG* variables)"
+	}
+	if pu, err := url.Parse(u); err == nil && pu.Scheme != "" && pu.Host != "" {
+		return pu.Redacted()
+	}
+	fields := strings.Fields(u)
+	for i, f := range fields {
+		if k, _, ok := strings.Cut(f, "="); ok && strings.EqualFold(k, "password") {
+			fields[i] = k + "=xxxxx"
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// redactErr hides a password that err's message may repeat from the URL.
+func redactErr(err error, u string) error {
+	if err == nil {
+		return nil
+	}
+	pw := ""
+	if pu, perr := url.Parse(u); perr == nil && pu.User != nil {
+		pw, _ = pu.User.Password()
+	}
+	if pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return redactedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }
