@@ -1,0 +1,47 @@
+package bench_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/internal/bench"
+	"github.com/ffriver/ffriver/internal/testdb"
+)
+
+// The scenarios run end to end at a tiny size and produce sane rows; their
+// figures are for ffctl bench, not for assertions here.
+func TestScenariosRunSmall(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler)}
+
+	out, err := bench.Outbox(ctx, env, bench.OutboxOptions{Writers: 2, PerWriter: 2, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Outbox: %v", err)
+	}
+	exp, err := bench.Expire(ctx, env, bench.ExpireOptions{Leases: 300, Clients: 4})
+	if err != nil {
+		t.Fatalf("Expire: %v", err)
+	}
+	results := append(out, exp...)
+	for _, r := range results {
+		if r.Value <= 0 {
+			t.Errorf("%s/%s: value %v", r.Scenario, r.Figure, r.Value)
+		}
+	}
+	var b strings.Builder
+	if err := bench.WriteTable(&b, bench.Machine(ctx, db.Pool), results); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "sequential per-row loop") || !strings.Contains(b.String(), "renew with outbox row") {
+		t.Fatalf("table misses rows:\n%s", b.String())
+	}
+	// No scratch schema is left behind.
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'ffbench\_%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("scratch schemas left: %d, %v", left, err)
+	}
+}

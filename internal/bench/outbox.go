@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/outbox"
+)
+
+// OutboxOptions size the outbox scenario.
+type OutboxOptions struct {
+	Writers   int           // concurrent writers (default 32)
+	PerWriter int           // leases each writer renews in turn (default 16)
+	Duration  time.Duration // per variant (default 10s)
+}
+
+// Outbox measures the same transition (Renew: lock, fence, extend the lease)
+// with and without its outbox row, at Writers concurrent writers. Target:
+// with ≥ 85 % of without.
+func Outbox(ctx context.Context, env *Env, o OutboxOptions) ([]Result, error) {
+	if o.Writers == 0 {
+		o.Writers = 32
+	}
+	if o.PerWriter == 0 {
+		o.PerWriter = 16
+	}
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	pool, schema, cleanup, err := env.scratch(ctx, "outbox", int32(o.Writers+4))
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	with, err := executions.Open(ctx, pool, executions.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	w, err := outbox.NewWriter(schema)
+	if err != nil {
+		return nil, err
+	}
+	without, err := executions.Open(ctx, pool, executions.Config{Schema: schema, Outbox: w.Discarding()})
+	if err != nil {
+		return nil, err
+	}
+	n := o.Writers * o.PerWriter
+	for i := range n {
+		if _, err := with.Create(ctx, executions.CreateParams{Lane: fmt.Sprintf("bench-%d", i%o.Writers)}); err != nil {
+			return nil, err
+		}
+	}
+	leases := make([][]executions.Lease, o.Writers)
+	for wk := range o.Writers {
+		leases[wk], err = with.Claim(ctx, executions.ClaimParams{Lane: fmt.Sprintf("bench-%d", wk), LeaseTTL: time.Hour, Max: o.PerWriter})
+		if err != nil {
+			return nil, err
+		}
+	}
+	renew := func(st *executions.Store) func(ctx context.Context, wk, i int) error {
+		return func(ctx context.Context, wk, i int) error {
+			ls := leases[wk]
+			l, err := st.Renew(ctx, ls[i%len(ls)], time.Hour)
+			if err != nil {
+				return err
+			}
+			ls[i%len(ls)] = l
+			return nil
+		}
+	}
+	env.Logger.InfoContext(ctx, "bench outbox: renewing without the outbox", "writers", o.Writers, "for", o.Duration)
+	base, err := measure(ctx, o.Writers, o.Duration, renew(without))
+	if err != nil {
+		return nil, fmt.Errorf("outbox bench (without): %w", err)
+	}
+	env.Logger.InfoContext(ctx, "bench outbox: renewing with the outbox", "writers", o.Writers, "for", o.Duration)
+	val, err := measure(ctx, o.Writers, o.Duration, renew(with))
+	if err != nil {
+		return nil, fmt.Errorf("outbox bench (with): %w", err)
+	}
+	ratio := val / base
+	return []Result{{
+		Scenario: "outbox", Figure: fmt.Sprintf("renew with outbox row, %d writers", o.Writers),
+		Value: val, Unit: "tx/s", Baseline: "same renew without the row", BaselineValue: base, Ratio: ratio,
+		Target: "≥ 0.85", Met: met(ratio >= 0.85),
+	}}, nil
+}
