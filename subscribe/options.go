@@ -1,0 +1,194 @@
+package subscribe
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPollInterval is how often a stream reads without a wake-up.
+	DefaultPollInterval = 200 * time.Millisecond
+	// DefaultPageSize is the number of rows one read fetches. Catching up a
+	// backlog reads page after page without waiting.
+	DefaultPageSize = 5000
+	// DefaultBufferSize is the number of decoded events a stream holds ahead
+	// of its consumer before the reader blocks.
+	DefaultBufferSize = 10000
+	// DefaultApplicationName is the application_name of a stream's
+	// connections, as pg_stat_activity shows it.
+	DefaultApplicationName = "ffriver-subscribe"
+
+	// MaxPageSize bounds Options.PageSize.
+	MaxPageSize = 100000
+	// MinPollInterval bounds Options.PollInterval from below.
+	MinPollInterval = time.Millisecond
+)
+
+// Start says where a stream begins.
+type Start int
+
+const (
+	// StartNow (the default) delivers the events of every transaction that
+	// had not committed when the subscribe call took its snapshot, and none
+	// of the transactions that had: "from now" in commit order.
+	StartNow Start = iota
+	// StartBeginning delivers every event still in the table.
+	StartBeginning
+	// StartAfter delivers the events after Options.After: exactly those
+	// that follow it in stream order. A legacy (upstream 9-byte) cursor
+	// resumes at the first event whose event_id is greater; see the package
+	// documentation.
+	StartAfter
+)
+
+// String returns the name of the start point.
+func (s Start) String() string {
+	switch s {
+	case StartNow:
+		return "now"
+	case StartBeginning:
+		return "beginning"
+	case StartAfter:
+		return "after-cursor"
+	default:
+		return fmt.Sprintf("Start(%d)", int(s))
+	}
+}
+
+// Options tune a subscription. The zero value tails every partition of the
+// connection's current schema from now.
+type Options struct {
+	// Schema holding ffriver's tables; "" resolves the connection's
+	// current_schema().
+	Schema string
+	// Partitions to deliver; nil or empty means every partition. Each must
+	// be a partition of the schema (0..count-1).
+	Partitions []int16
+	// Start is where the stream begins (default StartNow).
+	Start Start
+	// After is the cursor to resume after, with Start == StartAfter. It must
+	// be zero otherwise.
+	After ff.Cursor
+	// Filter narrows the stream to one namespace and/or instance tag. It is
+	// applied in SQL; rows it drops still advance the stream's position.
+	Filter ff.Filter
+	// BufferSize is the number of decoded events held ahead of the consumer
+	// (default DefaultBufferSize). When it is full the reader stops reading:
+	// a slow consumer slows the stream, it never loses events.
+	BufferSize int
+	// PollInterval is how often the stream reads when no NOTIFY wakes it
+	// (default DefaultPollInterval).
+	PollInterval time.Duration
+	// PageSize is the number of rows one read fetches (default
+	// DefaultPageSize, at most MaxPageSize).
+	PageSize int
+	// ApplicationName of the stream's two connections (default
+	// DefaultApplicationName).
+	ApplicationName string
+	// Logger receives warnings (skipped rows, lost connections); default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// config is Options validated and with defaults applied.
+type config struct {
+	schema       dbutil.Schema // may be "" until resolved
+	partitions   []int32       // sorted, unique; nil = all
+	start        Start
+	after        ff.Cursor
+	filter       ff.Filter
+	bufferSize   int
+	pollInterval time.Duration
+	pageSize     int
+	appName      string
+	logger       *slog.Logger
+}
+
+// validate checks everything that can be checked without a database.
+func (o Options) validate() (config, error) {
+	c := config{
+		start:        o.Start,
+		after:        o.After,
+		filter:       o.Filter,
+		bufferSize:   o.BufferSize,
+		pollInterval: o.PollInterval,
+		pageSize:     o.PageSize,
+		appName:      o.ApplicationName,
+		logger:       o.Logger,
+	}
+	var err error
+	if c.schema, err = dbutil.ParseSchema(o.Schema); err != nil {
+		return config{}, err
+	}
+	for _, p := range o.Partitions {
+		if p < 0 || int(p) >= ff.MaxPartitions {
+			return config{}, ff.Validationf("partitions", "%d is outside 0..%d", p, ff.MaxPartitions-1)
+		}
+		c.partitions = append(c.partitions, int32(p))
+	}
+	slices.Sort(c.partitions)
+	c.partitions = slices.Compact(c.partitions)
+
+	switch o.Start {
+	case StartNow, StartBeginning:
+		if !o.After.IsZero() {
+			return config{}, ff.Validationf("cursor", "a cursor was given but Start is %s; use StartAfter", o.Start)
+		}
+	case StartAfter:
+		if err := checkCursor(o.After); err != nil {
+			return config{}, err
+		}
+	default:
+		return config{}, ff.Validationf("start", "unknown start point %d", int(o.Start))
+	}
+	if err := o.Filter.Validate(); err != nil {
+		return config{}, err
+	}
+
+	switch {
+	case c.bufferSize == 0:
+		c.bufferSize = DefaultBufferSize
+	case c.bufferSize < 0:
+		return config{}, ff.Validationf("buffer_size", "%d is negative", c.bufferSize)
+	}
+	switch {
+	case c.pageSize == 0:
+		c.pageSize = DefaultPageSize
+	case c.pageSize < 0 || c.pageSize > MaxPageSize:
+		return config{}, ff.Validationf("page_size", "%d is outside 1..%d", c.pageSize, MaxPageSize)
+	}
+	switch {
+	case c.pollInterval == 0:
+		c.pollInterval = DefaultPollInterval
+	case c.pollInterval < MinPollInterval:
+		return config{}, ff.Validationf("poll_interval", "%s is below %s", c.pollInterval, MinPollInterval)
+	}
+	if c.appName == "" {
+		c.appName = DefaultApplicationName
+	}
+	if len(c.appName) > 63 {
+		return config{}, ff.Validationf("application_name", "%q is longer than 63 bytes", c.appName)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return c, nil
+}
+
+// checkCursor rejects cursors that no stream can have produced. Cursors
+// decoded by ff.DecodeCursor always pass; a hand-built ff.Cursor may not.
+func checkCursor(c ff.Cursor) error {
+	if c.Xact < 0 || c.EventID < 0 {
+		return ff.Validationf("cursor", "%#v: negative position", c)
+	}
+	if c.Legacy && c.Xact != 0 {
+		return ff.Validationf("cursor", "%#v: a legacy cursor carries only an event id", c)
+	}
+	return nil
+}
