@@ -34,6 +34,7 @@ type command struct {
 // it here.
 var commands = []command{
 	migrateCommand,
+	tailCommand,
 }
 
 func main() {

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/subscribe"
+)
+
+var tailCommand = command{
+	name:    "tail",
+	summary: "stream lease events or completions as text or JSON lines",
+	run: func(ctx context.Context, args []string) int {
+		return runTail(ctx, args, os.Stdout, os.Stderr)
+	},
+}
+
+// tailFlags are ffctl tail's own flags, after parsing.
+type tailFlags struct {
+	stream      string
+	fromStart   bool
+	cursor      string
+	cursorFile  string
+	partitions  string
+	namespace   string
+	instanceTag string
+	format      string
+	maxEvents   int
+	idleExit    time.Duration
+}
+
+func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("ffctl tail", "",
+		"Streams the lease history (--stream leases) or completions (--stream completions) in\n"+
+			"commit-safe order, one line per event, until interrupted, --max-events or --idle-exit.\n"+
+			"Without --from-start or --cursor it starts from now. With --cursor-file it resumes after\n"+
+			"the cursor stored there, and stores each printed event's cursor, so a restart neither\n"+
+			"skips nor repeats events (at most the last line printed before a crash comes again).")
+	fs.Stdout = stdout
+	common := cli.AddCommon(fs)
+	var f tailFlags
+	fs.StringVar(&f.stream, "stream", "leases", "`stream` to tail: leases or completions")
+	fs.BoolVar(&f.fromStart, "from-start", false, "start from the first event still in the table")
+	fs.StringVar(&f.cursor, "cursor", "", "start after this `cursor` (a cursor printed by tail, or an upstream one)")
+	fs.StringVar(&f.cursorFile, "cursor-file", "",
+		"`file` holding the resume cursor: read at start if it exists (it then wins over --from-start\n"+
+			"and --cursor), and replaced atomically after each printed event")
+	fs.StringVar(&f.partitions, "partitions", "", "partitions to tail, as a `list` of numbers and ranges, e.g. 0-15,42 (default all)")
+	fs.StringVar(&f.namespace, "namespace", "", "only events of this `namespace`")
+	fs.StringVar(&f.instanceTag, "instance-tag", "",
+		"only events whose instance tag has this value, given as `key=value` (only the value is compared)")
+	fs.StringVar(&f.format, "format", "text", "output `format`: text or json (one object per line)")
+	fs.IntVar(&f.maxEvents, "max-events", 0, "exit after `n` events (0: no limit)")
+	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never)")
+
+	var opts subscribe.Options
+	fs.AfterParse(func() (err error) {
+		opts, err = f.options()
+		return err
+	})
+	if err := fs.Parse(args); err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	logger := common.Logger(stderr)
+	opts.Schema, opts.Logger, opts.ApplicationName = common.Schema, logger, "ffctl tail"
+
+	if f.cursorFile != "" {
+		c, ok, err := readCursorFile(f.cursorFile)
+		if err != nil {
+			return cli.Report(stderr, fs.Name(), err)
+		}
+		if ok {
+			opts.Start, opts.After = subscribe.StartAfter, c
+			logger.Info("resuming after the cursor file's cursor", "file", f.cursorFile, "cursor", c.String())
+		}
+	}
+
+	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl tail", MaxConns: 2})
+	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	defer pool.Close()
+
+	out := bufio.NewWriter(stdout)
+	t := &tailer{flags: f, out: out, logger: logger}
+	switch f.stream {
+	case "leases":
+		s, err := subscribe.Leases(ctx, pool, opts)
+		if err != nil {
+			return cli.Report(stderr, fs.Name(), err)
+		}
+		defer s.Close()
+		err = tail(ctx, t, s, leaseLine)
+		return cli.Report(stderr, fs.Name(), err)
+	default:
+		s, err := subscribe.Completions(ctx, pool, opts)
+		if err != nil {
+			return cli.Report(stderr, fs.Name(), err)
+		}
+		defer s.Close()
+		err = tail(ctx, t, s, completionLine)
+		return cli.Report(stderr, fs.Name(), err)
+	}
+}
+
+// options checks the flags and turns them into subscribe.Options (without
+// the cursor file, which is read later).
+func (f tailFlags) options() (subscribe.Options, error) {
+	var o subscribe.Options
+	switch f.stream {
+	case "leases", "completions":
+	default:
+		return o, cli.Usagef("--stream %q: use leases or completions", f.stream)
+	}
+	switch f.format {
+	case "text", "json":
+	default:
+		return o, cli.Usagef("--format %q: use text or json", f.format)
+	}
+	if f.maxEvents < 0 {
+		return o, cli.Usagef("--max-events %d is negative", f.maxEvents)
+	}
+	if f.idleExit < 0 {
+		return o, cli.Usagef("--idle-exit %s is negative", f.idleExit)
+	}
+	switch {
+	case f.fromStart && f.cursor != "":
+		return o, cli.Usagef("--from-start and --cursor exclude each other")
+	case f.fromStart:
+		o.Start = subscribe.StartBeginning
+	case f.cursor != "":
+		c, err := ff.ParseCursor(f.cursor)
+		if err != nil {
+			return o, &cli.UsageError{Err: fmt.Errorf("--cursor: %w", err)}
+		}
+		o.Start, o.After = subscribe.StartAfter, c
+	}
+	var err error
+	if o.Partitions, err = parsePartitions(f.partitions); err != nil {
+		return o, &cli.UsageError{Err: fmt.Errorf("--partitions: %w", err)}
+	}
+	o.Filter.Namespace = f.namespace
+	if f.instanceTag != "" {
+		tag, err := ff.ParseTag(f.instanceTag)
+		if err != nil {
+			return o, &cli.UsageError{Err: fmt.Errorf("--instance-tag: %w", err)}
+		}
+		o.Filter.InstanceTag = &tag
+	}
+	if err := o.Filter.Validate(); err != nil {
+		return o, &cli.UsageError{Err: err}
+	}
+	return o, nil
+}
+
+// parsePartitions parses a list of partition numbers and inclusive ranges,
+// "0-15,42", into partition numbers in the order given (duplicates are
+// harmless). The empty string means every partition (nil).
+func parsePartitions(s string) ([]int16, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int16
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		lo, hi, isRange := strings.Cut(item, "-")
+		first, err := parsePartition(lo, item)
+		if err != nil {
+			return nil, err
+		}
+		last := first
+		if isRange {
+			if last, err = parsePartition(hi, item); err != nil {
+				return nil, err
+			}
+			if last < first {
+				return nil, ff.Validationf("partitions", "%q: the range runs backwards", item)
+			}
+		}
+		for p := first; p <= last; p++ {
+			out = append(out, int16(p))
+		}
+	}
+	return out, nil
+}
+
+func parsePartition(s, item string) (int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.ContainsAny(s, "+-") {
+		return 0, ff.Validationf("partitions", "%q: want a number or a range like 0-15", item)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n >= ff.MaxPartitions {
+		return 0, ff.Validationf("partitions", "%q: %q is not a partition number (0..%d)", item, s, ff.MaxPartitions-1)
+	}
+	return n, nil
+}
+
+// tailer prints events and keeps the cursor file.
+type tailer struct {
+	flags  tailFlags
+	out    *bufio.Writer
+	logger *slog.Logger
+}
+
+// eventJSON holds what every printed event carries.
+type eventJSON struct {
+	Cursor      ff.Cursor      `json:"cursor"`
+	EventID     int64          `json:"event_id"`
+	ExecutionID ff.ExecutionID `json:"execution_id"`
+	Partition   int16          `json:"partition"`
+	Namespace   *string        `json:"namespace"`    // null when the row has none
+	InstanceTag *string        `json:"instance_tag"` // null when the row has none
+	AtMs        int64          `json:"at_ms"`
+}
+
+// leaseJSON is a lease event as one JSON line.
+type leaseJSON struct {
+	eventJSON
+	EventType        string  `json:"event_type"`
+	LeaseID          *string `json:"lease_id"`
+	AttemptIndex     *int32  `json:"attempt_index,omitempty"`
+	LeaseEpoch       *int64  `json:"lease_epoch,omitempty"`
+	WorkerInstanceID *string `json:"worker_instance_id,omitempty"`
+}
+
+// completionJSON is a completion event as one JSON line.
+type completionJSON struct {
+	eventJSON
+	Outcome string  `json:"outcome"`
+	FlowID  *string `json:"flow_id"`
+}
+
+// printable is an event ready to print.
+type printable interface {
+	cursor() ff.Cursor
+	text() string
+}
+
+func orNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func leaseLine(ev subscribe.LeaseEvent) printable {
+	return leaseJSON{
+		eventJSON: eventJSON{Cursor: ev.Cursor, EventID: ev.EventID, ExecutionID: ev.ExecutionID, Partition: ev.Partition,
+			Namespace: orNil(ev.Namespace), InstanceTag: orNil(ev.InstanceTag), AtMs: ev.AtMs},
+		EventType: ev.Type, LeaseID: orNil(ev.LeaseID), AttemptIndex: ev.AttemptIndex, LeaseEpoch: ev.LeaseEpoch,
+		WorkerInstanceID: orNil(ev.WorkerInstanceID),
+	}
+}
+
+func completionLine(ev subscribe.CompletionEvent) printable {
+	l := completionJSON{
+		eventJSON: eventJSON{Cursor: ev.Cursor, EventID: ev.EventID, ExecutionID: ev.ExecutionID, Partition: ev.Partition,
+			Namespace: orNil(ev.Namespace), InstanceTag: orNil(ev.InstanceTag), AtMs: ev.AtMs},
+		Outcome: ev.Outcome,
+	}
+	if ev.FlowID.Valid {
+		l.FlowID = orNil(ev.FlowID.UUID.String())
+	}
+	return l
+}
+
+func (e eventJSON) cursor() ff.Cursor { return e.Cursor }
+
+// begin starts a text line: time, what happened, execution and partition.
+func (e eventJSON) begin(b *strings.Builder, what string) {
+	at := time.UnixMilli(e.AtMs).UTC().Format("2006-01-02T15:04:05.000Z")
+	fmt.Fprintf(b, "%s %-9s %s p=%d", at, what, e.ExecutionID, e.Partition)
+	textField(b, "ns", e.Namespace)
+	textField(b, "tag", e.InstanceTag)
+}
+
+// end finishes a text line with the event id and cursor.
+func (e eventJSON) end(b *strings.Builder) {
+	fmt.Fprintf(b, " event_id=%d cursor=%s", e.EventID, e.Cursor)
+}
+
+func textField(b *strings.Builder, name string, v *string) {
+	if v != nil {
+		fmt.Fprintf(b, " %s=%q", name, *v)
+	}
+}
+
+func (l leaseJSON) text() string {
+	var b strings.Builder
+	l.begin(&b, l.EventType)
+	textField(&b, "lease", l.LeaseID)
+	if l.AttemptIndex != nil {
+		fmt.Fprintf(&b, " attempt=%d", *l.AttemptIndex)
+	}
+	if l.LeaseEpoch != nil {
+		fmt.Fprintf(&b, " epoch=%d", *l.LeaseEpoch)
+	}
+	textField(&b, "worker", l.WorkerInstanceID)
+	l.end(&b)
+	return b.String()
+}
+
+func (l completionJSON) text() string {
+	var b strings.Builder
+	l.begin(&b, l.Outcome)
+	textField(&b, "flow", l.FlowID)
+	l.end(&b)
+	return b.String()
+}
+
+// tail prints s's events until ctx ends, --max-events or --idle-exit.
+// Stopping on a signal is success.
+func tail[E any](ctx context.Context, t *tailer, s *subscribe.Stream[E], toLine func(E) printable) error {
+	enc := json.NewEncoder(t.out)
+	n := 0
+	lastEvent := time.Now()
+	for t.flags.maxEvents == 0 || n < t.flags.maxEvents {
+		nctx, cancel := ctx, context.CancelFunc(func() {})
+		if t.flags.idleExit > 0 {
+			nctx, cancel = context.WithDeadline(ctx, lastEvent.Add(t.flags.idleExit))
+		}
+		ev, err := s.Next(nctx)
+		cancel()
+		var disconnected *subscribe.DisconnectedError
+		switch {
+		case errors.As(err, &disconnected):
+			continue // the stream logged it and reconnects
+		case err != nil && ctx.Err() != nil:
+			if _, ok := cli.Interrupted(ctx); ok {
+				return nil
+			}
+			return err
+		case errors.Is(err, context.DeadlineExceeded):
+			t.logger.Info("no event for the idle time; exiting", "idle_exit", t.flags.idleExit, "events", n)
+			return nil
+		case err != nil:
+			return err
+		}
+		l := toLine(ev)
+		if t.flags.format == "json" {
+			err = enc.Encode(l)
+		} else {
+			_, err = fmt.Fprintln(t.out, l.text())
+		}
+		if err == nil {
+			err = t.out.Flush()
+		}
+		if err != nil {
+			return fmt.Errorf("writing output: %w", err)
+		}
+		if t.flags.cursorFile != "" {
+			if err := writeCursorFile(t.flags.cursorFile, l.cursor()); err != nil {
+				return err
+			}
+		}
+		n++
+		lastEvent = time.Now()
+	}
+	return nil
+}
+
+// readCursorFile returns the cursor stored in path; ok is false when the
+// file does not exist or is empty.
+func readCursorFile(path string) (c ff.Cursor, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return ff.Cursor{}, false, nil
+	}
+	if err != nil {
+		return ff.Cursor{}, false, fmt.Errorf("reading --cursor-file: %w", err)
+	}
+	if strings.TrimSpace(string(b)) == "" {
+		return ff.Cursor{}, false, nil
+	}
+	if c, err = ff.ParseCursor(string(b)); err != nil {
+		return ff.Cursor{}, false, fmt.Errorf("--cursor-file %s: %w", path, err)
+	}
+	return c, true, nil
+}
+
+// writeCursorFile replaces path with c atomically: a reader (or a restart)
+// sees the old cursor or the new one, never a torn write.
+func writeCursorFile(path string, c ff.Cursor) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("writing --cursor-file: %w", err)
+	}
+	_, err = tmp.WriteString(c.String() + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("writing --cursor-file: %w", err)
+	}
+	return nil
+}

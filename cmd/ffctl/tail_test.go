@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/google/uuid"
+)
+
+func TestParsePartitions(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int16
+	}{
+		{"", nil},
+		{"  ", nil},
+		{"7", []int16{7}},
+		{"0-3,42", []int16{0, 1, 2, 3, 42}},
+		{" 5 - 6 , 1 ", []int16{5, 6, 1}},
+		{"3-3", []int16{3}},
+		{"32766", []int16{32766}},
+	} {
+		got, err := parsePartitions(tc.in)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("parsePartitions(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"a", "1,", ",1", "-1", "1-", "-", "5-2", "32767", "1-2-3", "+4", "0x10", "1;2", "99999999999"} {
+		if got, err := parsePartitions(in); err == nil {
+			t.Errorf("parsePartitions(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+func TestTailUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--stream", "signals"},
+		{"--format", "xml"},
+		{"--from-start", "--cursor", ff.Cursor{Xact: 5, EventID: 2}.String()},
+		{"--cursor", "zz"},
+		{"--cursor", "04"},
+		{"--partitions", "3-1"},
+		{"--instance-tag", "novalue"},
+		{"--max-events", "-1"},
+		{"--idle-exit", "-1s"},
+	} {
+		var stderr bytes.Buffer
+		args = append(args, "--database-url", "postgres://u@127.0.0.1:1/none")
+		if code := runTail(context.Background(), args, &bytes.Buffer{}, &stderr); code != cli.ExitUsage {
+			t.Errorf("tail %q: exit %d, want %d (%s)", args, code, cli.ExitUsage, stderr.String())
+		}
+	}
+}
+
+type tailedLine struct {
+	Cursor      string  `json:"cursor"`
+	EventID     int64   `json:"event_id"`
+	EventType   string  `json:"event_type"`
+	Outcome     string  `json:"outcome"`
+	ExecutionID string  `json:"execution_id"`
+	Partition   int     `json:"partition"`
+	Namespace   *string `json:"namespace"`
+	InstanceTag *string `json:"instance_tag"`
+	LeaseID     *string `json:"lease_id"`
+	AtMs        int64   `json:"at_ms"`
+}
+
+func runTailJSON(t *testing.T, db *testdb.DB, args ...string) []tailedLine {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append(args, "--database-url", testdb.URL(), "--schema", db.Schema, "--format", "json")
+	if code := runTail(context.Background(), args, &stdout, &stderr); code != cli.ExitOK {
+		t.Fatalf("tail %q: exit %d: %s", args, code, stderr.String())
+	}
+	var out []tailedLine
+	for l := range strings.Lines(stdout.String()) {
+		var tl tailedLine
+		if err := json.Unmarshal([]byte(l), &tl); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		out = append(out, tl)
+	}
+	return out
+}
+
+func tailedIDs(ls []tailedLine) []int64 {
+	out := make([]int64, len(ls))
+	for i, l := range ls {
+		out[i] = l.EventID
+	}
+	return out
+}
+
+func TestTail(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	var want []int64
+	insert := func(p int, ns string) int64 {
+		var id int64
+		if err := db.Pool.QueryRow(ctx,
+			`INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+			 VALUES ($1, 'L', 'acquired', 1234, $2, $3, 'i-1') RETURNING event_id`, uuid.NewString(), p, ns).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for i := range 6 {
+		want = append(want, insert(i, "ns"))
+	}
+
+	// Resume through a cursor file: three, then the rest, nothing twice.
+	file := filepath.Join(t.TempDir(), "cursor")
+	first := runTailJSON(t, db, "--from-start", "--cursor-file", file, "--max-events", "3")
+	b, err := os.ReadFile(file)
+	if err != nil || strings.TrimSpace(string(b)) != first[2].Cursor {
+		t.Fatalf("cursor file holds %q (%v), want %s", b, err, first[2].Cursor)
+	}
+	rest := runTailJSON(t, db, "--from-start", "--cursor-file", file, "--idle-exit", "300ms")
+	if got := append(tailedIDs(first), tailedIDs(rest)...); !slices.Equal(got, want) {
+		t.Fatalf("tailed %v, want %v", got, want)
+	}
+	l := first[0]
+	if l.EventType != "acquired" || l.Partition != 0 || l.Namespace == nil || *l.Namespace != "ns" ||
+		l.InstanceTag == nil || *l.InstanceTag != "i-1" || l.LeaseID == nil || *l.LeaseID != "L" || l.AtMs != 1234 ||
+		!strings.HasPrefix(l.ExecutionID, "{fp:0}:") {
+		t.Fatalf("line %+v", l)
+	}
+
+	// A cursor from the output resumes after it; partitions and namespace filter.
+	after := runTailJSON(t, db, "--cursor", first[1].Cursor, "--partitions", "0-1,4-5", "--idle-exit", "300ms")
+	if got := tailedIDs(after); !slices.Equal(got, []int64{want[4], want[5]}) {
+		t.Fatalf("after cursor, partitions 0-1,4-5: %v, want %v", got, []int64{want[4], want[5]})
+	}
+	if got := runTailJSON(t, db, "--from-start", "--namespace", "other", "--idle-exit", "200ms"); len(got) != 0 {
+		t.Fatalf("namespace filter: %v", tailedIDs(got))
+	}
+	if got := runTailJSON(t, db, "--from-start", "--instance-tag", ff.InstanceTagKey+"=i-1", "--max-events", "6"); len(got) != 6 {
+		t.Fatalf("instance tag filter: %v", tailedIDs(got))
+	}
+
+	// Completions, in text.
+	if _, err := db.Pool.Exec(ctx,
+		`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms) VALUES (3, $1, 'success', 0)`,
+		uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := runTail(ctx, []string{"--stream", "completions", "--from-start", "--max-events", "1",
+		"--database-url", testdb.URL(), "--schema", db.Schema}, &stdout, &stderr)
+	if code != cli.ExitOK || !strings.Contains(stdout.String(), " success ") || !strings.Contains(stdout.String(), " p=3 ") {
+		t.Fatalf("completions: exit %d, %q, %s", code, stdout.String(), stderr.String())
+	}
+
+	// A corrupt cursor file is a usage error, not a silent restart.
+	if err := os.WriteFile(file, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code = runTail(ctx, []string{"--cursor-file", file, "--database-url", testdb.URL(), "--schema", db.Schema}, &stdout, &stderr)
+	if code != cli.ExitUsage {
+		t.Fatalf("corrupt cursor file: exit %d, want %d", code, cli.ExitUsage)
+	}
+}
