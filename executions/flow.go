@@ -358,27 +358,11 @@ func outcomeOfPublic(public string) string {
 func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome string, now int64) error {
 	ev := outboxCompletion(l, outcome, now)
 	if l.flowID != nil {
-		rows, err := tx.Query(ctx, s.sql(`SELECT downstream_eid FROM {S}ff_edge
-			WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3 AND upstream_outcome IS NULL`),
-			l.id.Partition, *l.flowID, l.id.UUID)
+		n, enqueued, err := s.cascade(ctx, tx, l.id, *l.flowID, outcome)
 		if err != nil {
-			return dbutil.MapErr(err, "finding downstream edges of "+l.id.String())
+			return err
 		}
-		downs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
-			return dbutil.MapErr(err, "finding downstream edges of "+l.id.String())
-		}
-		switch {
-		case len(downs) == 0:
-			ev.DispatchedAtMs = &now
-		case s.cascader != nil:
-			hops := make([]Hop, len(downs))
-			for i, d := range downs {
-				hops[i] = Hop{Upstream: l.id, FlowID: *l.flowID, Downstream: d, Outcome: outcome}
-			}
-			if err := s.cascader.EnqueueHopsTx(ctx, tx, hops); err != nil {
-				return fmt.Errorf("enqueueing the cascade of %s: %w", l.id, err)
-			}
+		if n == 0 || enqueued {
 			ev.DispatchedAtMs = &now
 		}
 	}
@@ -498,4 +482,66 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 	b.Queue(s.sql(`INSERT INTO {S}ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
 		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`), part, flowID, d.id.UUID, now)
 	return Processed, sendBatch(ctx, tx, b, "flagging siblings")
+}
+
+// DispatchCompletionTx dispatches one completion event that its writer did
+// not dispatch (an event inserted by plain SQL, or by a Store without a
+// Cascader): it marks the event dispatched and enqueues one hop per
+// downstream edge of its execution through the Store's Cascader, in tx. An
+// event already dispatched, or of no flow, is a no-op; so is replaying it.
+func (s *Store) DispatchCompletionTx(ctx context.Context, tx pgx.Tx, eventID int64) (Outcome, error) {
+	if s.cascader == nil {
+		return "", fmt.Errorf("dispatch completion %d: the store has no Cascader", eventID)
+	}
+	var part int16
+	var exec uuid.UUID
+	var flowID *uuid.UUID
+	var outcome string
+	err := tx.QueryRow(ctx, s.sql(`UPDATE {S}ff_completion_event SET dispatched_at_ms = $2
+		WHERE event_id = $1 AND dispatched_at_ms IS NULL
+		RETURNING partition_key, execution_id, flow_id, outcome`), eventID, s.clock.NowMs()).Scan(&part, &exec, &flowID, &outcome)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return NoOp, nil
+	}
+	if err != nil {
+		return "", dbutil.MapErr(err, fmt.Sprintf("dispatch completion %d", eventID))
+	}
+	if flowID == nil {
+		return NoOp, nil
+	}
+	n, _, err := s.cascade(ctx, tx, ff.ExecutionID{Partition: part, UUID: exec}, *flowID, outcome)
+	if err != nil {
+		return "", fmt.Errorf("dispatch completion %d: %w", eventID, err)
+	}
+	if n == 0 {
+		return NoOp, nil
+	}
+	return Processed, nil
+}
+
+// cascade finds the downstream edges of up that have not counted it yet and,
+// with a Cascader, enqueues one hop each in tx. It returns how many there
+// are and whether they were enqueued.
+func (s *Store) cascade(ctx context.Context, tx pgx.Tx, up ff.ExecutionID, flowID uuid.UUID, outcome string) (int, bool, error) {
+	rows, err := tx.Query(ctx, s.sql(`SELECT downstream_eid FROM {S}ff_edge
+		WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3 AND upstream_outcome IS NULL`),
+		up.Partition, flowID, up.UUID)
+	if err != nil {
+		return 0, false, dbutil.MapErr(err, "finding downstream edges of "+up.String())
+	}
+	downs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return 0, false, dbutil.MapErr(err, "finding downstream edges of "+up.String())
+	}
+	if len(downs) == 0 || s.cascader == nil {
+		return len(downs), false, nil
+	}
+	hops := make([]Hop, len(downs))
+	for i, d := range downs {
+		hops[i] = Hop{Upstream: up, FlowID: flowID, Downstream: d, Outcome: outcome}
+	}
+	if err := s.cascader.EnqueueHopsTx(ctx, tx, hops); err != nil {
+		return 0, false, fmt.Errorf("enqueueing the cascade of %s: %w", up, err)
+	}
+	return len(downs), true, nil
 }

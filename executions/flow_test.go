@@ -362,3 +362,38 @@ func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 		t.Errorf("create in a missing flow: %v", err)
 	}
 }
+
+// Completion events written without a Cascader (plain SQL, or a Store
+// without one) are dispatched once by DispatchCompletionTx.
+func TestDispatchUndispatchedCompletion(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
+		t.Fatal(err)
+	}
+	// An upstream engine finishes a by plain SQL, with the seed's columns.
+	if _, err := f.db.Pool.Exec(f.ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed'
+		WHERE execution_id = $1`, ups[0].UUID); err != nil {
+		t.Fatal(err)
+	}
+	var eventID int64
+	if err := f.db.Pool.QueryRow(f.ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+		VALUES ($1, $2, $3, 'success', NULL, NULL, 1) RETURNING event_id`, ups[0].Partition, ups[0].UUID, flow).Scan(&eventID); err != nil {
+		t.Fatal(err)
+	}
+	dispatch := func() executions.Outcome {
+		return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.DispatchCompletionTx(f.ctx, tx, eventID) })
+	}
+	if got := dispatch(); got != executions.Processed {
+		t.Fatalf("dispatch = %q", got)
+	}
+	if got := dispatch(); got != executions.NoOp {
+		t.Fatalf("second dispatch = %q, want no_op", got)
+	}
+	if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Processed}) {
+		t.Fatalf("hops = %v", got)
+	}
+	f.wantState(down, stWaiting)
+}
