@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ffriver/ffriver/internal/bench"
+	"github.com/ffriver/ffriver/internal/cli"
+)
+
+var benchCommand = command{
+	name:    "bench",
+	summary: "run the performance scenarios and print the figures with their baselines",
+	run:     runBench,
+}
+
+func runBench(ctx context.Context, args []string) int {
+	fs := cli.NewFlagSet("ffctl bench", "[scenario ...]",
+		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
+			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
+			"target. Scenarios: outbox, expire (default: all). Do not run it against a production\n"+
+			"database: it loads the server for minutes. --schema is ignored.")
+	common := cli.AddCommon(fs)
+	format := fs.String("format", "text", "output `format`: text or json")
+	keep := fs.Bool("keep", false, "keep the scratch schemas instead of dropping them")
+	writers := fs.Int("writers", 32, "outbox: concurrent `writers`")
+	duration := fs.Duration("duration", 10*time.Second, "outbox: how long each variant runs")
+	leases := fs.Int("leases", 20_000, "expire: expired `leases` to drain")
+	clients := fs.Int("clients", 32, "expire: `clients` of the raw pipelined ceiling")
+	fs.AfterParse(func() error {
+		if *format != "text" && *format != "json" {
+			return cli.Usagef("--format %q: want text or json", *format)
+		}
+		if *writers < 1 || *leases < 1 || *clients < 1 || *duration <= 0 {
+			return cli.Usagef("--writers, --leases, --clients and --duration must be positive")
+		}
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return cli.Report(os.Stderr, fs.Name(), err)
+	}
+	scenarios := fs.Args()
+	if len(scenarios) == 0 {
+		scenarios = []string{"outbox", "expire"}
+	}
+	for _, s := range scenarios {
+		if s != "outbox" && s != "expire" {
+			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: outbox, expire)", s))
+		}
+	}
+	logger := common.Logger(os.Stderr)
+	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl bench", MaxConns: 2})
+	if err != nil {
+		return cli.Report(os.Stderr, fs.Name(), err)
+	}
+	machine := bench.Machine(ctx, pool)
+	pool.Close()
+
+	env := &bench.Env{URL: common.DatabaseURL, Logger: logger, Keep: *keep}
+	var results []bench.Result
+	for _, s := range scenarios {
+		var rs []bench.Result
+		switch s {
+		case "outbox":
+			rs, err = bench.Outbox(ctx, env, bench.OutboxOptions{Writers: *writers, Duration: *duration})
+		case "expire":
+			rs, err = bench.Expire(ctx, env, bench.ExpireOptions{Leases: *leases, Clients: *clients})
+		}
+		if err != nil {
+			return cli.Report(os.Stderr, fs.Name(), fmt.Errorf("scenario %s: %w", s, err))
+		}
+		results = append(results, rs...)
+	}
+	if *format == "json" {
+		err = bench.WriteJSON(os.Stdout, machine, results)
+	} else {
+		err = bench.WriteTable(os.Stdout, machine, results)
+	}
+	return cli.Report(os.Stderr, fs.Name(), err)
+}
