@@ -93,10 +93,27 @@ func (s *Store) pendingExists(ctx context.Context, tx pgx.Tx, g GroupKey) (bool,
 	return ok, dbutil.MapErr(err, "reading pending cancel group")
 }
 
-func (s *Store) deletePending(ctx context.Context, tx pgx.Tx, g GroupKey) error {
-	_, err := tx.Exec(ctx, s.sql(`DELETE FROM {S}ff_pending_cancel_groups
+func (s *Store) deletePending(ctx context.Context, tx pgx.Tx, g GroupKey) (bool, error) {
+	tag, err := tx.Exec(ctx, s.sql(`DELETE FROM {S}ff_pending_cancel_groups
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), g.Partition, g.FlowID, g.DownstreamEID)
-	return dbutil.MapErr(err, "deleting pending cancel group")
+	if err != nil {
+		return false, dbutil.MapErr(err, "deleting pending cancel group")
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// deleteOrphan deletes the pending row of a missing group: out when this
+// transaction deleted it, NoOp when a concurrent one already had (nothing
+// locks a missing group, so two runs may race here).
+func (s *Store) deleteOrphan(ctx context.Context, tx pgx.Tx, g GroupKey, out Outcome) (GroupResult, error) {
+	deleted, err := s.deletePending(ctx, tx, g)
+	if err != nil {
+		return GroupResult{}, err
+	}
+	if !deleted {
+		return GroupResult{Outcome: NoOp}, nil
+	}
+	return GroupResult{Outcome: out}, nil
 }
 
 func (s *Store) clearGroup(ctx context.Context, tx pgx.Tx, g GroupKey) error {
@@ -160,7 +177,7 @@ func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey
 		return GroupResult{Outcome: NoOp}, nil
 	}
 	if !found {
-		return GroupResult{Outcome: Orphaned}, s.deletePending(ctx, tx, g)
+		return s.deleteOrphan(ctx, tx, g, Orphaned)
 	}
 	if !lg.flag {
 		return GroupResult{Outcome: SkippedForReconciler}, nil
@@ -184,7 +201,8 @@ func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey
 	if err := s.clearGroup(ctx, tx, g); err != nil {
 		return GroupResult{}, err
 	}
-	return res, s.deletePending(ctx, tx, g)
+	_, err = s.deletePending(ctx, tx, g)
+	return res, err
 }
 
 // ReconcileCancelGroupTx is the edge_cancel_reconciler action for one
@@ -219,8 +237,12 @@ func (s *Store) ReconcileCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKe
 	if !pending {
 		return GroupResult{Outcome: NoOp}, nil
 	}
-	if !found || !lg.flag {
-		return GroupResult{Outcome: SremmedStale}, s.deletePending(ctx, tx, g)
+	if !found {
+		return s.deleteOrphan(ctx, tx, g, SremmedStale)
+	}
+	if !lg.flag {
+		_, err := s.deletePending(ctx, tx, g)
+		return GroupResult{Outcome: SremmedStale}, err
 	}
 	ids, bad := parseMembers(lg.members)
 	var running, terminal int
@@ -242,5 +264,6 @@ func (s *Store) ReconcileCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKe
 		return GroupResult{}, err
 	}
 	res.Outcome = CompletedDrain
-	return res, s.deletePending(ctx, tx, g)
+	_, err = s.deletePending(ctx, tx, g)
+	return res, err
 }

@@ -1,0 +1,229 @@
+package executions_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// groupFixture seeds a flow and groups with plain SQL, as the upstream
+// writers do.
+type groupFixture struct {
+	*fixture
+	flow uuid.UUID
+	part int16
+}
+
+func newGroupFixture(t *testing.T) *groupFixture {
+	f := newFixture(t)
+	flow := uuid.New()
+	p := f.st.Partitions().ForFlow(flow)
+	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow); err != nil {
+		t.Fatal(err)
+	}
+	return &groupFixture{fixture: f, flow: flow, part: p}
+}
+
+func (g *groupFixture) group(flag bool, members ...string) executions.GroupKey {
+	g.t.Helper()
+	k := executions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
+	if _, err := g.db.Pool.Exec(g.ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES ($1, $2, $3, $4, $5)`, k.Partition, k.FlowID, k.DownstreamEID, flag, append([]string{}, members...)); err != nil {
+		g.t.Fatal(err)
+	}
+	g.pending(k)
+	return k
+}
+
+func (g *groupFixture) pending(k executions.GroupKey) {
+	g.t.Helper()
+	if _, err := g.db.Pool.Exec(g.ctx, `INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`,
+		k.Partition, k.FlowID, k.DownstreamEID); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+func (g *groupFixture) pendingCount() int {
+	var n int
+	if err := g.db.Pool.QueryRow(g.ctx, `SELECT count(*) FROM ff_pending_cancel_groups`).Scan(&n); err != nil {
+		g.t.Fatal(err)
+	}
+	return n
+}
+
+func (g *groupFixture) flag(k executions.GroupKey) (bool, []string) {
+	var flag bool
+	var members []string
+	if err := g.db.Pool.QueryRow(g.ctx, `SELECT cancel_siblings_pending_flag, cancel_siblings_pending_members FROM ff_edge_group
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`, k.Partition, k.FlowID, k.DownstreamEID).Scan(&flag, &members); err != nil {
+		g.t.Fatal(err)
+	}
+	return flag, members
+}
+
+func (g *groupFixture) dispatch(k executions.GroupKey) executions.GroupResult {
+	g.t.Helper()
+	var r executions.GroupResult
+	if err := g.inTx(func(tx pgx.Tx) error {
+		var err error
+		r, err = g.st.DispatchCancelGroupTx(g.ctx, tx, k)
+		return err
+	}); err != nil {
+		g.t.Fatalf("DispatchCancelGroupTx: %v", err)
+	}
+	return r
+}
+
+func (g *groupFixture) reconcile(k executions.GroupKey) executions.GroupResult {
+	g.t.Helper()
+	var r executions.GroupResult
+	if err := g.inTx(func(tx pgx.Tx) error {
+		var err error
+		r, err = g.st.ReconcileCancelGroupTx(g.ctx, tx, k)
+		return err
+	}); err != nil {
+		g.t.Fatalf("ReconcileCancelGroupTx: %v", err)
+	}
+	return r
+}
+
+func (g *groupFixture) member(lane string) ff.ExecutionID {
+	return g.create(executions.CreateParams{Lane: lane, FlowID: g.flow})
+}
+
+var cancelledState = state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
+
+func TestDispatchCancelGroup(t *testing.T) {
+	g := newGroupFixture(t)
+	leased := g.member("a")
+	lease := g.claimOne("a", time.Hour)
+	waiting := g.member("b")
+	done := g.member("c")
+	if err := g.st.Cancel(g.ctx, done, executions.CancelParams{}); err != nil {
+		t.Fatal(err)
+	}
+	k := g.group(true, leased.UUID.String(), waiting.UUID.String(), done.UUID.String(), uuid.NewString(), "junk")
+
+	r := g.dispatch(k)
+	want := executions.GroupResult{Outcome: executions.Processed, Cancelled: 2, AlreadyTerminal: 1, Missing: 2}
+	if r != want {
+		t.Fatalf("dispatch = %+v, want %+v", r, want)
+	}
+	e := g.wantState(leased, cancelledState)
+	if *e.CancellationReason != "sibling_quorum_satisfied" || *e.CancelledBy != "engine" {
+		t.Errorf("reason %q by %q", *e.CancellationReason, *e.CancelledBy)
+	}
+	g.wantState(waiting, cancelledState)
+	g.wantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
+	g.wantEvents(waiting, nil, []string{"cancelled"})
+	g.wantEvents(done, nil, []string{"cancelled"})
+	if flag, members := g.flag(k); flag || len(members) != 0 || g.pendingCount() != 0 {
+		t.Errorf("after dispatch: flag %v members %v pending %d", flag, members, g.pendingCount())
+	}
+	// The fenced worker can no longer complete.
+	wantErr(t, g.st.Complete(g.ctx, lease, nil), ff.ErrStaleLease)
+	// Run twice: the pending row is gone, nothing happens.
+	if r := g.dispatch(k); r.Outcome != executions.NoOp {
+		t.Errorf("second dispatch = %+v", r)
+	}
+	g.wantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
+}
+
+func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
+	g := newGroupFixture(t)
+	m := g.member("a")
+	cleared := g.group(false)
+	if r := g.dispatch(cleared); r.Outcome != executions.SkippedForReconciler || g.pendingCount() != 1 {
+		t.Errorf("flag false: %+v, %d pending", r, g.pendingCount())
+	}
+	orphan := executions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
+	g.pending(orphan)
+	if r := g.dispatch(orphan); r.Outcome != executions.Orphaned || g.pendingCount() != 1 {
+		t.Errorf("orphan: %+v, %d pending", r, g.pendingCount())
+	}
+
+	// A concurrent holder of the group: skipped, nothing written; after it
+	// lets go, dispatched exactly once.
+	k := g.group(true, m.UUID.String())
+	blocker, err := g.db.Pool.Begin(g.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(g.ctx, `SELECT 1 FROM ff_edge_group WHERE downstream_eid = $1 FOR UPDATE`, k.DownstreamEID); err != nil {
+		t.Fatal(err)
+	}
+	if r := g.dispatch(k); r.Outcome != executions.SkippedLocked {
+		t.Errorf("locked: %+v", r)
+	}
+	if r := g.reconcile(k); r.Outcome != executions.NoOp {
+		t.Errorf("reconcile while locked: %+v", r)
+	}
+	g.wantState(m, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
+	_ = blocker.Rollback(g.ctx)
+	if r := g.dispatch(k); r.Outcome != executions.Processed || r.Cancelled != 1 {
+		t.Errorf("after unlock: %+v", r)
+	}
+	g.wantEvents(m, nil, []string{"cancelled"})
+
+	if _, err := g.st.DispatchCancelGroupTx(context.Background(), nil, executions.GroupKey{Partition: 9999}); err == nil {
+		t.Error("partition outside the schema accepted")
+	}
+}
+
+func TestReconcileCancelGroup(t *testing.T) {
+	g := newGroupFixture(t)
+	running := g.member("a")
+	done := g.member("b")
+	if err := g.st.Cancel(g.ctx, done, executions.CancelParams{}); err != nil {
+		t.Fatal(err)
+	}
+
+	stale := g.group(false, running.UUID.String())
+	if r := g.reconcile(stale); r.Outcome != executions.SremmedStale {
+		t.Errorf("flag false: %+v", r)
+	}
+	orphan := executions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
+	g.pending(orphan)
+	if r := g.reconcile(orphan); r.Outcome != executions.SremmedStale {
+		t.Errorf("group missing: %+v", r)
+	}
+	if n := g.pendingCount(); n != 0 {
+		t.Fatalf("%d pending rows left", n)
+	}
+
+	busy := g.group(true, running.UUID.String(), done.UUID.String())
+	if r := g.reconcile(busy); r.Outcome != executions.NoOp || r.Running != 1 || g.pendingCount() != 1 {
+		t.Errorf("member running: %+v, %d pending", r, g.pendingCount())
+	}
+	if flag, members := g.flag(busy); !flag || !slices.Equal(members, []string{running.UUID.String(), done.UUID.String()}) {
+		t.Errorf("reconciler touched a group the dispatcher owns: %v %v", flag, members)
+	}
+	g.wantState(running, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
+
+	drained := g.group(true, done.UUID.String())
+	if r := g.reconcile(drained); r.Outcome != executions.CompletedDrain || r.AlreadyTerminal != 1 {
+		t.Errorf("all terminal: %+v", r)
+	}
+	empty := g.group(true)
+	if r := g.reconcile(empty); r.Outcome != executions.CompletedDrain {
+		t.Errorf("flag stuck with no members: %+v", r)
+	}
+	for _, k := range []executions.GroupKey{drained, empty} {
+		if flag, _ := g.flag(k); flag {
+			t.Errorf("group %v still flagged", k)
+		}
+	}
+	if n := g.pendingCount(); n != 1 {
+		t.Errorf("%d pending rows, want only the busy group's", n)
+	}
+	if r := g.reconcile(drained); r.Outcome != executions.NoOp {
+		t.Errorf("second run: %+v", r)
+	}
+	g.wantEvents(done, nil, []string{"cancelled"})
+}

@@ -1,0 +1,328 @@
+// Package ffriver keeps a FlowFabric-style execution store healthy on top of
+// River: it expires timed-out attempts, promotes delayed executions, expires
+// deadlines, dispatches and reconciles sibling cancels, and trims the
+// outbox, each as a River pipeline of periodic ticks, partition scans and
+// per-item transactional jobs (see package scanners).
+//
+// Two ways to run it:
+//
+//   - The binaries: ffscheduler (the one leader-eligible River client: ticks,
+//     River's maintenance, River UI) and any number of ffworker processes.
+//   - Embedded in an application that already runs River: New, then
+//     AddWorkers, PeriodicJobs and Queues merged into the application's own
+//     river.Config (or Configure, which does the three). The guarantees are
+//     the binaries': ffriver's jobs use their own queues (ff_scan, ff_apply),
+//     never River's "default", and every item action commits its transition,
+//     its outbox rows and its job's completion in one transaction.
+//
+// When embedding, register ffriver's workers on every River client that can
+// become leader (River's rescuer discards stuck jobs of kinds its leader
+// does not know) and give the periodic jobs to each of them; clients that
+// only work some queues should set FetchOnlyKnownKinds. River's
+// RescueStuckJobsAfter (default 1 h) bounds how long an item whose process
+// died mid-job keeps its execution waiting; ffscheduler sets it to a minute.
+package ffriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/migrations"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// Config configures ffriver's pipeline. The zero value (plus a migrated
+// schema on the pool's search_path) runs every built-in scanner with its
+// defaults.
+type Config struct {
+	// Schema of ffriver's tables ("" = the pool's search_path). River's
+	// own tables may live elsewhere: a host's River client keeps its schema.
+	Schema string
+	// Partitions expected; 0 accepts the schema's recorded count, anything
+	// else must equal it (New fails with ff.ErrNotMigrated otherwise).
+	Partitions ff.Partitions
+	// Filter restricts the scans this process schedules to one namespace
+	// and/or instance tag. It travels in the tick and scan job args and
+	// selects the queue names (jobs.ScanQueue, jobs.ApplyQueue), so workers
+	// with the same filter work exactly these jobs.
+	Filter ff.Filter
+	// Scanners overrides settings by scanner name; zero fields keep the
+	// defaults. Naming an unregistered scanner is an error.
+	Scanners map[string]scanners.Settings
+	// Extra scanners, registered after the built-ins, exactly as they are.
+	Extra []scanners.Scanner
+	// NoBuiltins leaves the built-in scanners out (only Extra run).
+	NoBuiltins bool
+	// OutboxRetention of the outbox_retention scanner (default 7 days).
+	OutboxRetention time.Duration
+	// JobTimeout of ffriver's jobs (default 30 s).
+	JobTimeout time.Duration
+	// Clock for every *_ms timestamp (default ff.SystemClock).
+	Clock ff.Clock
+	// Logger for the pipeline's warnings (default: discard).
+	Logger *slog.Logger
+	// Waker is poked after each commit that wrote outbox events, so stream
+	// readers wake early; the caller runs it. nil: readers poll.
+	Waker *outbox.Waker
+}
+
+// FFRiver is a configured pipeline on a verified schema. It is safe for
+// concurrent use once built.
+type FFRiver struct {
+	store    *executions.Store
+	pipeline *scanners.Pipeline
+	periodic []*river.PeriodicJob
+}
+
+// Verify checks that schema is migrated (River's and ffriver's migrations)
+// and, with partitions non-zero, that it has that partition count. It
+// returns the schema's partition count; errors match ff.ErrNotMigrated.
+func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, partitions ff.Partitions) (ff.Partitions, error) {
+	return migrations.Verify(ctx, pool, schema, partitions)
+}
+
+// New verifies the schema and builds the pipeline: the built-in scanners
+// (unless NoBuiltins), then cfg.Extra, with cfg.Scanners applied.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*FFRiver, error) {
+	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock, Waker: cfg.Waker})
+	if err != nil {
+		return nil, err
+	}
+	reg := scanners.NewRegistry()
+	if !cfg.NoBuiltins {
+		if err := scanners.RegisterBuiltins(reg, cfg.OutboxRetention); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range cfg.Extra {
+		if err := reg.Register(s); err != nil {
+			return nil, err
+		}
+	}
+	env := scanners.NewEnv(store, cfg.Clock, cfg.Logger, cfg.Waker)
+	if cfg.JobTimeout > 0 {
+		env.JobTimeout = cfg.JobTimeout
+	}
+	p, err := scanners.NewPipeline(reg, env, cfg.Filter, cfg.Scanners)
+	if err != nil {
+		return nil, err
+	}
+	periodic, err := p.PeriodicJobs()
+	if err != nil {
+		return nil, err
+	}
+	return &FFRiver{store: store, pipeline: p, periodic: periodic}, nil
+}
+
+// Store returns the execution store the pipeline acts on.
+func (f *FFRiver) Store() *executions.Store { return f.store }
+
+// Pipeline returns the scanner pipeline.
+func (f *FFRiver) Pipeline() *scanners.Pipeline { return f.pipeline }
+
+// AddWorkers adds every ffriver job kind's worker to workers (River's
+// AddWorkerSafely: a kind the host already registered is an error). Call it
+// before river.NewClient.
+func (f *FFRiver) AddWorkers(workers *river.Workers) error { return f.pipeline.AddWorkers(workers) }
+
+// PeriodicJobs returns the ticks, one per enabled scanner, for
+// river.Config.PeriodicJobs of every leader-eligible client.
+func (f *FFRiver) PeriodicJobs() []*river.PeriodicJob {
+	return append([]*river.PeriodicJob(nil), f.periodic...)
+}
+
+// Queues returns ffriver's queue configs for river.Config.Queues: the scan
+// queue with scanWorkers and the apply queue with applyWorkers; a count of
+// 0 leaves that queue out.
+func (f *FFRiver) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
+	return f.pipeline.Queues(scanWorkers, applyWorkers)
+}
+
+// Configure merges ffriver into a host's River config: it adds the workers
+// (creating rc.Workers if nil), appends the periodic jobs unless the client
+// cannot lead (LeaderElectionDisabled), and adds the queues. A queue name
+// the host already configures is an error.
+func (f *FFRiver) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
+	if rc.Workers == nil {
+		rc.Workers = river.NewWorkers()
+	}
+	if err := f.AddWorkers(rc.Workers); err != nil {
+		return err
+	}
+	if !rc.LeaderElectionDisabled {
+		rc.PeriodicJobs = append(rc.PeriodicJobs, f.PeriodicJobs()...)
+	}
+	if rc.Queues == nil {
+		rc.Queues = map[string]river.QueueConfig{}
+	}
+	for name, qc := range f.Queues(scanWorkers, applyWorkers) {
+		if _, clash := rc.Queues[name]; clash {
+			return fmt.Errorf("ffriver: the host River config already has queue %q", name)
+		}
+		rc.Queues[name] = qc
+	}
+	return nil
+}
+
+// ClientOptions tune the River configs of the standalone processes.
+type ClientOptions struct {
+	// ScanWorkers and ApplyWorkers are the queues' MaxWorkers (0 leaves the
+	// queue out).
+	ScanWorkers, ApplyWorkers int
+	// ID of the River client (default River's host-and-time id).
+	ID string
+	// Logger for River itself (default: discard).
+	Logger *slog.Logger
+	// RescueStuckJobsAfter (scheduler only; default DefaultRescueAfter):
+	// how long a job may run before River's rescuer, on the leader, retries
+	// it. It bounds how long an item whose worker process died keeps its
+	// execution waiting.
+	RescueStuckJobsAfter time.Duration
+	// CompletedJobRetention (scheduler only; default DefaultCompletedRetention):
+	// how long River keeps completed ffriver jobs (and their outputs) for
+	// River UI.
+	CompletedJobRetention time.Duration
+	// TestOnly sets river.Config.TestOnly (no start-up jitter).
+	TestOnly bool
+}
+
+// Defaults of the standalone processes.
+const (
+	DefaultRescueAfter        = time.Minute
+	DefaultCompletedRetention = time.Hour
+)
+
+func (f *FFRiver) baseConfig(o ClientOptions) (*river.Config, error) {
+	workers := river.NewWorkers()
+	if err := f.AddWorkers(workers); err != nil {
+		return nil, err
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	qs := f.Queues(o.ScanWorkers, o.ApplyWorkers)
+	if len(qs) == 0 {
+		return nil, ff.Validationf("concurrency", "the process works no queue: scan and apply workers are both 0")
+	}
+	return &river.Config{
+		ID:         o.ID,
+		Schema:     f.store.Schema(),
+		Logger:     logger,
+		Workers:    workers,
+		Queues:     qs,
+		JobTimeout: f.pipeline.Env().JobTimeout,
+		TestOnly:   o.TestOnly,
+	}, nil
+}
+
+// SchedulerConfig returns the River config of a scheduler: leader-eligible,
+// carrying the periodic jobs and every job kind, River's tables in ffriver's
+// schema.
+func (f *FFRiver) SchedulerConfig(o ClientOptions) (*river.Config, error) {
+	rc, err := f.baseConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	rc.PeriodicJobs = f.PeriodicJobs()
+	rc.RescueStuckJobsAfter = o.RescueStuckJobsAfter
+	if rc.RescueStuckJobsAfter <= 0 {
+		rc.RescueStuckJobsAfter = DefaultRescueAfter
+	}
+	if rc.RescueStuckJobsAfter < rc.JobTimeout {
+		return nil, ff.Validationf("rescue_after", "%s is shorter than the job timeout %s", rc.RescueStuckJobsAfter, rc.JobTimeout)
+	}
+	rc.CompletedJobRetentionPeriod = o.CompletedJobRetention
+	if rc.CompletedJobRetentionPeriod == 0 {
+		rc.CompletedJobRetentionPeriod = DefaultCompletedRetention
+	}
+	return rc, nil
+}
+
+// WorkerConfig returns the River config of a worker: never leader
+// (LeaderElectionDisabled, so no periodic jobs and no maintenance) and
+// fetching only ffriver's kinds (FetchOnlyKnownKinds).
+func (f *FFRiver) WorkerConfig(o ClientOptions) (*river.Config, error) {
+	rc, err := f.baseConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	rc.LeaderElectionDisabled = true
+	rc.FetchOnlyKnownKinds = true
+	return rc, nil
+}
+
+// LastTick returns how long ago the last tick of this pipeline's scan queue
+// was inserted into riverSchema's river_job ("" = ffriver's schema), by the
+// database's clock, and ok=false when there is none.
+func (f *FFRiver) LastTick(ctx context.Context, riverSchema string) (age time.Duration, ok bool, err error) {
+	if riverSchema == "" {
+		riverSchema = f.store.Schema()
+	}
+	s, err := dbutil.ParseSchema(riverSchema)
+	if err != nil {
+		return 0, false, err
+	}
+	var ms *float64
+	err = f.store.Pool().QueryRow(ctx, s.SQL(`SELECT extract(epoch FROM now() - max(created_at)) * 1000
+		FROM {S}river_job WHERE kind = $1 AND queue = $2`), jobs.KindTick, f.pipeline.ScanQueue()).Scan(&ms)
+	if err != nil {
+		return 0, false, dbutil.MapErr(err, "reading the last tick")
+	}
+	if ms == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*ms) * time.Millisecond, true, nil
+}
+
+// WatchTicks logs a warning when no tick has been inserted for staleAfter,
+// checking every staleAfter/3: no scheduler is alive (or none runs with
+// this schema and filter), so nothing is being scanned. It logs once when
+// ticks stop and once when they resume, and returns when ctx is done.
+func (f *FFRiver) WatchTicks(ctx context.Context, riverSchema string, staleAfter time.Duration, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	every := max(staleAfter/3, 100*time.Millisecond)
+	started := time.Now()
+	warned := false
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		age, ok, err := f.LastTick(ctx, riverSchema)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				logger.WarnContext(ctx, "ffriver: cannot check for recent ticks", "error", err)
+			}
+			continue
+		}
+		stale := (!ok && time.Since(started) >= staleAfter) || (ok && age >= staleAfter)
+		switch {
+		case stale && !warned:
+			warned = true
+			attrs := []any{"queue", f.pipeline.ScanQueue(), "schema", f.store.Schema(), "stale_after", staleAfter.String()}
+			if ok {
+				attrs = append(attrs, "last_tick_ago", age.Round(time.Second).String())
+			}
+			logger.WarnContext(ctx, "no ff.tick job seen recently: no ffscheduler (River leader with ffriver's periodic jobs) seems to be running for this schema and filter; nothing is being scanned", attrs...)
+		case !stale && warned:
+			warned = false
+			logger.InfoContext(ctx, "ff.tick jobs are being inserted again", "queue", f.pipeline.ScanQueue())
+		}
+	}
+}

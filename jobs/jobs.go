@@ -1,0 +1,249 @@
+// Package jobs holds the River job arguments of every job kind ffriver
+// inserts, and the names of its queues.
+//
+// The pipeline has three levels (see package scanners):
+//
+//	ff.tick {scanner}                   periodic, leader only   queue ff_scan
+//	ff.scan {scanner, partition}        one per due partition   queue ff_scan
+//	ff.expire_attempt, ff.promote_delayed, ff.expire_deadline,
+//	ff.cancel_group, ff.reconcile_group, ff.trim_outbox
+//	                                    one per item            queue ff_apply
+//
+// Ticks and scans carry the scanner's batch size, its parameters and the
+// scanner filter chosen by the process that schedules them, so every process
+// that works a scan scans exactly as the scheduler was configured.
+//
+// Kinds match River's kind pattern; queue names match River's queue pattern.
+// Nothing in this package talks to a database.
+package jobs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Queues of an unfiltered deployment. River's "default" queue is never used,
+// so ffriver can share a River schema with an application's own jobs.
+const (
+	// QueueScan carries ticks and partition scans: cheap, read-mostly jobs.
+	QueueScan = "ff_scan"
+	// QueueApply carries the per-item actions, one transaction each.
+	QueueApply = "ff_apply"
+)
+
+// Job kinds.
+const (
+	KindTick           = "ff.tick"
+	KindScan           = "ff.scan"
+	KindExpireAttempt  = "ff.expire_attempt"
+	KindPromoteDelayed = "ff.promote_delayed"
+	KindExpireDeadline = "ff.expire_deadline"
+	KindCancelGroup    = "ff.cancel_group"
+	KindReconcileGroup = "ff.reconcile_group"
+	KindTrimOutbox     = "ff.trim_outbox"
+)
+
+// InFlight are the job states in which a unique ffriver job blocks a
+// duplicate: everything but the finalized states. Leaving "completed" out
+// matters: River's default would block a new job for an item until the
+// completed one is cleaned up (24 h), so an execution that comes due again
+// would wait a day.
+func InFlight() []rivertype.JobState {
+	return []rivertype.JobState{
+		rivertype.JobStateAvailable,
+		rivertype.JobStatePending,
+		rivertype.JobStateRetryable,
+		rivertype.JobStateRunning,
+		rivertype.JobStateScheduled,
+	}
+}
+
+// UniqueInFlight is the unique option of every ffriver job: one job per kind
+// and arguments while it is in flight.
+func UniqueInFlight() river.UniqueOpts {
+	return river.UniqueOpts{ByArgs: true, ByState: InFlight()}
+}
+
+// Attempt limits. Ticks are not retried (the next tick comes one interval
+// later); scans and items retry a few times with a short backoff, and an item
+// that still fails is discarded: the next scan re-creates it if the
+// execution is still due, so nothing is lost and a permanent error costs a
+// handful of attempts per scan interval instead of River's 25.
+const (
+	TickMaxAttempts = 1
+	ScanMaxAttempts = 3
+	ItemMaxAttempts = 5
+)
+
+// RetryDelay is the backoff of ffriver's jobs after the attempt-th failed
+// attempt: 2^attempt seconds, at most one minute.
+func RetryDelay(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 6 {
+		return time.Minute
+	}
+	return time.Duration(1<<attempt) * time.Second
+}
+
+// Filter is a scanner filter as carried in job arguments.
+type Filter struct {
+	Namespace string `json:"namespace,omitempty"`
+	TagKey    string `json:"tag_key,omitempty"`
+	TagValue  string `json:"tag_value,omitempty"`
+	// HasTag distinguishes a tag filter with an empty value from none.
+	HasTag bool `json:"has_tag,omitempty"`
+}
+
+// FilterOf returns f in job-argument form, nil for the zero filter.
+func FilterOf(f ff.Filter) *Filter {
+	if f.IsZero() {
+		return nil
+	}
+	out := &Filter{Namespace: f.Namespace}
+	if f.InstanceTag != nil {
+		out.TagKey, out.TagValue, out.HasTag = f.InstanceTag.Key, f.InstanceTag.Value, true
+	}
+	return out
+}
+
+// FF returns the filter as an ff.Filter; a nil *Filter is the zero filter.
+func (f *Filter) FF() ff.Filter {
+	if f == nil {
+		return ff.Filter{}
+	}
+	out := ff.Filter{Namespace: f.Namespace}
+	if f.HasTag {
+		out.InstanceTag = &ff.Tag{Key: f.TagKey, Value: f.TagValue}
+	}
+	return out
+}
+
+// filterSuffix is "" for the zero filter, else "_" and 12 hex digits of a
+// hash of the filter: filter values may hold anything, queue names may not.
+func filterSuffix(f ff.Filter) string {
+	if f.IsZero() {
+		return ""
+	}
+	b, _ := json.Marshal(FilterOf(f))
+	sum := sha256.Sum256(b)
+	return "_" + hex.EncodeToString(sum[:6])
+}
+
+// ScanQueue is the queue of the ticks and scans of a deployment with filter
+// f: QueueScan for the zero filter, else QueueScan plus a hash of the filter.
+// A worker started with a filter works only its filter's queues, so its
+// filter takes effect even though the scheduler inserts the jobs.
+func ScanQueue(f ff.Filter) string { return QueueScan + filterSuffix(f) }
+
+// ApplyQueue is the queue of the per-item jobs of a deployment with filter f.
+func ApplyQueue(f ff.Filter) string { return QueueApply + filterSuffix(f) }
+
+// TickArgs is the periodic job of one scanner.
+type TickArgs struct {
+	Scanner string `json:"scanner"`
+	// Batch is the most candidates one scan selects.
+	Batch int `json:"batch"`
+	// Params are the scanner's own settings (see scanners.ParamsProvider).
+	Params json.RawMessage `json:"params,omitempty"`
+	Filter *Filter         `json:"filter,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (TickArgs) Kind() string { return KindTick }
+
+// ScanArgs scans one partition for one scanner.
+type ScanArgs struct {
+	Scanner   string          `json:"scanner"`
+	Partition int16           `json:"partition"`
+	Batch     int             `json:"batch"`
+	Params    json.RawMessage `json:"params,omitempty"`
+	Filter    *Filter         `json:"filter,omitempty"`
+	// After is the scanner's keyset cursor: a scan that filled its batch
+	// re-enqueues itself with the position of its last candidate, so a
+	// backlog drains without waiting for the next tick.
+	After json.RawMessage `json:"after,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (ScanArgs) Kind() string { return KindScan }
+
+// ExpireAttemptArgs is the attempt_timeout action for one attempt.
+type ExpireAttemptArgs struct {
+	ID           ff.ExecutionID `json:"id"`
+	AttemptIndex int32          `json:"attempt_index"`
+}
+
+// Kind implements river.JobArgs.
+func (ExpireAttemptArgs) Kind() string { return KindExpireAttempt }
+
+// PromoteDelayedArgs is the delayed_promoter action for one execution.
+type PromoteDelayedArgs struct {
+	ID ff.ExecutionID `json:"id"`
+}
+
+// Kind implements river.JobArgs.
+func (PromoteDelayedArgs) Kind() string { return KindPromoteDelayed }
+
+// ExpireDeadlineArgs is the execution_deadline action for one execution.
+type ExpireDeadlineArgs struct {
+	ID ff.ExecutionID `json:"id"`
+}
+
+// Kind implements river.JobArgs.
+func (ExpireDeadlineArgs) Kind() string { return KindExpireDeadline }
+
+// GroupKey names one ff_edge_group (and its ff_pending_cancel_groups row).
+type GroupKey struct {
+	Partition     int16     `json:"partition"`
+	FlowID        uuid.UUID `json:"flow_id"`
+	DownstreamEID uuid.UUID `json:"downstream_eid"`
+}
+
+// CancelGroupArgs is the edge_cancel_dispatcher action for one group.
+type CancelGroupArgs struct {
+	GroupKey
+}
+
+// Kind implements river.JobArgs.
+func (CancelGroupArgs) Kind() string { return KindCancelGroup }
+
+// ReconcileGroupArgs is the edge_cancel_reconciler action for one group.
+type ReconcileGroupArgs struct {
+	GroupKey
+}
+
+// Kind implements river.JobArgs.
+func (ReconcileGroupArgs) Kind() string { return KindReconcileGroup }
+
+// Outbox tables TrimOutboxArgs.Table may name.
+const (
+	OutboxLease      = "lease"
+	OutboxCompletion = "completion"
+)
+
+// TrimOutboxArgs deletes up to Limit events older than CutoffMs from one
+// outbox table. Only Table and the filter fields make it unique: one trim
+// per table (and filter) in flight.
+//
+// Namespace and InstanceTag, when set, restrict the trim to events whose
+// namespace and instance_tag columns equal them (a filtered deployment
+// trims only its own events).
+type TrimOutboxArgs struct {
+	Table       string  `json:"table" river:"unique"`
+	CutoffMs    int64   `json:"cutoff_ms"`
+	Limit       int     `json:"limit"`
+	Namespace   *string `json:"namespace,omitempty" river:"unique"`
+	InstanceTag *string `json:"instance_tag,omitempty" river:"unique"`
+}
+
+// Kind implements river.JobArgs.
+func (TrimOutboxArgs) Kind() string { return KindTrimOutbox }

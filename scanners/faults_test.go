@@ -1,0 +1,278 @@
+package scanners_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// disabled turns every built-in scanner's ticks off.
+func disabled() map[string]scanners.Settings {
+	m := map[string]scanners.Settings{}
+	for _, s := range scanners.Builtins(0) {
+		m[s.Name()] = scanners.Settings{Disabled: true}
+	}
+	return m
+}
+
+// insertItem inserts an item job as a scan would and waits until it is
+// finalized, returning its row.
+func (h *harness) insertItem(c *river.Client[pgx.Tx], args river.JobArgs) *rivertype.JobRow {
+	h.t.Helper()
+	res, err := c.Insert(h.ctx, args, scanners.ItemInsertOpts(ff.Filter{}))
+	if err != nil {
+		h.t.Fatalf("insert %s: %v", args.Kind(), err)
+	}
+	var row *rivertype.JobRow
+	h.await(args.Kind()+" to finish", func() bool {
+		row, err = c.JobGet(h.ctx, res.Job.ID)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return row.FinalizedAt != nil
+	})
+	return row
+}
+
+func outcomeOf(t *testing.T, row *rivertype.JobRow) string {
+	t.Helper()
+	var o scanners.Output
+	if err := json.Unmarshal(row.Output(), &o); err != nil {
+		t.Fatalf("job %d output: %v", row.ID, err)
+	}
+	return string(o.Outcome)
+}
+
+// TestItemOutcomes: a row that is not due, changed, vanished or locked
+// elsewhere is an outcome, never an error; an invalid id is cancelled, not
+// retried; an action run twice transitions once.
+func TestItemOutcomes(t *testing.T) {
+	h := newHarness(t, ffriver.Config{Scanners: disabled()})
+	c := h.client(true, nil)
+
+	live := h.create(executions.CreateParams{Lane: "l1"})
+	h.claim("l1", time.Hour)
+	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: live})); got != "no_op" {
+		t.Errorf("not due: %s", got)
+	}
+
+	exp := h.create(executions.CreateParams{Lane: "l2"})
+	h.claim("l2", time.Second)
+	h.clock.Advance(2 * time.Second)
+	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp, AttemptIndex: 7})); got != "no_op" {
+		t.Errorf("other attempt: %s", got)
+	}
+
+	gone := ff.ExecutionID{Partition: 3, UUID: uuid.New()}
+	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireDeadlineArgs{ID: gone})); got != "orphaned" {
+		t.Errorf("vanished: %s", got)
+	}
+
+	// Locked by someone else: skipped, nothing written, then processed once
+	// the lock is gone.
+	blocker, err := h.db.Pool.Begin(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, exp.Partition, exp.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "skipped_locked" {
+		t.Errorf("locked: %s", got)
+	}
+	if err := blocker.Rollback(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.wantEvents(exp, []string{"acquired///1"}, nil)
+	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "processed" {
+		t.Errorf("after unlock: %s", got)
+	}
+	// Run twice: the second is a no-op and writes nothing.
+	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "no_op" {
+		t.Errorf("second run: %s", got)
+	}
+	h.wantState(exp, terminalExpired)
+	h.wantEvents(exp, []string{"acquired///1", "expired///2"}, []string{"expired//"})
+
+	// An id outside the schema's partitions is a validation error: the job
+	// is cancelled after one attempt instead of burning retries.
+	bad := h.insertItem(c, jobs.PromoteDelayedArgs{ID: ff.ExecutionID{Partition: 999, UUID: uuid.New()}})
+	if bad.State != rivertype.JobStateCancelled || bad.Attempt != 1 {
+		t.Errorf("invalid id: state %s after %d attempts, want cancelled after 1", bad.State, bad.Attempt)
+	}
+	if bad.MaxAttempts != jobs.ItemMaxAttempts {
+		t.Errorf("item max attempts = %d", bad.MaxAttempts)
+	}
+}
+
+// TestDuplicatesTransitionOnce: two working clients, every scan inserted
+// three times and every item inserted three more times (uniqueness off)
+// still give exactly one transition and one set of events per execution.
+func TestDuplicatesTransitionOnce(t *testing.T) {
+	h := newHarness(t, ffriver.Config{Scanners: allFast(7)})
+	var ids []ff.ExecutionID
+	for i := range 40 {
+		lane := "lane-" + string(rune('a'+i%20))
+		ids = append(ids, h.create(executions.CreateParams{Lane: lane}))
+	}
+	for i := range 20 {
+		ls, err := h.st.Claim(h.ctx, executions.ClaimParams{Lane: "lane-" + string(rune('a'+i)), WorkerInstanceID: "w", LeaseTTL: time.Second, Max: 2})
+		if err != nil || len(ls) != 2 {
+			t.Fatalf("claim: %d, %v", len(ls), err)
+		}
+	}
+	h.clock.Advance(2 * time.Second)
+
+	// A client without unique enforcement inserts the duplicates.
+	dupCfg := &river.Config{Schema: h.db.Schema, Test: river.TestConfig{DisableUniqueEnforcement: true}, SkipUnknownJobCheck: true}
+	dup, err := river.NewClient(riverpgxv5.New(h.db.Pool), dupCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var params []river.InsertManyParams
+	parts := map[int16]bool{}
+	for _, id := range ids {
+		parts[id.Partition] = true
+		for range 3 {
+			params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: scanners.ItemInsertOpts(ff.Filter{})})
+		}
+	}
+	for p := range parts {
+		for range 3 {
+			params = append(params, river.InsertManyParams{Args: jobs.ScanArgs{Scanner: scanners.AttemptTimeout, Partition: p, Batch: 7},
+				InsertOpts: scanners.ScanInsertOpts(ff.Filter{})})
+		}
+	}
+	if _, err := dup.InsertMany(h.ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	h.client(true, nil)
+	h.client(false, nil)
+	for _, id := range ids {
+		h.awaitState(id, terminalExpired)
+	}
+	h.await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt, jobs.KindScan) })
+	for _, id := range ids {
+		h.wantEvents(id, []string{"acquired///1", "expired///2"}, []string{"expired//"})
+	}
+	processed := 0
+	for _, o := range h.outcomes(jobs.KindExpireAttempt) {
+		if o == "processed" {
+			processed++
+		}
+	}
+	if processed != len(ids) {
+		t.Errorf("%d processed item jobs, want %d", processed, len(ids))
+	}
+}
+
+// TestEdgeCancelPipeline seeds groups with plain SQL: a flagged group is
+// dispatched (siblings cancelled and fenced, events written), an orphan
+// pending row is deleted, and a group whose flag is already cleared is left
+// to the reconciler, which deletes its stale pending row.
+func TestEdgeCancelPipeline(t *testing.T) {
+	h := newHarness(t, ffriver.Config{})
+	flow := uuid.New()
+	p := h.st.Partitions().ForFlow(flow)
+	h.exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
+	leased := h.create(executions.CreateParams{Lane: "fl", FlowID: flow, Namespace: "ns"})
+	h.claim("fl", time.Hour)
+	waiting := h.create(executions.CreateParams{Lane: "fl2", FlowID: flow})
+	done := h.create(executions.CreateParams{Lane: "fl3", FlowID: flow})
+	if err := h.st.Cancel(h.ctx, done, executions.CancelParams{}); err != nil {
+		t.Fatal(err)
+	}
+	down, stale, orphan := uuid.New(), uuid.New(), uuid.New()
+	h.exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES ($1, $2, $3, true, $4), ($1, $2, $5, false, '{}')`,
+		p, flow, down, []string{leased.UUID.String(), waiting.UUID.String(), done.UUID.String(), "not-a-uuid"}, stale)
+	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3), ($1, $2, $4), ($1, $2, $5)`,
+		p, flow, down, stale, orphan)
+
+	h.client(true, nil)
+	h.await("pending rows drained", func() bool { return h.count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0 })
+	h.await("settled", func() bool { return h.jobsSettled(jobs.KindCancelGroup, jobs.KindReconcileGroup, jobs.KindScan) })
+
+	cancelled := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
+	h.wantState(leased, cancelled)
+	h.wantState(waiting, cancelled)
+	h.wantEvents(leased, []string{"acquired/ns//1", "revoked/ns//2"}, []string{"cancelled/ns/"})
+	h.wantEvents(waiting, nil, []string{"cancelled//"})
+	h.wantEvents(done, nil, []string{"cancelled//"}) // from the operator cancel only
+	for _, id := range []ff.ExecutionID{leased, waiting} {
+		e := h.get(id)
+		if e.CancellationReason == nil || *e.CancellationReason != executions.SiblingCancelReason || e.CancelledBy == nil || *e.CancelledBy != "engine" {
+			t.Errorf("%s: reason %v by %v", id, e.CancellationReason, e.CancelledBy)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM ff_edge_group WHERE cancel_siblings_pending_flag OR cardinality(cancel_siblings_pending_members) > 0`); n != 0 {
+		t.Errorf("%d groups still flagged", n)
+	}
+	got := append(h.outcomes(jobs.KindCancelGroup), h.outcomes(jobs.KindReconcileGroup)...)
+	// The orphan goes to whichever of dispatcher (orphaned) and reconciler
+	// (sremmed_stale) gets it first.
+	if !slices.Contains(got, "processed") || count(got, "sremmed_stale")+count(got, "orphaned") != 2 {
+		t.Errorf("outcomes %v: want one processed and two of orphaned/sremmed_stale", got)
+	}
+}
+
+// TestOutboxRetention deletes old events in batches and keeps recent ones.
+func TestOutboxRetention(t *testing.T) {
+	h := newHarness(t, ffriver.Config{OutboxRetention: time.Hour, Scanners: map[string]scanners.Settings{
+		scanners.OutboxRetention: {Interval: time.Hour, Batch: 3}}})
+	old, recent := t0-2*time.Hour.Milliseconds(), t0-time.Minute.Milliseconds()
+	h.exec(`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
+		SELECT gen_random_uuid()::text, 'acquired', CASE WHEN i <= 8 THEN $1::bigint ELSE $2::bigint END, 0 FROM generate_series(1, 10) i`, old, recent)
+	h.exec(`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
+		SELECT 0, gen_random_uuid(), 'success', CASE WHEN i <= 4 THEN $1::bigint ELSE $2::bigint END FROM generate_series(1, 6) i`, old, recent)
+	h.client(true, nil)
+	h.await("old events deleted", func() bool {
+		return h.count(`SELECT count(*) FROM ff_lease_event`) == 2 && h.count(`SELECT count(*) FROM ff_completion_event`) == 2
+	})
+	h.await("settled", func() bool { return h.jobsSettled(jobs.KindTrimOutbox, jobs.KindScan) })
+	if n := h.count(`SELECT count(*) FROM ff_lease_event WHERE occurred_at_ms = $1`, recent); n != 2 {
+		t.Errorf("%d recent lease events kept, want 2", n)
+	}
+	// lease: 3+3+2 → two full batches continued; completion: 3+1 → one.
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND (metadata->'output'->'detail'->>'continued')::bool`); n != 3 {
+		t.Errorf("%d trims continued, want 3", n)
+	}
+}
+
+// TestTickWithoutScannerIsCancelled: a tick naming a scanner this process
+// does not know is cancelled with a clear error, not retried.
+func TestTickWithoutScannerIsCancelled(t *testing.T) {
+	h := newHarness(t, ffriver.Config{Scanners: disabled()})
+	c := h.client(true, nil)
+	res, err := c.Insert(context.Background(), jobs.TickArgs{Scanner: "nope", Batch: 1}, h.ff.Pipeline().TickInsertOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.await("tick finalized", func() bool {
+		row, err := c.JobGet(h.ctx, res.Job.ID)
+		return err == nil && row.State == rivertype.JobStateCancelled
+	})
+}
+
+func count(ss []string, s string) int {
+	n := 0
+	for _, x := range ss {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,457 @@
+package scanners
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// Pipeline is a registry of scanners bound to an Env, a filter and settings:
+// it supplies the River workers, periodic jobs and queues of the whole
+// tick → scan → item pipeline.
+type Pipeline struct {
+	reg      *Registry
+	env      *Env
+	filter   ff.Filter
+	settings map[string]Settings
+}
+
+// NewPipeline resolves each scanner's settings (its defaults, overridden by
+// the non-zero fields of overrides[name]) and checks them. An override for a
+// scanner that is not registered is an error, so a typo is not silently
+// ignored.
+func NewPipeline(reg *Registry, env *Env, filter ff.Filter, overrides map[string]Settings) (*Pipeline, error) {
+	if err := filter.Validate(); err != nil {
+		return nil, err
+	}
+	for name := range overrides {
+		if _, ok := reg.Lookup(name); !ok {
+			return nil, ff.Validationf("scanner", "settings for %q, which is not registered (registered: %v)", name, reg.Names())
+		}
+	}
+	p := &Pipeline{reg: reg, env: env, filter: filter, settings: map[string]Settings{}}
+	for _, s := range reg.Scanners() {
+		st := s.Defaults()
+		if o, ok := overrides[s.Name()]; ok {
+			if o.Interval != 0 {
+				st.Interval = o.Interval
+			}
+			if o.Batch != 0 {
+				st.Batch = o.Batch
+			}
+			st.Disabled = st.Disabled || o.Disabled
+		}
+		if st.Interval < 10*time.Millisecond {
+			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
+		}
+		if st.Batch < 1 || st.Batch > 100_000 {
+			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
+		}
+		p.settings[s.Name()] = st
+	}
+	return p, nil
+}
+
+// Registry returns the pipeline's registry.
+func (p *Pipeline) Registry() *Registry { return p.reg }
+
+// Env returns the pipeline's Env.
+func (p *Pipeline) Env() *Env { return p.env }
+
+// Filter returns the pipeline's scanner filter.
+func (p *Pipeline) Filter() ff.Filter { return p.filter }
+
+// Settings returns the resolved settings of the scanner called name.
+func (p *Pipeline) Settings(name string) (Settings, bool) {
+	s, ok := p.settings[name]
+	return s, ok
+}
+
+// ScanQueue is the queue of this pipeline's ticks and scans.
+func (p *Pipeline) ScanQueue() string { return jobs.ScanQueue(p.filter) }
+
+// ApplyQueue is the queue of this pipeline's item jobs.
+func (p *Pipeline) ApplyQueue() string { return jobs.ApplyQueue(p.filter) }
+
+// AddWorkers registers the tick and scan workers and every scanner's item
+// workers with River's AddWorkerSafely: a kind registered twice is an error,
+// not a panic.
+func (p *Pipeline) AddWorkers(workers *river.Workers) error {
+	if err := river.AddWorkerSafely(workers, &TickWorker{p: p}); err != nil {
+		return fmt.Errorf("ffriver: adding the tick worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &ScanWorker{p: p}); err != nil {
+		return fmt.Errorf("ffriver: adding the scan worker: %w", err)
+	}
+	for _, s := range p.reg.Scanners() {
+		if err := s.AddWorkers(workers, p.env); err != nil {
+			return fmt.Errorf("ffriver: adding the workers of scanner %s: %w", s.Name(), err)
+		}
+	}
+	return nil
+}
+
+// TickInsertOpts are the insert options of this pipeline's ticks.
+func (p *Pipeline) TickInsertOpts() *river.InsertOpts {
+	return &river.InsertOpts{Queue: p.ScanQueue(), MaxAttempts: jobs.TickMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+}
+
+// TickArgs returns the tick of the scanner called name, as the periodic job
+// inserts it.
+func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
+	s, ok := p.reg.Lookup(name)
+	if !ok {
+		return jobs.TickArgs{}, ff.Validationf("scanner", "%q is not registered", name)
+	}
+	params, err := scannerParams(s)
+	if err != nil {
+		return jobs.TickArgs{}, err
+	}
+	return jobs.TickArgs{Scanner: name, Batch: p.settings[name].Batch, Params: params, Filter: jobs.FilterOf(p.filter)}, nil
+}
+
+// PeriodicJobs returns one River periodic job per enabled scanner: a tick
+// every Interval, run on start, unique while in flight (a tick that is still
+// queued or running swallows the next one). Only the elected leader inserts
+// periodic jobs.
+func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
+	var out []*river.PeriodicJob
+	for _, s := range p.reg.Scanners() {
+		st := p.settings[s.Name()]
+		if st.Disabled {
+			continue
+		}
+		args, err := p.TickArgs(s.Name())
+		if err != nil {
+			return nil, err
+		}
+		opts := p.TickInsertOpts()
+		out = append(out, river.NewPeriodicJob(river.PeriodicInterval(st.Interval),
+			func() (river.JobArgs, *river.InsertOpts) { return args, opts },
+			&river.PeriodicJobOpts{ID: "ff.tick:" + p.ScanQueue() + ":" + s.Name(), RunOnStart: true}))
+	}
+	return out, nil
+}
+
+// Queues returns the pipeline's two queues with the given worker counts.
+// A count of 0 leaves that queue out (a process that does not work it).
+func (p *Pipeline) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
+	q := map[string]river.QueueConfig{}
+	if scanWorkers > 0 {
+		q[p.ScanQueue()] = river.QueueConfig{MaxWorkers: scanWorkers}
+	}
+	if applyWorkers > 0 {
+		q[p.ApplyQueue()] = river.QueueConfig{MaxWorkers: applyWorkers}
+	}
+	return q
+}
+
+// ItemInsertOpts are the insert options of an item job of a pipeline with
+// filter f: its apply queue, unique while in flight, a few attempts.
+func ItemInsertOpts(f ff.Filter) *river.InsertOpts {
+	return &river.InsertOpts{Queue: jobs.ApplyQueue(f), MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+}
+
+// ScanInsertOpts are the insert options of a scan job of a pipeline with
+// filter f.
+func ScanInsertOpts(f ff.Filter) *river.InsertOpts {
+	return &river.InsertOpts{Queue: jobs.ScanQueue(f), MaxAttempts: jobs.ScanMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+}
+
+// TickOutput is the River job output of a tick.
+type TickOutput struct {
+	DuePartitions int   `json:"due_partitions"`
+	DueItems      int64 `json:"due_items"`
+	Inserted      int   `json:"scans_inserted"`
+	Duplicates    int   `json:"scans_in_flight"`
+	// OutOfRange counts partitions outside the schema's partition count
+	// (rows written by hand); they are not scanned.
+	OutOfRange int `json:"out_of_range,omitempty"`
+}
+
+// TickWorker works ff.tick: one query for the partitions with due work,
+// then one scan job per partition, inserted and completed in one
+// transaction.
+type TickWorker struct {
+	river.WorkerDefaults[jobs.TickArgs]
+	p *Pipeline
+}
+
+// Timeout implements river.Worker.
+func (w *TickWorker) Timeout(*river.Job[jobs.TickArgs]) time.Duration { return w.p.env.JobTimeout }
+
+// Work implements river.Worker.
+func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) error {
+	env := w.p.env
+	s, ok := w.p.reg.Lookup(job.Args.Scanner)
+	if !ok {
+		return river.JobCancel(fmt.Errorf("tick for scanner %q, which this process has not registered (registered: %v); every process must register the same scanners",
+			job.Args.Scanner, w.p.reg.Names()))
+	}
+	filter := job.Args.Filter.FF()
+	batch := job.Args.Batch
+	if batch <= 0 {
+		batch = s.Defaults().Batch
+	}
+	return inTx(ctx, env, func(tx pgx.Tx) error {
+		due, err := s.Due(ctx, tx, DueRequest{Env: env, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params})
+		if err != nil {
+			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
+		}
+		out := TickOutput{}
+		seen := map[int16]bool{}
+		var params []river.InsertManyParams
+		for _, d := range due {
+			if !env.Partitions().Contains(d.Partition) {
+				out.OutOfRange++
+				continue
+			}
+			if seen[d.Partition] {
+				continue
+			}
+			seen[d.Partition] = true
+			out.DuePartitions++
+			out.DueItems += d.Count
+			params = append(params, river.InsertManyParams{
+				Args:       jobs.ScanArgs{Scanner: s.Name(), Partition: d.Partition, Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter},
+				InsertOpts: ScanInsertOpts(filter),
+			})
+		}
+		if out.OutOfRange > 0 {
+			env.Logger.WarnContext(ctx, "ffriver: due rows in partitions outside the schema's partition count are not scanned",
+				"scanner", s.Name(), "partitions", int(env.Partitions()), "out_of_range", out.OutOfRange)
+		}
+		ins, dup, err := insertMany(ctx, tx, params)
+		if err != nil {
+			return err
+		}
+		out.Inserted, out.Duplicates = ins, dup
+		return complete(ctx, tx, job, out)
+	})
+}
+
+// ScanOutput is the River job output of a scan.
+type ScanOutput struct {
+	Candidates int  `json:"candidates"`
+	Inserted   int  `json:"items_inserted"`
+	Duplicates int  `json:"items_in_flight"`
+	Continued  bool `json:"continued"`
+}
+
+// ScanWorker works ff.scan: it selects up to a batch of due items of one
+// partition (filter applied in SQL), inserts one item job per distinct
+// item, re-enqueues itself after the last candidate when its batch was full,
+// and completes itself, all in one transaction.
+type ScanWorker struct {
+	river.WorkerDefaults[jobs.ScanArgs]
+	p *Pipeline
+}
+
+// Timeout implements river.Worker.
+func (w *ScanWorker) Timeout(*river.Job[jobs.ScanArgs]) time.Duration { return w.p.env.JobTimeout }
+
+// NextRetry implements river.Worker.
+func (w *ScanWorker) NextRetry(job *river.Job[jobs.ScanArgs]) time.Time {
+	return time.Now().Add(jobs.RetryDelay(job.Attempt))
+}
+
+// Work implements river.Worker.
+func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) error {
+	env := w.p.env
+	a := job.Args
+	s, ok := w.p.reg.Lookup(a.Scanner)
+	if !ok {
+		return river.JobCancel(fmt.Errorf("scan for scanner %q, which this process has not registered (registered: %v)", a.Scanner, w.p.reg.Names()))
+	}
+	if !env.Partitions().Contains(a.Partition) {
+		return river.JobCancel(ff.Validationf("partition", "%d is outside this schema's 0..%d", a.Partition, int(env.Partitions())-1))
+	}
+	filter := a.Filter.FF()
+	if err := filter.Validate(); err != nil {
+		return river.JobCancel(err)
+	}
+	batch := a.Batch
+	if batch <= 0 {
+		batch = s.Defaults().Batch
+	}
+	return inTx(ctx, env, func(tx pgx.Tx) error {
+		res, err := s.Scan(ctx, tx, ScanRequest{Env: env, Partition: a.Partition, NowMs: env.NowMs(), Limit: batch,
+			Filter: filter, Params: a.Params, After: a.After})
+		if err != nil {
+			return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), a.Partition, err)
+		}
+		params, err := dedupe(res.Items, ItemInsertOpts(filter))
+		if err != nil {
+			return err
+		}
+		out := ScanOutput{Candidates: res.Candidates}
+		ins, dup, err := insertMany(ctx, tx, params)
+		if err != nil {
+			return err
+		}
+		out.Inserted, out.Duplicates = ins, dup
+		if res.Candidates >= batch && len(res.Next) > 0 {
+			next := a
+			next.After = res.Next
+			if _, _, err := insertMany(ctx, tx, []river.InsertManyParams{{Args: next, InsertOpts: ScanInsertOpts(filter)}}); err != nil {
+				return err
+			}
+			out.Continued = true
+		}
+		return complete(ctx, tx, job, out)
+	})
+}
+
+// dedupe turns items into insert params, dropping exact duplicates: River
+// fails a whole InsertMany that carries one unique key twice.
+func dedupe(items []river.JobArgs, opts *river.InsertOpts) ([]river.InsertManyParams, error) {
+	seen := map[string]bool{}
+	out := make([]river.InsertManyParams, 0, len(items))
+	for _, it := range items {
+		b, err := json.Marshal(it)
+		if err != nil {
+			return nil, fmt.Errorf("encoding item %s: %w", it.Kind(), err)
+		}
+		key := it.Kind() + "\x00" + string(b)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, river.InsertManyParams{Args: it, InsertOpts: opts})
+	}
+	return out, nil
+}
+
+// insertMany inserts params in tx with the River client of the worker's
+// context; it returns how many were inserted and how many were skipped as
+// duplicates of jobs in flight.
+func insertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) (inserted, duplicates int, err error) {
+	if len(params) == 0 {
+		return 0, 0, nil
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ffriver: no River client in the worker context: %w", err)
+	}
+	res, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return 0, 0, dbutil.MapErr(err, "inserting jobs")
+	}
+	for _, r := range res {
+		if r.UniqueSkippedAsDuplicate {
+			duplicates++
+		} else {
+			inserted++
+		}
+	}
+	return inserted, duplicates, nil
+}
+
+// inTx runs fn in a transaction on env's pool; fn commits nothing itself.
+func inTx(ctx context.Context, env *Env, fn func(pgx.Tx) error) error {
+	tx, err := env.Pool().Begin(ctx)
+	if err != nil {
+		return dbutil.MapErr(err, "begin")
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbutil.MapErr(err, "commit")
+	}
+	return nil
+}
+
+// complete records output and completes job inside tx.
+func complete[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T], output any) error {
+	if err := river.RecordOutput(ctx, output); err != nil {
+		return fmt.Errorf("recording job output: %w", err)
+	}
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return dbutil.MapErr(err, "completing job")
+	}
+	return nil
+}
+
+// Output is the River job output of an item job: what the action did.
+type Output struct {
+	Outcome executions.Outcome `json:"outcome"`
+	// Detail is the action's own report, if it has one.
+	Detail any `json:"detail,omitempty"`
+}
+
+// Apply runs an item action the way every built-in item worker does: begin
+// a transaction; run action in it; record its Output as the job's River
+// output; complete the job with river.JobCompleteTx in the same transaction;
+// commit; poke the outbox waker when the outcome is Processed. The
+// transition, its outbox rows and the job's completion commit or roll back
+// together: a job killed mid-way leaves nothing behind and is retried.
+//
+// A validation error (ff.ErrValidation: a malformed id, a partition outside
+// the schema) cancels the job without retries. Any other error rolls back
+// and fails the attempt; River retries it (jobs.ItemMaxAttempts attempts,
+// short backoff) and then discards it, and the next scan re-creates the
+// item if it is still due. Actions report a vanished, changed or locked row
+// as an outcome (no_op, orphaned, skipped_locked), never as an error.
+func Apply[T river.JobArgs](ctx context.Context, env *Env, job *river.Job[T], action func(ctx context.Context, tx pgx.Tx) (Output, error)) error {
+	var out Output
+	err := inTx(ctx, env, func(tx pgx.Tx) error {
+		var err error
+		if out, err = action(ctx, tx); err != nil {
+			return err
+		}
+		return complete(ctx, tx, job, out)
+	})
+	if err != nil {
+		if errors.Is(err, ff.ErrValidation) {
+			env.Logger.WarnContext(ctx, "ffriver: item job cancelled: invalid input", "kind", job.Kind, "job_id", job.ID, "error", err)
+			return river.JobCancel(err)
+		}
+		env.Logger.WarnContext(ctx, "ffriver: item action failed; River retries it", "kind", job.Kind, "job_id", job.ID,
+			"attempt", job.Attempt, "max_attempts", job.MaxAttempts, "error", err)
+		return err
+	}
+	if out.Outcome == executions.Processed {
+		env.Waker.Poke()
+	}
+	return nil
+}
+
+// ItemWorker is the standard per-item worker: Work runs Action through
+// Apply. Construct it with NewItemWorker.
+type ItemWorker[T river.JobArgs] struct {
+	river.WorkerDefaults[T]
+	env    *Env
+	action func(ctx context.Context, tx pgx.Tx, args T) (Output, error)
+}
+
+// NewItemWorker returns an ItemWorker running action in env.
+func NewItemWorker[T river.JobArgs](env *Env, action func(ctx context.Context, tx pgx.Tx, args T) (Output, error)) *ItemWorker[T] {
+	return &ItemWorker[T]{env: env, action: action}
+}
+
+// Timeout implements river.Worker.
+func (w *ItemWorker[T]) Timeout(*river.Job[T]) time.Duration { return w.env.JobTimeout }
+
+// NextRetry implements river.Worker: a short backoff (jobs.RetryDelay).
+func (w *ItemWorker[T]) NextRetry(job *river.Job[T]) time.Time {
+	return time.Now().Add(jobs.RetryDelay(job.Attempt))
+}
+
+// Work implements river.Worker.
+func (w *ItemWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
+	return Apply(ctx, w.env, job, func(ctx context.Context, tx pgx.Tx) (Output, error) {
+		return w.action(ctx, tx, job.Args)
+	})
+}

@@ -1,0 +1,242 @@
+package scanners
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// Scanner is one kind of background work: it finds which partitions have
+// due work, selects the due items of one partition, and applies an action to
+// each item in a River job of its own. See the package documentation for how
+// to write one.
+type Scanner interface {
+	// Name identifies the scanner in job arguments, flags and logs:
+	// lowercase letters, digits and underscores, starting with a letter.
+	Name() string
+	// Defaults are the interval and batch size used unless overridden.
+	Defaults() Settings
+	// Due returns the partitions that have due work, with how many items
+	// are due in each, in one query (the tick). A scanner that is not
+	// partitioned returns partition 0 when anything is due.
+	Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error)
+	// Scan returns at most req.Limit due items of one partition as River
+	// job args, with the filter applied in SQL, in a stable order, and the
+	// position of the last candidate as Next (the scan re-enqueues itself
+	// from there when it filled its batch).
+	Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error)
+	// AddWorkers registers the workers of the item jobs Scan returns.
+	// Use ItemWorker for the standard one-transaction shape.
+	AddWorkers(workers *river.Workers, env *Env) error
+}
+
+// ParamsProvider is implemented by scanners that need settings of their own
+// at scan time (for example the outbox retention period). The params are
+// carried in the tick and scan job args, so a scan worked by another process
+// uses the scheduling process's settings; they are passed back in
+// DueRequest.Params and ScanRequest.Params.
+type ParamsProvider interface {
+	Params() (json.RawMessage, error)
+}
+
+// Settings are a scanner's schedule and batch size.
+type Settings struct {
+	// Interval between ticks (River periodic job).
+	Interval time.Duration
+	// Batch is the most candidates one scan job selects.
+	Batch int
+	// Disabled scanners get no periodic job; their workers are still
+	// registered, so jobs already queued are still worked.
+	Disabled bool
+}
+
+// Querier runs SQL; pgx.Tx and *pgxpool.Pool satisfy it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Due is one partition with due work.
+type Due struct {
+	Partition int16
+	Count     int64
+}
+
+// DueRequest is the input of Scanner.Due.
+type DueRequest struct {
+	Env    *Env
+	NowMs  int64
+	Filter ff.Filter
+	Params json.RawMessage
+}
+
+// ScanRequest is the input of Scanner.Scan.
+type ScanRequest struct {
+	Env       *Env
+	Partition int16
+	NowMs     int64
+	Limit     int
+	Filter    ff.Filter
+	Params    json.RawMessage
+	// After is the Next of the previous scan in a chain, nil for the first.
+	After json.RawMessage
+}
+
+// ScanResult is the output of Scanner.Scan.
+type ScanResult struct {
+	// Candidates is how many rows the scan selected (at most the limit).
+	// A scan whose Candidates reached the limit re-enqueues itself.
+	Candidates int
+	// Items are the per-item jobs to insert; duplicates are dropped.
+	Items []river.JobArgs
+	// Next is the keyset position after the last candidate.
+	Next json.RawMessage
+}
+
+// FilterArgs returns the filter as the SQL parameters namespace, tag key and
+// tag value (each nil when unset), for a predicate such as
+//
+//	($1::text IS NULL OR raw_fields->>'namespace' = $1)
+//	AND ($2::text IS NULL OR raw_fields->'tags'->>$2::text = $3::text)
+//
+// Filter values are always parameters, never spliced into SQL.
+func (r ScanRequest) FilterArgs() (namespace, tagKey, tagValue *string) {
+	return filterArgs(r.Filter)
+}
+
+func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
+	if f.Namespace != "" {
+		ns := f.Namespace
+		namespace = &ns
+	}
+	if f.InstanceTag != nil {
+		k, v := f.InstanceTag.Key, f.InstanceTag.Value
+		tagKey, tagValue = &k, &v
+	}
+	return
+}
+
+// Env is what scanners and their workers run with.
+type Env struct {
+	// Store runs the execution actions; its schema, partitions and clock
+	// are the Env's.
+	Store *executions.Store
+	// Logger for warnings of the pipeline (never nil after NewEnv).
+	Logger *slog.Logger
+	// Waker is poked after every commit that wrote outbox events (nil: no
+	// wake-ups, stream readers poll).
+	Waker *outbox.Waker
+	// JobTimeout of every ffriver job (River cancels the job's context
+	// after it; River's rescuer re-runs a job stuck longer than the
+	// client's RescueStuckJobsAfter).
+	JobTimeout time.Duration
+	clock      ff.Clock
+}
+
+// DefaultJobTimeout is Env.JobTimeout unless set.
+const DefaultJobTimeout = 30 * time.Second
+
+// NewEnv returns an Env on store. clock must be the clock the store was
+// opened with (nil: ff.SystemClock).
+func NewEnv(store *executions.Store, clock ff.Clock, logger *slog.Logger, waker *outbox.Waker) *Env {
+	if clock == nil {
+		clock = ff.SystemClock{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Env{Store: store, Logger: logger, Waker: waker, JobTimeout: DefaultJobTimeout, clock: clock}
+}
+
+// Pool is the store's pool.
+func (e *Env) Pool() *pgxpool.Pool { return e.Store.Pool() }
+
+// Schema is the resolved schema of ffriver's tables.
+func (e *Env) Schema() string { return e.Store.Schema() }
+
+// Partitions is the schema's partition count.
+func (e *Env) Partitions() ff.Partitions { return e.Store.Partitions() }
+
+// NowMs is the current time in Unix milliseconds.
+func (e *Env) NowMs() int64 { return e.clock.NowMs() }
+
+// SQL replaces every {S} in q with the quoted schema and a dot, so scanners
+// write {S}ff_exec_core.
+func (e *Env) SQL(q string) string {
+	return dbutil.Schema(e.Store.Schema()).SQL(q)
+}
+
+var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// Registry holds the scanners of one pipeline, by name, in registration
+// order. Built-in scanners are registered exactly like a user's own. It is
+// not safe for concurrent Register calls; build it before the River client.
+type Registry struct {
+	byName map[string]Scanner
+	order  []string
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{byName: map[string]Scanner{}} }
+
+// Register adds s. Names must be valid and unique; defaults must have a
+// positive interval and batch.
+func (r *Registry) Register(s Scanner) error {
+	name := s.Name()
+	if !nameRe.MatchString(name) {
+		return ff.Validationf("scanner", "name %q: want lowercase letters, digits and underscores, starting with a letter", name)
+	}
+	if _, dup := r.byName[name]; dup {
+		return ff.Validationf("scanner", "%q is registered twice", name)
+	}
+	if d := s.Defaults(); d.Interval <= 0 || d.Batch <= 0 {
+		return ff.Validationf("scanner", "%q: default interval %s and batch %d must be positive", name, d.Interval, d.Batch)
+	}
+	r.byName[name] = s
+	r.order = append(r.order, name)
+	return nil
+}
+
+// Lookup returns the scanner called name.
+func (r *Registry) Lookup(name string) (Scanner, bool) {
+	s, ok := r.byName[name]
+	return s, ok
+}
+
+// Scanners returns the registered scanners in registration order.
+func (r *Registry) Scanners() []Scanner {
+	out := make([]Scanner, 0, len(r.order))
+	for _, n := range r.order {
+		out = append(out, r.byName[n])
+	}
+	return out
+}
+
+// Names returns the registered names in registration order.
+func (r *Registry) Names() []string { return append([]string(nil), r.order...) }
+
+// scannerParams returns s's params, nil when it has none.
+func scannerParams(s Scanner) (json.RawMessage, error) {
+	p, ok := s.(ParamsProvider)
+	if !ok {
+		return nil, nil
+	}
+	b, err := p.Params()
+	if err != nil {
+		return nil, fmt.Errorf("scanner %s: params: %w", s.Name(), err)
+	}
+	return b, nil
+}
