@@ -116,11 +116,10 @@ CREATE INDEX ff_attempt_lease_due_idx ON ff_attempt (lease_expires_at_ms) INCLUD
     WHERE lease_expires_at_ms IS NOT NULL;
 CREATE INDEX ff_attempt_worker_idx ON ff_attempt (partition_key, worker_id) WHERE worker_id IS NOT NULL;
 
--- The transaction id of the writer, for commit-safe stream order (see package
--- subscribe): a reader only reads rows whose xact_id is below the oldest
--- transaction still running, and orders by (xact_id, event_id).
-CREATE FUNCTION ff_current_xact() RETURNS bigint LANGUAGE sql VOLATILE PARALLEL UNSAFE
-    AS $$ SELECT pg_current_xact_id()::text::bigint $$;
+-- Outbox rows record the transaction id of their writer (xact_id, a column
+-- default, so plain INSERTs get it too), for commit-safe stream order (see
+-- package subscribe): a reader only reads rows whose xact_id is below the
+-- oldest transaction still running, and orders by (xact_id, event_id).
 -- The horizon below which every writer has finished.
 CREATE FUNCTION ff_xact_horizon() RETURNS bigint LANGUAGE sql VOLATILE
     AS $$ SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint $$;
@@ -137,10 +136,9 @@ CREATE TABLE ff_lease_event (
     attempt_index       integer,
     lease_epoch         bigint,
     worker_instance_id  text,
-    xact_id             bigint NOT NULL DEFAULT ff_current_xact()
+    xact_id             bigint NOT NULL DEFAULT (pg_current_xact_id()::text)::bigint
 );
 CREATE INDEX ff_lease_event_stream_idx ON ff_lease_event (xact_id, event_id);
-CREATE INDEX ff_lease_event_partition_key_idx ON ff_lease_event (partition_key, event_id);
 CREATE INDEX ff_lease_event_occurred_idx ON ff_lease_event USING brin (occurred_at_ms);
 
 CREATE TABLE ff_completion_event (
@@ -154,7 +152,7 @@ CREATE TABLE ff_completion_event (
     occurred_at_ms    bigint   NOT NULL,
     committed_at_ms   bigint   NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
     dispatched_at_ms  bigint,
-    xact_id           bigint   NOT NULL DEFAULT ff_current_xact()
+    xact_id           bigint   NOT NULL DEFAULT (pg_current_xact_id()::text)::bigint
 );
 CREATE INDEX ff_completion_event_stream_idx ON ff_completion_event (xact_id, event_id);
 CREATE INDEX ff_completion_event_lookup_idx ON ff_completion_event (partition_key, execution_id, occurred_at_ms);
