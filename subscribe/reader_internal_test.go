@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
@@ -36,6 +37,28 @@ func insertRows(t *testing.T, db *testdb.DB, n int, namespace string) {
 	}
 }
 
+// awaitHorizon waits until every row's transaction is below the horizon:
+// another session's open transaction (other tests share the server) can
+// hold it back for a while.
+func awaitHorizon(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var past bool
+		if err := db.Pool.QueryRow(context.Background(),
+			`SELECT ff_xact_horizon() > (SELECT max(xact_id) FROM ff_lease_event)`).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the horizon did not pass the test's rows")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func maxPosition(t *testing.T, db *testdb.DB) position {
 	t.Helper()
 	var p position
@@ -53,6 +76,7 @@ func TestFilteredRowsAdvancePosition(t *testing.T) {
 	ctx := context.Background()
 	insertRows(t, db, 40, "other")
 	r, sess := newTestReader(t, db, Options{Start: StartBeginning, PageSize: 5, Filter: ff.Filter{Namespace: "mine"}})
+	awaitHorizon(t, db)
 
 	more, err := r.readPage(ctx, sess.q)
 	if err != nil || more {
@@ -66,6 +90,7 @@ func TestFilteredRowsAdvancePosition(t *testing.T) {
 	}
 
 	insertRows(t, db, 12, "mine")
+	awaitHorizon(t, db)
 	var pages []bool
 	for {
 		more, err := r.readPage(ctx, sess.q)

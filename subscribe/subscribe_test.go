@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -17,9 +18,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const wait = 10 * time.Second
+// wait bounds how long a test waits for an event. It is generous: a
+// transaction of another test sharing the server holds delivery back until
+// it ends.
+const wait = 30 * time.Second
 
-func fast(o subscribe.Options) subscribe.Options {
+// fast returns o with a short poll interval and the test's logger.
+func fast(t testing.TB, o subscribe.Options) subscribe.Options {
+	o.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	if o.PollInterval == 0 {
 		o.PollInterval = 20 * time.Millisecond
 	}
@@ -31,7 +37,7 @@ func fast(o subscribe.Options) subscribe.Options {
 func TestOutOfOrderCommit(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +81,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 func TestOrderFollowsTransactions(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +112,7 @@ func TestOrderFollowsTransactions(t *testing.T) {
 	if ids := eventIDs(got); !slices.Equal(ids, []int64{idA, idB}) {
 		t.Fatalf("got ids %v, want [%d %d] (xid order)", ids, idA, idB)
 	}
-	again, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning}))
+	again, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +128,7 @@ func TestConcurrentWriters(t *testing.T) {
 	const writers, perWriter = 16, 40
 	db := newDB(t)
 	ctx := context.Background()
-	live, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning, PageSize: 7, BufferSize: 16}))
+	live, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning, PageSize: 7, BufferSize: 16}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +185,7 @@ func TestConcurrentWriters(t *testing.T) {
 
 	// A second reader from the start, and one resuming mid-stream, see the
 	// same sequence.
-	all, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning}))
+	all, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +194,7 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Fatal("a second reader saw a different order")
 	}
 	mid := len(got) / 3
-	resumed, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartAfter, After: got[mid].Cursor}))
+	resumed, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: got[mid].Cursor}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +214,7 @@ func TestResumeFromCursor(t *testing.T) {
 	for range 10 {
 		ids = append(ids, insertLease(t, db.Pool, row{}))
 	}
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +231,7 @@ func TestResumeFromCursor(t *testing.T) {
 	if c2, err := ff.DecodeCursor(first[4].Cursor.Bytes()); err != nil || c2 != c {
 		t.Fatalf("binary form: %#v, %v", c2, err)
 	}
-	s, err = subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartAfter, After: c}))
+	s, err = subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +260,7 @@ func TestStartNow(t *testing.T) {
 	idOpen := insertLease(t, open, row{})
 	idBefore := insertLease(t, db.Pool, row{}) // commits before subscribe, after open's xid
 
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +326,7 @@ func TestLegacyCursor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartAfter, After: c}))
+			s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -338,7 +344,7 @@ func TestLegacyCursor(t *testing.T) {
 			}
 			// The newest delivered cursor resumes exactly.
 			if len(got) > 0 {
-				r, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartAfter, After: got[len(got)-1].Cursor}))
+				r, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: got[len(got)-1].Cursor}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -384,7 +390,7 @@ func TestFilters(t *testing.T) {
 		{"nothing", ff.Filter{Namespace: "nope"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning, Filter: tc.filter, PageSize: 2}))
+			s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning, Filter: tc.filter, PageSize: 2}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -428,7 +434,7 @@ func TestPartitions(t *testing.T) {
 	for _, p := range parts {
 		ids = append(ids, insertLease(t, db.Pool, row{partition: p}))
 	}
-	all, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning}))
+	all, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +449,7 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 
-	some, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning, Partitions: []int16{255, 1, 1}}))
+	some, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning, Partitions: []int16{255, 1, 1}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +471,7 @@ func TestPartitions(t *testing.T) {
 func TestLeaseEventFields(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +522,7 @@ func TestLeaseEventFields(t *testing.T) {
 func TestCompletions(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	s, err := subscribe.Completions(ctx, db.Pool, fast(subscribe.Options{Filter: ff.Filter{Namespace: "ns"}}))
+	s, err := subscribe.Completions(ctx, db.Pool, fast(t, subscribe.Options{Filter: ff.Filter{Namespace: "ns"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +560,7 @@ func TestTerminatedConnections(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
 	app := appName(t)
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{ApplicationName: app, Start: subscribe.StartBeginning, PageSize: 16}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{ApplicationName: app, Start: subscribe.StartBeginning, PageSize: 16}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,6 +615,8 @@ func TestTerminatedConnections(t *testing.T) {
 		resc <- r
 	}()
 
+	// connected: two new connections, and the reader has finished a query
+	// on its new one.
 	connected := func(prev []int32) func() bool {
 		return func() bool {
 			now := backends(t, db.Pool, app)
@@ -620,7 +628,12 @@ func TestTerminatedConnections(t *testing.T) {
 					return false
 				}
 			}
-			return true
+			var read bool
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) = 1 FROM pg_stat_activity
+				WHERE application_name = $1 AND query LIKE 'SELECT%' AND state = 'idle'`, app).Scan(&read); err != nil {
+				t.Fatal(err)
+			}
+			return read
 		}
 	}
 	pids := backends(t, db.Pool, app)
@@ -678,7 +691,7 @@ func TestSlowConsumer(t *testing.T) {
 		 SELECT gen_random_uuid()::text, NULL, 'renewed', g, g % 256, NULL, NULL FROM generate_series(1, $1) g`, total); err != nil {
 		t.Fatal(err)
 	}
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{Start: subscribe.StartBeginning, BufferSize: 10, PageSize: 50}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning, BufferSize: 10, PageSize: 50}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -740,7 +753,7 @@ func TestCloseReleasesConnections(t *testing.T) {
 func TestNextContext(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	s, err := subscribe.Leases(ctx, db.Pool, fast(subscribe.Options{}))
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
