@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/internal/bench"
@@ -38,10 +39,21 @@ func runBench(ctx context.Context, args []string) int {
 		}
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
-		return cli.Report(os.Stderr, fs.Name(), err)
+	// Scenario names and flags may be interleaved: parse, take the names up
+	// to the next flag, parse again.
+	var scenarios []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return cli.Report(os.Stderr, fs.Name(), err)
+		}
+		rest = fs.Args()
+		for len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			scenarios, rest = append(scenarios, rest[0]), rest[1:]
+		}
+		if len(rest) == 0 {
+			break
+		}
 	}
-	scenarios := fs.Args()
 	if len(scenarios) == 0 {
 		scenarios = []string{"outbox", "expire"}
 	}
