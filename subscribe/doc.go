@@ -19,11 +19,14 @@
 // read that happened before it committed, so it always sorts after the
 // reader's position: no row is ever skipped, and every reader sees the same
 // order. The horizon is read in its own statement before the page query,
-// never inside it (see readPage for why).
+// never inside it: ff_xact_horizon() is VOLATILE, so inside the page query
+// it would take a newer snapshot than the scan's, and could pass a
+// transaction whose rows the scan cannot see yet.
 //
 // The order is a total order that is stable across reads and subscriptions,
 // but it is neither event_id order nor exactly commit order: it is the order
-// of the writers' first writes, and within a transaction, event_id order.
+// in which writers obtained their transaction ids (roughly, of their first
+// writes), and within a transaction, event_id order.
 //
 // The cost: a transaction that holds an xid stays below the horizon until it
 // ends, so a long-open writing transaction anywhere on the server (any
@@ -45,19 +48,20 @@
 //
 // A legacy cursor (the upstream 9-byte form, ff.Cursor.Legacy, an event_id
 // E only) resumes at the first event whose event_id is greater than E, then
-// continues in commit-safe order. Because commit-safe order interleaves
-// event ids, it is done in one snapshot S at subscribe time: the stream
-// starts just before the lowest position any row with event_id > E can have
-// (the lowest such visible xact_id, or xmin(S) for rows not yet visible), and
-// until it passes xmax(S) it skips rows with event_id <= E (rows the legacy
-// consumer saw; every one of them took its id, and its xid, before S).
-// Rows of later transactions are never skipped. An E beyond the newest
-// visible event_id counts as the newest one: ids above it were never seen.
-// Resuming from the legacy cursor itself is exact. One caveat: the events
-// delivered while the stream is still below xmax(S) carry ordinary cursors,
-// and a new subscription after one of those does not know E, so it would
-// deliver again the few rows with event_id <= E that commit-safe order
-// places after it (never fewer events, only those repeats).
+// continues in commit-safe order. Commit-safe order interleaves event ids,
+// so this is worked out from one snapshot S at subscribe time. The legacy
+// consumer can only have seen rows committed before S; the stream skips
+// exactly the rows with event_id <= E that S sees, and delivers everything
+// else: every row with event_id > E, and rows with event_id <= E that were
+// not yet committed at S (upstream's id cursor would have lost those). It
+// starts just before the lowest position such a row can have (the lowest
+// xact_id of a visible row with event_id > E, or xmin(S) for rows not yet
+// visible), and drops the skip rule once past xmax(S). Resuming from the
+// legacy cursor itself is exact. One caveat: the events delivered while the
+// stream is still below xmax(S) carry ordinary cursors, and a new
+// subscription after one of those does not know E, so it would deliver
+// again the rows with event_id <= E that commit-safe order places after it
+// (only those repeats; never fewer events).
 //
 // # Filters and partitions
 //

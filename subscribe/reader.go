@@ -163,38 +163,32 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 
 	case r.cfg.start == StartAfter:
 		// A legacy cursor says "every event_id <= E was seen", in id order.
-		// One statement, so one snapshot S, reads:
-		//   maxID: the newest visible event_id. Every row with an event_id
-		//     up to it took its id, and its xid, before S: its xact_id is
-		//     below xmax(S).
-		//   minX: the lowest xact_id among visible rows with event_id > E.
-		//     Rows not visible in S belong to transactions running at S or
-		//     later, whose xids are >= xmin(S).
-		// So every row with event_id > E sits at or after (min(minX,
-		// xmin(S)), 0); start just before that, and skip the rows with
-		// event_id <= min(E, maxID) and xact_id < xmax(S): the ones the
-		// legacy consumer saw. Rows at xact_id >= xmax(S) are never skipped.
+		// The legacy consumer can only have seen rows committed before this
+		// subscribe call, so: skip exactly the rows with event_id <= E that
+		// the snapshot S of one statement sees. Every row with event_id > E
+		// sits at or after (min(minX, xmin(S)), 0), where minX is the lowest
+		// xact_id of such rows visible in S, and rows not visible in S
+		// belong to transactions with xids >= xmin(S). Start just before
+		// that. Rows visible in S have xids below xmax(S), so past xmax(S)
+		// the rule is dropped.
 		e := r.cfg.after.EventID
 		var xmin, xmax int64
-		var maxID, minX *int64
+		var snap string
+		var minX *int64
 		err := q.QueryRow(ctx, schema.SQL(`
-SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
-       (SELECT max(event_id) FROM {S}`+r.table.name+`),
+SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, s::text,
        (SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE event_id > $1)
-FROM pg_current_snapshot() AS s`), e).Scan(&xmin, &xmax, &maxID, &minX)
+FROM pg_current_snapshot() AS s`), e).Scan(&xmin, &xmax, &snap, &minX)
 		if err != nil {
 			return r.startErr(err)
-		}
-		var seen int64
-		if maxID != nil {
-			seen = min(e, *maxID)
 		}
 		startX := xmin
 		if minX != nil {
 			startX = min(startX, *minX)
 		}
 		r.pos, r.last = below(startX), r.cfg.after
-		r.skip = &skipRule{until: xmax, pred: "(event_id > $%d OR xact_id >= $%d)", args: []any{seen, xmax}}
+		r.skip = &skipRule{until: xmax, args: []any{e, snap},
+			pred: "NOT (event_id <= $%d AND pg_visible_in_snapshot(xact_id::text::xid8, $%d::text::pg_snapshot))"}
 
 	default: // StartNow
 		// The transactions not visible in the subscribe snapshot S are the

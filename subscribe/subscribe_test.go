@@ -357,6 +357,37 @@ func TestLegacyCursor(t *testing.T) {
 	}
 }
 
+// A legacy cursor's consumer cannot have seen a row that was not committed
+// when the stream subscribed, whatever its event_id: that row is delivered
+// when it commits.
+func TestLegacyCursorInFlight(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	open, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	idOpen := insertLease(t, open, row{})
+	idSeen := insertLease(t, db.Pool, row{})
+
+	legacy := ff.Cursor{EventID: idSeen, Legacy: true}
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: legacy}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	expectNone(t, s, 100*time.Millisecond)
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idNew := insertLease(t, db.Pool, row{})
+	if got := eventIDs(collect(t, s, 2, wait)); !slices.Equal(got, []int64{idOpen, idNew}) {
+		t.Fatalf("got %v, want [%d %d] (%d was seen)", got, idOpen, idNew, idSeen)
+	}
+	expectNone(t, s, 100*time.Millisecond)
+}
+
 // Filters compare the namespace exactly and the instance tag by value only;
 // a NULL column never matches.
 func TestFilters(t *testing.T) {
