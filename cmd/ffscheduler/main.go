@@ -1,0 +1,299 @@
+// Command ffscheduler is ffriver's scheduler: the one River client that may
+// become River's leader. While it leads it inserts every scanner's periodic
+// ff.tick job and runs River's maintenance (rescuer, cleaner, scheduler); it
+// registers every ffriver job kind, so the rescuer never discards a stuck
+// ffriver job as unknown. It also works the scan queue (ticks and partition
+// scans are cheap reads), and with --apply-concurrency the apply queue too.
+// Run two for failover: River elects one leader, the other takes over within
+// River's leader TTL (about 15 s after a crash, at once after a clean stop).
+//
+// It serves River UI on --ui-addr (default 127.0.0.1:8080; "off" disables
+// it). A non-loopback address needs --ui-user and --ui-password (or
+// FF_UI_USER and FF_UI_PASSWORD) and then requires HTTP basic auth: River
+// UI can cancel, retry and delete jobs. When the default address is taken
+// (a second scheduler on the same host) the UI is skipped with a warning;
+// an address given explicitly that cannot be bound is an error.
+//
+// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime failure, 2 usage
+// error, 3 schema not migrated or with another partition count.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"riverqueue.com/riverui"
+)
+
+const defaultUIAddr = "127.0.0.1:8080"
+
+const summary = `ffscheduler is the River leader of an ffriver deployment: it inserts the
+scanners' periodic ticks, runs River's maintenance and serves River UI. It
+works the scan queue; ffworker processes work the per-item actions. Run two
+for failover; River elects one leader.
+
+Exit codes: 0 clean stop, 1 failure, 2 usage error, 3 schema not migrated.`
+
+func main() {
+	ctx, stop := cli.SignalContext(context.Background())
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+type options struct {
+	common          *cli.Common
+	uiAddr          string
+	uiUser, uiPass  string
+	scanConc        int
+	applyConc       int
+	filter          filterFlags
+	partitions      int
+	retention       time.Duration
+	jobTimeout      time.Duration
+	rescueAfter     time.Duration
+	completedRetain time.Duration
+	shutdownTimeout time.Duration
+	intervals       map[string]*time.Duration
+	batches         map[string]*int
+	uiAddrExplicit  bool
+	id              string
+}
+
+func parse(args []string, stdout io.Writer, getenv func(string) string) (*options, error) {
+	fs := cli.NewFlagSet("ffscheduler", "", summary)
+	fs.Stdout = stdout
+	fs.Getenv = getenv
+	o := &options{common: cli.AddCommon(fs), intervals: map[string]*time.Duration{}, batches: map[string]*int{}}
+	fs.StringVar(&o.uiAddr, "ui-addr", defaultUIAddr, "`host:port` River UI listens on; \"off\" disables it.\n"+
+		"A non-loopback address requires --ui-user and --ui-password")
+	fs.StringVar(&o.uiUser, "ui-user", "", "basic-auth `user` for River UI (default $FF_UI_USER)")
+	fs.StringVar(&o.uiPass, "ui-password", "", "basic-auth `password` for River UI (default $FF_UI_PASSWORD)")
+	fs.IntVar(&o.scanConc, "scan-concurrency", 4, "`workers` for the scan queue (ticks and partition scans); 0: none")
+	fs.IntVar(&o.applyConc, "apply-concurrency", 0, "`workers` for the apply queue (per-item actions); 0 leaves them to ffworker")
+	o.filter.add(fs)
+	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
+	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultRetention, "outbox events older than this `duration` are deleted")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", scanners.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
+	fs.DurationVar(&o.rescueAfter, "rescue-after", ffriver.DefaultRescueAfter,
+		"`duration` after which River's rescuer retries a job still running\n(a worker that died mid-job); at least --job-timeout")
+	fs.DurationVar(&o.completedRetain, "completed-retention", ffriver.DefaultCompletedRetention, "how long River keeps completed jobs and their outputs (`duration`)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
+		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
+	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default host name and start time)")
+	for _, s := range scanners.Builtins(0) {
+		d := s.Defaults()
+		o.intervals[s.Name()] = fs.Duration(strings.ReplaceAll(s.Name(), "_", "-")+"-interval", d.Interval, "tick `interval` of the "+s.Name()+" scanner")
+		o.batches[s.Name()] = fs.Int(strings.ReplaceAll(s.Name(), "_", "-")+"-batch", d.Batch, "most `candidates` one "+s.Name()+" scan selects")
+	}
+	fs.AfterParse(func() error {
+		o.uiAddrExplicit = fs.Explicit("ui-addr")
+		if o.uiUser == "" {
+			o.uiUser = getenv("FF_UI_USER")
+		}
+		if o.uiPass == "" {
+			o.uiPass = getenv("FF_UI_PASSWORD")
+		}
+		if o.scanConc < 0 || o.applyConc < 0 || o.scanConc > 10000 || o.applyConc > 10000 {
+			return cli.Usagef("--scan-concurrency and --apply-concurrency must be within 0..10000")
+		}
+		if o.scanConc == 0 && o.applyConc == 0 {
+			return cli.Usagef("--scan-concurrency and --apply-concurrency are both 0: the scheduler would work no queue and could not lead")
+		}
+		if o.rescueAfter < o.jobTimeout {
+			return cli.Usagef("--rescue-after %s is shorter than --job-timeout %s", o.rescueAfter, o.jobTimeout)
+		}
+		if (o.uiUser == "") != (o.uiPass == "") {
+			return cli.Usagef("River UI credentials need both --ui-user and --ui-password")
+		}
+		if o.uiAddr != "off" && o.uiAddr != "" {
+			if _, _, err := net.SplitHostPort(o.uiAddr); err != nil {
+				return cli.Usagef("--ui-addr %q: %v", o.uiAddr, err)
+			}
+			if !isLoopback(o.uiAddr) && o.uiUser == "" {
+				return cli.Usagef("--ui-addr %s is not a loopback address: River UI can cancel and delete jobs, so pass --ui-user and --ui-password (or set FF_UI_USER and FF_UI_PASSWORD)", o.uiAddr)
+			}
+		}
+		return o.filter.check()
+	})
+	return o, fs.Parse(args)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	o, err := parse(args, stdout, getenv)
+	if err != nil {
+		return cli.Report(stderr, "ffscheduler", err)
+	}
+	logger := o.common.Logger(stderr)
+	if err := serve(ctx, o, logger); err != nil {
+		if cli.ExitCode(err) == cli.ExitNotMigrated {
+			logger.Error("refusing to start", "error", err)
+		}
+		return cli.Report(stderr, "ffscheduler", err)
+	}
+	return cli.ExitOK
+}
+
+func serve(ctx context.Context, o *options, logger *slog.Logger) error {
+	pool, err := o.common.OpenPool(ctx, cli.PoolOptions{AppName: "ffscheduler", MaxConns: int32(o.scanConc + o.applyConc + 8)})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	schema, err := o.common.ResolveSchema(ctx, pool)
+	if err != nil {
+		return err
+	}
+	waker := outbox.NewWaker(pool, schema, 0, logger)
+	overrides := map[string]scanners.Settings{}
+	for name, iv := range o.intervals {
+		overrides[name] = scanners.Settings{Interval: *iv, Batch: *o.batches[name]}
+	}
+	f, err := ffriver.New(ctx, pool, ffriver.Config{
+		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: o.filter.filter,
+		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
+		Logger: logger, Waker: waker,
+	})
+	if err != nil {
+		return err
+	}
+	rc, err := f.SchedulerConfig(ffriver.ClientOptions{
+		ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, Logger: logger, ID: o.id,
+		RescueStuckJobsAfter: o.rescueAfter, CompletedJobRetention: o.completedRetain,
+	})
+	if err != nil {
+		return err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+
+	// Jobs must not see the signal: Stop below lets them finish.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	go waker.Run(runCtx)
+
+	var srv *http.Server
+	if o.uiAddr != "off" && o.uiAddr != "" {
+		srv, err = startUI(runCtx, o, client, logger)
+		if err != nil {
+			return err
+		}
+	}
+	if err := client.Start(runCtx); err != nil {
+		return fmt.Errorf("starting River: %w", err)
+	}
+	logger.Info("ffscheduler started", "schema", schema, "partitions", int(f.Store().Partitions()),
+		"scan_queue", f.Pipeline().ScanQueue(), "apply_queue", f.Pipeline().ApplyQueue(),
+		"scanners", f.Pipeline().Registry().Names(), "ui", o.uiAddr)
+
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping: waiting for running jobs", "timeout", o.shutdownTimeout.String())
+	case <-client.Stopped():
+		return errors.New("River client stopped unexpectedly")
+	}
+	if srv != nil {
+		shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(shCtx)
+		cancel()
+	}
+	return stopRiver(client, o.shutdownTimeout, logger)
+}
+
+// stopRiver stops fetching and waits for running jobs; after timeout it
+// cancels them (their transactions roll back; River retries them).
+func stopRiver(client *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) error {
+	stopCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		logger.Warn("running jobs did not finish in time; cancelling them", "error", err)
+		hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelHard()
+		if err := client.StopAndCancel(hard); err != nil {
+			return fmt.Errorf("stopping River: %w", err)
+		}
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*http.Server, error) {
+	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: logger, Prefix: "/"})
+	if err != nil {
+		return nil, fmt.Errorf("River UI: %w", err)
+	}
+	ln, err := net.Listen("tcp", o.uiAddr)
+	if err != nil {
+		if !o.uiAddrExplicit {
+			logger.Warn("River UI not served: its default address is taken (another scheduler on this host?); pass --ui-addr to choose one", "addr", o.uiAddr, "error", err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("River UI: --ui-addr %s: %w", o.uiAddr, err)
+	}
+	if err := h.Start(ctx); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("River UI: %w", err)
+	}
+	var handler http.Handler = h
+	if o.uiUser != "" {
+		handler = basicAuth(h, o.uiUser, o.uiPass)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("River UI server failed", "error", err)
+		}
+	}()
+	logger.Info("River UI listening", "url", "http://"+ln.Addr().String()+"/", "auth", o.uiUser != "")
+	return srv, nil
+}
+
+// basicAuth requires user and password, compared in constant time.
+func basicAuth(next http.Handler, user, pass string) http.Handler {
+	wantU, wantP := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		gotU, gotP := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		uOK := subtle.ConstantTimeCompare(gotU[:], wantU[:])
+		pOK := subtle.ConstantTimeCompare(gotP[:], wantP[:])
+		if !ok || uOK&pOK != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ffriver River UI", charset="UTF-8"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isLoopback reports whether a host:port listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,166 @@
+// Command ffworker works ffriver's jobs: the per-item actions of the apply
+// queue (expire an attempt, promote a delayed execution, expire a deadline,
+// dispatch or reconcile a cancel group, trim the outbox) and, with
+// --scan-concurrency, partition scans too. Scale it out freely: it never
+// becomes River's leader (LeaderElectionDisabled) and fetches only ffriver's
+// job kinds (FetchOnlyKnownKinds), so it can share a River schema with other
+// applications.
+//
+// Scanner filter: --namespace and --instance-tag select which jobs this
+// worker fetches. The filter is chosen where scans are scheduled (ffscheduler
+// carries it in its tick and scan jobs, which scan with it in SQL); each
+// filter has its own pair of queues, so a worker started with a filter works
+// only the jobs of a scheduler started with the same filter, and a worker
+// without one works only unfiltered jobs. A worker whose filter no scheduler
+// schedules logs a warning, as does any worker when no tick has been
+// inserted for --tick-stale-after (no scheduler alive).
+//
+// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime failure, 2 usage
+// error, 3 schema not migrated or with another partition count.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+const summary = `ffworker works ffriver's per-item actions (and, with --scan-concurrency,
+partition scans) scheduled by ffscheduler. Run as many as needed; none ever
+leads River.
+
+Exit codes: 0 clean stop, 1 failure, 2 usage error, 3 schema not migrated.`
+
+func main() {
+	ctx, stop := cli.SignalContext(context.Background())
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+type options struct {
+	common          *cli.Common
+	applyConc       int
+	scanConc        int
+	filter          filterFlags
+	partitions      int
+	jobTimeout      time.Duration
+	staleAfter      time.Duration
+	shutdownTimeout time.Duration
+	id              string
+}
+
+func parse(args []string, stdout io.Writer, getenv func(string) string) (*options, error) {
+	fs := cli.NewFlagSet("ffworker", "", summary)
+	fs.Stdout = stdout
+	fs.Getenv = getenv
+	o := &options{common: cli.AddCommon(fs)}
+	fs.IntVar(&o.applyConc, "concurrency", 16, "`workers` for the apply queue: per-item actions, one transaction each")
+	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
+	o.filter.add(fs)
+	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", scanners.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
+	fs.DurationVar(&o.staleAfter, "tick-stale-after", 30*time.Second, "warn when no tick was inserted for this `duration` (no scheduler alive); 0 disables")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
+		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
+	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default host name and start time)")
+	fs.AfterParse(func() error {
+		if o.applyConc < 0 || o.scanConc < 0 || o.applyConc > 10000 || o.scanConc > 10000 {
+			return cli.Usagef("--concurrency and --scan-concurrency must be within 0..10000")
+		}
+		if o.applyConc == 0 && o.scanConc == 0 {
+			return cli.Usagef("--concurrency and --scan-concurrency are both 0: nothing to work")
+		}
+		if o.staleAfter < 0 {
+			return cli.Usagef("--tick-stale-after must not be negative")
+		}
+		return o.filter.check()
+	})
+	return o, fs.Parse(args)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	o, err := parse(args, stdout, getenv)
+	if err != nil {
+		return cli.Report(stderr, "ffworker", err)
+	}
+	logger := o.common.Logger(stderr)
+	if err := serve(ctx, o, logger); err != nil {
+		if cli.ExitCode(err) == cli.ExitNotMigrated {
+			logger.Error("refusing to start", "error", err)
+		}
+		return cli.Report(stderr, "ffworker", err)
+	}
+	return cli.ExitOK
+}
+
+func serve(ctx context.Context, o *options, logger *slog.Logger) error {
+	pool, err := o.common.OpenPool(ctx, cli.PoolOptions{AppName: "ffworker", MaxConns: int32(o.applyConc + o.scanConc + 4)})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	schema, err := o.common.ResolveSchema(ctx, pool)
+	if err != nil {
+		return err
+	}
+	waker := outbox.NewWaker(pool, schema, 0, logger)
+	f, err := ffriver.New(ctx, pool, ffriver.Config{
+		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: o.filter.filter,
+		JobTimeout: o.jobTimeout, Logger: logger, Waker: waker,
+	})
+	if err != nil {
+		return err
+	}
+	rc, err := f.WorkerConfig(ffriver.ClientOptions{ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, Logger: logger, ID: o.id})
+	if err != nil {
+		return err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	go waker.Run(runCtx)
+	if o.staleAfter > 0 {
+		go f.WatchTicks(runCtx, "", o.staleAfter, logger)
+	}
+	if err := client.Start(runCtx); err != nil {
+		return fmt.Errorf("starting River: %w", err)
+	}
+	logger.Info("ffworker started", "schema", schema, "partitions", int(f.Store().Partitions()),
+		"apply_queue", f.Pipeline().ApplyQueue(), "apply_concurrency", o.applyConc,
+		"scan_queue", f.Pipeline().ScanQueue(), "scan_concurrency", o.scanConc)
+
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping: waiting for running jobs", "timeout", o.shutdownTimeout.String())
+	case <-client.Stopped():
+		return errors.New("River client stopped unexpectedly")
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		logger.Warn("running jobs did not finish in time; cancelling them", "error", err)
+		hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelHard()
+		if err := client.StopAndCancel(hard); err != nil {
+			return fmt.Errorf("stopping River: %w", err)
+		}
+	}
+	logger.Info("stopped")
+	return nil
+}

@@ -1,0 +1,364 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/internal/testdb"
+)
+
+// buildPipelineBinaries builds ffscheduler and ffworker into a temporary
+// folder.
+func buildPipelineBinaries(t *testing.T) (scheduler, worker string) {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	for _, name := range []string{"ffscheduler", "ffworker"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), "github.com/ffriver/ffriver/cmd/"+name)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+		}
+	}
+	return filepath.Join(dir, "ffscheduler"), filepath.Join(dir, "ffworker")
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is one running binary.
+type proc struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	code   int
+}
+
+// startProc starts bin with args and a clean database environment; it is
+// killed when the test ends if still running.
+func startProc(t *testing.T, name, bin string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "DATABASE_URL" || k == "FF_SCHEMA" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	p := &proc{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	cmd.Stdout = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		p.code = cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// signal sends sig and waits for the exit code.
+func (p *proc) signal(sig syscall.Signal, within time.Duration) int {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(sig)
+	return p.wait(within)
+}
+
+func (p *proc) wait(within time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(within):
+		p.t.Fatalf("%s did not exit within %s\n%s", p.name, within, p.stderr.String())
+		return -1
+	}
+}
+
+// awaitDB polls a count query until it reaches want.
+func awaitDB(t *testing.T, db *testdb.DB, within time.Duration, what string, want int, q string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var n int
+	for {
+		if err := db.Pool.QueryRow(t.Context(), q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %d, want %d", within, what, n, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func dbCount(t *testing.T, db *testdb.DB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(t.Context(), q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func dbExec(t *testing.T, db *testdb.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(t.Context(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// seedExpiredAttempts writes n active executions whose attempt lease expired
+// a second ago, with plain SQL naming only keys, the lane, the five state
+// columns and the attempt's lease expiry (as an external producer would).
+func seedExpiredAttempts(t *testing.T, db *testdb.DB, lane string, n int) {
+	t.Helper()
+	dbExec(t, db, `WITH ids AS (SELECT (i % 256)::smallint AS p, gen_random_uuid() AS id FROM generate_series(1, $1) i),
+		core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
+			lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state)
+			SELECT p, id, $2, 'active', 'leased', 'not_applicable', 'active', 'running_attempt' FROM ids)
+		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms)
+		SELECT p, id, 0, (extract(epoch FROM now()) * 1000)::bigint - 1000 FROM ids`, n, lane)
+}
+
+const (
+	expiredByLane = `SELECT count(*) FROM ff_exec_core WHERE lane_id = $1 AND lifecycle_phase = 'terminal' AND public_state = 'expired'`
+	// Exactly one lease "expired" and one completion "expired" per execution.
+	eventsByLane = `SELECT count(*) FROM ff_exec_core c
+		WHERE c.lane_id = $1
+		  AND (SELECT count(*) FROM ff_lease_event l WHERE l.execution_id = c.execution_id::text AND l.event_type = 'expired') = 1
+		  AND (SELECT count(*) FROM ff_completion_event e WHERE e.execution_id = c.execution_id AND e.outcome = 'expired') = 1`
+)
+
+func dbArgs(db *testdb.DB) []string {
+	return []string{"--database-url", testdb.URL(), "--schema", db.Schema}
+}
+
+// TestBinariesReconcilePlainSQLRows: rows written by plain SQL are
+// reconciled by ffscheduler and ffworker started with only --database-url
+// and --schema; both stop cleanly on SIGTERM.
+func TestBinariesReconcilePlainSQLRows(t *testing.T) {
+	db := testdb.New(t, nil)
+	schedBin, workerBin := buildPipelineBinaries(t)
+
+	seedExpiredAttempts(t, db, "timeout", 50)
+	// Delayed the upstream way (deadline_at_ms on a not_eligible_until_time
+	// row) and past its execution deadline.
+	dbExec(t, db, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
+		lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state, deadline_at_ms)
+		SELECT (i % 256)::smallint, gen_random_uuid(), 'delayed', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
+		       'pending_first_attempt', (extract(epoch FROM now()) * 1000)::bigint - 10 FROM generate_series(1, 20) i`)
+	dbExec(t, db, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
+		lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state, deadline_at_ms)
+		SELECT (i % 256)::smallint, gen_random_uuid(), 'deadline', 'runnable', 'unowned', 'eligible_now', 'waiting',
+		       'pending_first_attempt', (extract(epoch FROM now()) * 1000)::bigint - 10 FROM generate_series(1, 20) i`)
+
+	sched := startProc(t, "ffscheduler", schedBin, dbArgs(db)...)
+	worker := startProc(t, "ffworker", workerBin, dbArgs(db)...)
+
+	awaitDB(t, db, 30*time.Second, "attempt timeouts", 50, expiredByLane, "timeout")
+	awaitDB(t, db, 10*time.Second, "promotions", 20, `SELECT count(*) FROM ff_exec_core WHERE lane_id = 'delayed'
+		AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND public_state = 'waiting'`)
+	awaitDB(t, db, 10*time.Second, "deadlines", 20, expiredByLane, "deadline")
+	awaitDB(t, db, 10*time.Second, "events", 50, eventsByLane, "timeout")
+	if n := dbCount(t, db, `SELECT count(*) FROM ff_completion_event e JOIN ff_exec_core c USING (partition_key, execution_id)
+		WHERE c.lane_id = 'deadline' AND e.outcome = 'expired'`); n != 20 {
+		t.Errorf("%d deadline completions, want 20", n)
+	}
+	if n := dbCount(t, db, `SELECT count(*) FROM river_job WHERE queue NOT IN ('ff_scan', 'ff_apply')`); n != 0 {
+		t.Errorf("%d jobs outside ffriver's queues", n)
+	}
+
+	if code := worker.signal(syscall.SIGTERM, 40*time.Second); code != 0 {
+		t.Errorf("ffworker exit %d after SIGTERM\n%s", code, worker.stderr.String())
+	}
+	if code := sched.signal(syscall.SIGTERM, 40*time.Second); code != 0 {
+		t.Errorf("ffscheduler exit %d after SIGTERM\n%s", code, sched.stderr.String())
+	}
+	if !strings.Contains(sched.stderr.String(), "stopped") || !strings.Contains(worker.stderr.String(), "stopped") {
+		t.Errorf("no clean stop logged")
+	}
+}
+
+// TestKilledWorkerLosesNothing: a worker killed with SIGKILL mid-load rolls
+// back its in-flight actions; River's rescuer retries their jobs and every
+// execution transitions exactly once, with exactly one set of events.
+func TestKilledWorkerLosesNothing(t *testing.T) {
+	db := testdb.New(t, nil)
+	schedBin, workerBin := buildPipelineBinaries(t)
+	const n = 3000
+	seedExpiredAttempts(t, db, "load", n)
+
+	startProc(t, "ffscheduler", schedBin, append(dbArgs(db), "--ui-addr", "off",
+		"--job-timeout", "2s", "--rescue-after", "3s", "--attempt-timeout-batch", "100")...)
+	victim := startProc(t, "ffworker-1", workerBin, append(dbArgs(db), "--concurrency", "8", "--id", "victim")...)
+	deadline := time.Now().Add(30 * time.Second)
+	for dbCount(t, db, expiredByLane, "load") < n/10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress before the kill")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	running := dbCount(t, db, `SELECT count(*) FROM river_job WHERE state = 'running' AND 'victim' = ANY(attempted_by)`)
+	victim.signal(syscall.SIGKILL, 10*time.Second)
+	done := dbCount(t, db, expiredByLane, "load")
+	t.Logf("killed the worker with %d/%d done and %d of its jobs running", done, n, running)
+	if done == n {
+		t.Log("the load finished before the kill; the kill tested nothing")
+	}
+	startProc(t, "ffworker-2", workerBin, append(dbArgs(db), "--concurrency", "8")...)
+
+	// The victim's running jobs wait for the rescuer (every 30 s).
+	awaitDB(t, db, 75*time.Second, "every execution expired", n, expiredByLane, "load")
+	awaitDB(t, db, 10*time.Second, "exactly one event pair each", n, eventsByLane, "load")
+	if extra := dbCount(t, db, `SELECT count(*) FROM ff_lease_event`) - n; extra != 0 {
+		t.Errorf("%d lease events beyond one per execution", extra)
+	}
+}
+
+// TestSchedulerFailover: with two schedulers, killing the leader hands
+// leadership to the other, which keeps ticking; no transition happens twice.
+func TestSchedulerFailover(t *testing.T) {
+	db := testdb.New(t, nil)
+	schedBin, workerBin := buildPipelineBinaries(t)
+	s1 := startProc(t, "ffscheduler-1", schedBin, append(dbArgs(db), "--ui-addr", "off", "--id", "sched-1")...)
+	s2 := startProc(t, "ffscheduler-2", schedBin, append(dbArgs(db), "--ui-addr", "off", "--id", "sched-2")...)
+	startProc(t, "ffworker", workerBin, dbArgs(db)...)
+
+	seedExpiredAttempts(t, db, "before", 100)
+	awaitDB(t, db, 30*time.Second, "first batch", 100, expiredByLane, "before")
+	var leader string
+	if err := db.Pool.QueryRow(t.Context(), `SELECT leader_id FROM river_leader`).Scan(&leader); err != nil {
+		t.Fatal(err)
+	}
+	victim, survivor := s1, "sched-2"
+	if leader == "sched-2" {
+		victim, survivor = s2, "sched-1"
+	}
+	t.Logf("leader %s; killing it", leader)
+	victim.signal(syscall.SIGKILL, 10*time.Second)
+
+	seedExpiredAttempts(t, db, "after", 100)
+	// River's leader TTL is about 15 s after a crash; then a tick within 1 s.
+	awaitDB(t, db, 45*time.Second, "second batch after failover", 100, expiredByLane, "after")
+	awaitDB(t, db, 10*time.Second, "one event pair each", 100, eventsByLane, "before")
+	awaitDB(t, db, 10*time.Second, "one event pair each", 100, eventsByLane, "after")
+	if err := db.Pool.QueryRow(t.Context(), `SELECT leader_id FROM river_leader`).Scan(&leader); err != nil || leader != survivor {
+		t.Errorf("leader after failover = %q (%v), want %s", leader, err, survivor)
+	}
+}
+
+// TestBinariesRefuseUnmigratedSchema: exit code 3 and one clear message.
+func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
+	schedBin, workerBin := buildPipelineBinaries(t)
+	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
+	migrated := testdb.New(t, &testdb.Options{Partitions: 16})
+	for _, tc := range []struct {
+		name string
+		bin  string
+		args []string
+	}{
+		{"scheduler/unmigrated", schedBin, dbArgs(bare)},
+		{"worker/unmigrated", workerBin, dbArgs(bare)},
+		{"scheduler/partitions", schedBin, append(dbArgs(migrated), "--partitions", "256")},
+		{"worker/partitions", workerBin, append(dbArgs(migrated), "--partitions", "256")},
+	} {
+		args := tc.args
+		if strings.HasPrefix(tc.name, "scheduler") {
+			args = append(args, "--ui-addr", "off")
+		}
+		p := startProc(t, tc.name, tc.bin, args...)
+		code := p.wait(20 * time.Second)
+		out := p.stderr.String()
+		if code != 3 || !strings.Contains(out, "not migrated") {
+			t.Errorf("%s: exit %d, output:\n%s", tc.name, code, out)
+		}
+	}
+}
+
+// TestSchedulerUIAuth: a non-loopback UI address needs credentials; with
+// them, River UI requires basic auth.
+func TestSchedulerUIAuth(t *testing.T) {
+	schedBin, _ := buildPipelineBinaries(t)
+	db := testdb.New(t, nil)
+	p := startProc(t, "ffscheduler-open", schedBin, append(dbArgs(db), "--ui-addr", "0.0.0.0:0")...)
+	if code := p.wait(10 * time.Second); code != 2 || !strings.Contains(p.stderr.String(), "--ui-user") {
+		t.Errorf("non-loopback without credentials: exit %d\n%s", code, p.stderr.String())
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	startProc(t, "ffscheduler-ui", schedBin, append(dbArgs(db), "--ui-addr", addr, "--ui-user", "admin", "--ui-password", "s3cret")...)
+	url := "http://" + addr + "/api/states"
+	get := func(user, pass string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for get("admin", "s3cret") != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatalf("River UI never answered at %s", url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range [][2]string{{"", ""}, {"admin", "wrong"}, {"root", "s3cret"}} {
+		if code := get(c[0], c[1]); code != http.StatusUnauthorized {
+			t.Errorf("credentials %q: status %d, want 401", c, code)
+		}
+	}
+}
