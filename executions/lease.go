@@ -186,9 +186,11 @@ func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
 	return ev
 }
 
-// lockedLeaseEvent describes the lease currently on a locked row.
-func lockedLeaseEvent(l *locked, typ string, epoch int64, now int64) outbox.LeaseEvent {
-	idx := l.attemptIndex
+// lockedLeaseEvent describes the lease currently on a locked row: its
+// attempt and the epoch it was held under (before any bump by the
+// transition the event records).
+func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseEvent {
+	idx, epoch := l.attemptIndex, l.epoch
 	return outbox.LeaseEvent{ID: l.id, Type: typ, LeaseID: l.leaseID, AttemptIndex: &idx, LeaseEpoch: &epoch,
 		WorkerInstanceID: l.workerInstance, OccurredAtMs: now}
 }
@@ -225,7 +227,7 @@ func (s *Store) RenewTx(ctx context.Context, tx pgx.Tx, lease Lease, ttl time.Du
 	b.Queue(s.sql(`UPDATE {S}ff_attempt SET lease_expires_at_ms = $4
 		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`),
 		lease.ID.Partition, lease.ID.UUID, lease.AttemptIndex, lease.ExpiresAtMs)
-	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRenewed, l.epoch, now)); err != nil {
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRenewed, now)); err != nil {
 		return Lease{}, err
 	}
 	if err := sendBatch(ctx, tx, b, "renew "+lease.ID.String()); err != nil {
@@ -261,7 +263,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 		    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
 		    terminal_at_ms = $3, result = $4
 		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, result)
-	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, l.epoch, true, now); err != nil {
+	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, true, now); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, "complete "+l.id.String())
@@ -285,9 +287,9 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 
 // queueTerminalEvents queues the completion event (and, for a flow member,
 // the cascade) and, when the execution was leased (withLease), the lease event.
-func (s *Store) queueTerminalEvents(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome, leaseType string, epoch int64, withLease bool, now int64) error {
+func (s *Store) queueTerminalEvents(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome, leaseType string, withLease bool, now int64) error {
 	if withLease {
-		if err := s.out.QueueLease(b, lockedLeaseEvent(l, leaseType, epoch, now)); err != nil {
+		if err := s.out.QueueLease(b, lockedLeaseEvent(l, leaseType, now)); err != nil {
 			return err
 		}
 	}
@@ -348,13 +350,13 @@ func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams
 	if !p.Permanent && int(l.attemptIndex) < rp.MaxRetries {
 		s.queueCloseAttempt(b, l, "retry", false, now)
 		res = s.queueRetry(b, l, rp, p.Message, now)
-		if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, l.epoch, now)); err != nil {
+		if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
 			return FailResult{}, err
 		}
 	} else {
 		s.queueCloseAttempt(b, l, "failed", false, now)
 		s.queueTerminal(b, l, ff.PublicFailed, p.Message, now)
-		if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeFailed, ff.LeaseRevoked, l.epoch, true, now); err != nil {
+		if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeFailed, ff.LeaseRevoked, true, now); err != nil {
 			return FailResult{}, err
 		}
 	}
@@ -422,7 +424,7 @@ func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.
 		    public_state = 'delayed', attempt_state = 'attempt_interrupted', delay_until_ms = $3,
 		    blocking_reason = 'waiting_for_delay'
 		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, until.UnixMilli())
-	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, l.epoch, now)); err != nil {
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, "delay "+l.id.String())

@@ -350,6 +350,10 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("re-lease after revoke = attempt %d epoch %d, want 0 and 3", l2.AttemptIndex, l2.Epoch)
 	}
 	f.wantEvents(id, []string{"acquired", "revoked", "acquired"}, nil)
+	// Each lease event carries the epoch of the lease it is about.
+	if ev := f.leaseEvents(id); ev[0].Epoch != 1 || ev[1].Epoch != 1 || ev[2].Epoch != 3 {
+		t.Fatalf("event epochs = %d, %d, %d; want 1, 1, 3", ev[0].Epoch, ev[1].Epoch, ev[2].Epoch)
+	}
 }
 
 func TestReclaim(t *testing.T) {

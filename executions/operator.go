@@ -80,7 +80,7 @@ func (s *Store) terminateLocked(ctx context.Context, tx pgx.Tx, l *locked, t ter
 		    delay_until_ms = NULL, terminal_at_ms = $3,
 		    cancellation_reason = $4, cancelled_by = $5
 		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, t.reason, t.by, t.public)
-	if err := s.queueTerminalEvents(ctx, tx, b, l, t.outcome, ff.LeaseRevoked, l.epoch+1, leased, now); err != nil {
+	if err := s.queueTerminalEvents(ctx, tx, b, l, t.outcome, ff.LeaseRevoked, leased, now); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, t.public+" "+l.id.String())
@@ -119,7 +119,7 @@ func (s *Store) RevokeTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reas
 		    raw_fields = CASE WHEN $3::text = '' THEN raw_fields
 		                      ELSE raw_fields || jsonb_build_object('revoke_reason', $3::text) END
 		WHERE partition_key = $1 AND execution_id = $2`), id.Partition, id.UUID, reason)
-	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, l.epoch+1, now)); err != nil {
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, "revoke "+id.String())

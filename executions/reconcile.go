@@ -71,7 +71,7 @@ func (s *Store) ExpireAttemptTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionI
 			return "", err
 		}
 	}
-	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseExpired, l.epoch+1, now)); err != nil {
+	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseExpired, now)); err != nil {
 		return "", err
 	}
 	return Processed, sendBatch(ctx, tx, b, "expire attempt "+id.String())
@@ -117,7 +117,7 @@ func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.Execution
 		s.queueCloseAttempt(b, l, "interrupted", true, now)
 	}
 	s.queueTerminal(b, l, ff.PublicExpired, "execution_deadline", now)
-	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeExpired, ff.LeaseExpired, l.epoch+1, leased, now); err != nil {
+	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeExpired, ff.LeaseExpired, leased, now); err != nil {
 		return "", err
 	}
 	return Processed, sendBatch(ctx, tx, b, "expire deadline "+id.String())
