@@ -1,0 +1,110 @@
+package ffriver_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/migrations"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// SendEmailArgs is the host application's own job.
+type SendEmailArgs struct {
+	To string `json:"to"`
+}
+
+func (SendEmailArgs) Kind() string { return "send_email" }
+
+// Embedding ffriver into an application that already runs River: its
+// workers, periodic jobs and queues go into the application's own
+// river.Config, next to the application's jobs in River's default queue.
+func Example_embed() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	const schema = "ffriver_example_embed"
+	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	// ffctl migrate does this: River's migrations and ffriver's, one schema.
+	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) //nolint:errcheck
+
+	// The application's River config, as it was before ffriver.
+	workers := river.NewWorkers()
+	sent := make(chan string, 1)
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[SendEmailArgs]) error {
+		sent <- job.Args.To
+		return nil
+	}))
+	rc := &river.Config{
+		Schema:  schema,
+		Workers: workers,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+	}
+
+	// ffriver verifies the schema, then adds its workers, ticks and queues.
+	f, err := ffriver.New(ctx, pool, ffriver.Config{
+		Schema:   schema,
+		Scanners: map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := f.Configure(rc, 2, 8); err != nil {
+		fmt.Println(err)
+		return
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := client.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Stop(ctx) //nolint:errcheck
+
+	if _, err := client.Insert(ctx, SendEmailArgs{To: "ada@example.com"}, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("host job worked:", <-sent)
+
+	id, err := f.Store().Create(ctx, executions.CreateParams{Lane: "reports", DelayUntil: time.Now().Add(300 * time.Millisecond)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if e, err := f.Store().Get(ctx, id); err == nil && e.EligibilityState == "eligible_now" {
+			fmt.Println("delayed execution promoted:", e.PublicState)
+			return
+		}
+	}
+	fmt.Println("not promoted")
+	// Output:
+	// host job worked: ada@example.com
+	// delayed execution promoted: waiting
+}
+
+func databaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}

@@ -1,0 +1,192 @@
+package ffriver_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func fastScanners() map[string]scanners.Settings {
+	m := map[string]scanners.Settings{}
+	for _, s := range scanners.Builtins(0) {
+		m[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond}
+	}
+	return m
+}
+
+// TestEmbedIntoHostRiverClient: a host River client works its own job kind
+// in "default" and, after Configure, ffriver's pipeline in ff_scan and
+// ff_apply, with the pipeline's guarantees (one transition, one event set).
+func TestEmbedIntoHostRiverClient(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	clock := ff.NewManualClock(1_800_000_000_000)
+	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Clock: clock, Scanners: fastScanners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var worked []string
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[SendEmailArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		worked = append(worked, job.Args.To)
+		return nil
+	}))
+	rc := &river.Config{Schema: db.Schema, Workers: workers, TestOnly: true,
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	if err := f.Configure(rc, 2, 4); err != nil {
+		t.Fatal(err)
+	}
+	// Adding ffriver twice is refused, not a panic.
+	if err := f.AddWorkers(rc.Workers); err == nil {
+		t.Error("adding ffriver's workers twice succeeded")
+	}
+	if err := f.Configure(&river.Config{Queues: map[string]river.QueueConfig{jobs.QueueApply: {MaxWorkers: 1}}}, 1, 1); err == nil {
+		t.Error("a clashing queue was accepted")
+	}
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+
+	st := f.Store()
+	var ids []ff.ExecutionID
+	for i := range 20 {
+		lane := "lane-" + string(rune('a'+i))
+		id, err := st.Create(ctx, executions.CreateParams{Lane: lane})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Claim(ctx, executions.ClaimParams{Lane: lane, WorkerInstanceID: "w", LeaseTTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if _, err := client.Insert(ctx, SendEmailArgs{To: lane + "@example.com"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(2 * time.Second)
+	for _, id := range ids {
+		await(t, "expiry of "+id.String(), func() bool {
+			e, err := st.Get(ctx, id)
+			return err == nil && e.PublicState == "expired"
+		})
+	}
+	await(t, "host jobs", func() bool { mu.Lock(); defer mu.Unlock(); return len(worked) == 20 })
+	var events, wrongQueue int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired'`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != 20 {
+		t.Errorf("%d expired events, want 20", events)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE (kind LIKE 'ff.%' AND queue NOT IN ('ff_scan', 'ff_apply'))
+		OR (kind = 'send_email' AND queue <> 'default')`).Scan(&wrongQueue); err != nil {
+		t.Fatal(err)
+	}
+	if wrongQueue != 0 {
+		t.Errorf("%d jobs in the wrong queue", wrongQueue)
+	}
+	if age, ok, err := f.LastTick(ctx, ""); err != nil || !ok || age > time.Minute {
+		t.Errorf("LastTick = %s, %v, %v", age, ok, err)
+	}
+}
+
+// TestNewRefusesWrongSchema: unmigrated schema or another partition count
+// fail with ff.ErrNotMigrated; a settings typo is a validation error.
+func TestNewRefusesWrongSchema(t *testing.T) {
+	ctx := context.Background()
+	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
+	if _, err := ffriver.New(ctx, bare.Pool, ffriver.Config{Schema: bare.Schema}); !errors.Is(err, ff.ErrNotMigrated) {
+		t.Errorf("unmigrated: %v", err)
+	}
+	db := testdb.New(t, &testdb.Options{Partitions: 8})
+	if _, err := ffriver.Verify(ctx, db.Pool, db.Schema, 256); !errors.Is(err, ff.ErrNotMigrated) {
+		t.Errorf("partition count: %v", err)
+	}
+	if n, err := ffriver.Verify(ctx, db.Pool, db.Schema, 0); err != nil || n != 8 {
+		t.Errorf("Verify = %d, %v", n, err)
+	}
+	_, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Scanners: map[string]scanners.Settings{"atempt_timeout": {Batch: 5}}})
+	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "atempt_timeout") {
+		t.Errorf("typo in scanner settings: %v", err)
+	}
+}
+
+// TestWatchTicksWarnsWithoutScheduler: a worker with no scheduler alive
+// says so.
+func TestWatchTicksWarnsWithoutScheduler(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Filter: ff.Filter{Namespace: "tenant-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuf
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	done := make(chan struct{})
+	go func() { f.WatchTicks(ctx, "", 300*time.Millisecond, logger); close(done) }()
+	await(t, "the warning", func() bool { return strings.Contains(buf.String(), "no ffscheduler") })
+	if !strings.Contains(buf.String(), f.Pipeline().ScanQueue()) {
+		t.Errorf("warning does not name the queue: %s", buf.String())
+	}
+	// A tick appears: the watcher says ticks are back.
+	c, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema, SkipUnknownJobCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, _ := f.Pipeline().TickArgs(scanners.AttemptTimeout)
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := c.InsertTx(ctx, tx, args, f.Pipeline().TickInsertOpts())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, "the all-clear", func() bool { return strings.Contains(buf.String(), "inserted again") })
+	cancel()
+	<-done
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
