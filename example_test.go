@@ -3,6 +3,7 @@ package ffriver_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -53,6 +54,7 @@ func Example_embed() {
 		Schema:  schema,
 		Workers: workers,
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 
 	// ffriver verifies the schema, then adds its workers, ticks and queues.

@@ -33,8 +33,8 @@ func TestAttemptTimeoutExpiresAndRetries(t *testing.T) {
 	h.awaitState(retry, waitingRetry)
 	h.await("items settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt, jobs.KindScan) })
 
-	h.wantEvents(last, []string{"acquired/ns/inst-1/1", "expired/ns/inst-1/2"}, []string{"expired/ns/inst-1"})
-	h.wantEvents(retry, []string{"acquired/ns/inst-1/1", "expired/ns/inst-1/2"}, nil)
+	h.wantEvents(last, []string{"acquired/ns/inst-1/1", "expired/ns/inst-1/1"}, []string{"expired/ns/inst-1"})
+	h.wantEvents(retry, []string{"acquired/ns/inst-1/1", "expired/ns/inst-1/1"}, nil)
 	if e := h.get(retry); e.AttemptIndex != 1 || e.LastFailureMessage != "attempt_timeout" {
 		t.Errorf("retried execution: attempt %d, message %q", e.AttemptIndex, e.LastFailureMessage)
 	}
@@ -75,7 +75,7 @@ func TestExecutionDeadline(t *testing.T) {
 	h.awaitState(leased, terminalExpired)
 	h.awaitState(waiting, terminalExpired)
 	h.await("items settled", func() bool { return h.jobsSettled(jobs.KindExpireDeadline, jobs.KindScan) })
-	h.wantEvents(leased, []string{"acquired/ns//1", "expired/ns//2"}, []string{"expired/ns/"})
+	h.wantEvents(leased, []string{"acquired/ns//1", "expired/ns//1"}, []string{"expired/ns/"})
 	h.wantEvents(waiting, nil, []string{"expired//"})
 	h.wantState(notYet, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
 	h.wantEvents(notYet, nil, nil)

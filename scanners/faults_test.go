@@ -105,7 +105,7 @@ func TestItemOutcomes(t *testing.T) {
 		t.Errorf("second run: %s", got)
 	}
 	h.wantState(exp, terminalExpired)
-	h.wantEvents(exp, []string{"acquired///1", "expired///2"}, []string{"expired//"})
+	h.wantEvents(exp, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 
 	// An id outside the schema's partitions is a validation error: the job
 	// is cancelled after one attempt instead of burning retries.
@@ -166,7 +166,7 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 	}
 	h.await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt, jobs.KindScan) })
 	for _, id := range ids {
-		h.wantEvents(id, []string{"acquired///1", "expired///2"}, []string{"expired//"})
+		h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 	}
 	processed := 0
 	for _, o := range h.outcomes(jobs.KindExpireAttempt) {
@@ -209,7 +209,7 @@ func TestEdgeCancelPipeline(t *testing.T) {
 	cancelled := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
 	h.wantState(leased, cancelled)
 	h.wantState(waiting, cancelled)
-	h.wantEvents(leased, []string{"acquired/ns//1", "revoked/ns//2"}, []string{"cancelled/ns/"})
+	h.wantEvents(leased, []string{"acquired/ns//1", "revoked/ns//1"}, []string{"cancelled/ns/"})
 	h.wantEvents(waiting, nil, []string{"cancelled//"})
 	h.wantEvents(done, nil, []string{"cancelled//"}) // from the operator cancel only
 	for _, id := range []ff.ExecutionID{leased, waiting} {
