@@ -276,3 +276,54 @@ func count(ss []string, s string) int {
 	}
 	return n
 }
+
+// TestItemKilledMidTransactionLeavesNothing: a dispatch whose job times out
+// while it waits for a member's row lock (after cancelling another member in
+// the same transaction) rolls back completely; River retries it, and once
+// the lock is gone the group is dispatched exactly once.
+func TestItemKilledMidTransactionLeavesNothing(t *testing.T) {
+	h := newHarness(t, ffriver.Config{Scanners: disabled(), JobTimeout: 300 * time.Millisecond})
+	c := h.client(true, nil)
+	flow := uuid.New()
+	p := h.st.Partitions().ForFlow(flow)
+	h.exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
+	first := h.create(executions.CreateParams{Lane: "a", FlowID: flow})
+	second := h.create(executions.CreateParams{Lane: "b", FlowID: flow})
+	down := uuid.New()
+	h.exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES ($1, $2, $3, true, $4)`, p, flow, down, []string{first.UUID.String(), second.UUID.String()})
+	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`, p, flow, down)
+
+	blocker, err := h.db.Pool.Begin(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, second.Partition, second.UUID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Insert(h.ctx, jobs.CancelGroupArgs{GroupKey: jobs.GroupKey{Partition: p, FlowID: flow, DownstreamEID: down}}, scanners.ItemInsertOpts(ff.Filter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.await("the first attempt to fail", func() bool {
+		row, err := c.JobGet(h.ctx, res.Job.ID)
+		return err == nil && len(row.Errors) > 0
+	})
+	waiting := state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"}
+	h.wantState(first, waiting) // cancelled inside the rolled-back transaction only
+	h.wantEvents(first, nil, nil)
+	if n := h.count(`SELECT count(*) FROM ff_pending_cancel_groups`); n != 1 {
+		t.Fatalf("%d pending rows after the failed attempt", n)
+	}
+	_ = blocker.Rollback(h.ctx)
+
+	h.await("the retry to complete", func() bool {
+		row, err := c.JobGet(h.ctx, res.Job.ID)
+		return err == nil && row.State == rivertype.JobStateCompleted
+	})
+	cancelled := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
+	h.wantState(first, cancelled)
+	h.wantState(second, cancelled)
+	h.wantEvents(first, nil, []string{"cancelled//"})
+	h.wantEvents(second, nil, []string{"cancelled//"})
+}

@@ -210,7 +210,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 	case <-ctx.Done():
 		logger.Info("stopping: waiting for running jobs", "timeout", o.shutdownTimeout.String())
 	case <-client.Stopped():
-		return errors.New("River client stopped unexpectedly")
+		return errors.New("the River client stopped unexpectedly")
 	}
 	if srv != nil {
 		shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -240,7 +240,7 @@ func stopRiver(client *river.Client[pgx.Tx], timeout time.Duration, logger *slog
 func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*http.Server, error) {
 	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: logger, Prefix: "/"})
 	if err != nil {
-		return nil, fmt.Errorf("River UI: %w", err)
+		return nil, fmt.Errorf("river UI: %w", err)
 	}
 	ln, err := net.Listen("tcp", o.uiAddr)
 	if err != nil {
@@ -248,11 +248,11 @@ func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logg
 			logger.Warn("River UI not served: its default address is taken (another scheduler on this host?); pass --ui-addr to choose one", "addr", o.uiAddr, "error", err)
 			return nil, nil
 		}
-		return nil, fmt.Errorf("River UI: --ui-addr %s: %w", o.uiAddr, err)
+		return nil, fmt.Errorf("river UI: --ui-addr %s: %w", o.uiAddr, err)
 	}
 	if err := h.Start(ctx); err != nil {
 		_ = ln.Close()
-		return nil, fmt.Errorf("River UI: %w", err)
+		return nil, fmt.Errorf("river UI: %w", err)
 	}
 	var handler http.Handler = h
 	if o.uiUser != "" {

@@ -149,7 +149,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 	case <-ctx.Done():
 		logger.Info("stopping: waiting for running jobs", "timeout", o.shutdownTimeout.String())
 	case <-client.Stopped():
-		return errors.New("River client stopped unexpectedly")
+		return errors.New("the River client stopped unexpectedly")
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
