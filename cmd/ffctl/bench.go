@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/internal/bench"
 	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/outbox"
 )
 
 var benchCommand = command{
@@ -21,8 +22,8 @@ func runBench(ctx context.Context, args []string) int {
 	fs := cli.NewFlagSet("ffctl bench", "[scenario ...]",
 		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
 			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
-			"target. Scenarios: outbox, expire (default: all). Do not run it against a production\n"+
-			"database: it loads the server for minutes. --schema is ignored.")
+			"target. Scenarios: outbox, expire, stream (default: all). Do not run it against a\n"+
+			"production database: it loads the server for minutes. --schema is ignored.")
 	common := cli.AddCommon(fs)
 	format := fs.String("format", "text", "output `format`: text or json")
 	keep := fs.Bool("keep", false, "keep the scratch schemas instead of dropping them")
@@ -30,12 +31,19 @@ func runBench(ctx context.Context, args []string) int {
 	duration := fs.Duration("duration", 10*time.Second, "outbox: how long each variant runs")
 	leases := fs.Int("leases", 20_000, "expire: expired `leases` to drain")
 	clients := fs.Int("clients", 32, "expire: `clients` of the raw pipelined ceiling")
+	eventsPerSec := fs.Int("events-per-sec", 1000, "stream: lease events committed per second in the latency runs")
+	streamDuration := fs.Duration("stream-duration", 30*time.Second, "stream: how long the latency run with the Waker lasts (the poll-only run: a third, at least 5s)")
+	catchUp := fs.Int("catchup-events", 1_000_000, "stream: backlog of `events` the catch-up run drains")
+	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
 	fs.AfterParse(func() error {
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
 		if *writers < 1 || *leases < 1 || *clients < 1 || *duration <= 0 {
 			return cli.Usagef("--writers, --leases, --clients and --duration must be positive")
+		}
+		if *eventsPerSec < 1 || *streamDuration <= 0 || *catchUp < 1 || *wakeInterval <= 0 {
+			return cli.Usagef("--events-per-sec, --stream-duration, --catchup-events and --wake-interval must be positive")
 		}
 		return nil
 	})
@@ -55,11 +63,11 @@ func runBench(ctx context.Context, args []string) int {
 		}
 	}
 	if len(scenarios) == 0 {
-		scenarios = []string{"outbox", "expire"}
+		scenarios = []string{"outbox", "expire", "stream"}
 	}
 	for _, s := range scenarios {
-		if s != "outbox" && s != "expire" {
-			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: outbox, expire)", s))
+		if s != "outbox" && s != "expire" && s != "stream" {
+			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: outbox, expire, stream)", s))
 		}
 	}
 	logger := common.Logger(os.Stderr)
@@ -79,6 +87,9 @@ func runBench(ctx context.Context, args []string) int {
 			rs, err = bench.Outbox(ctx, env, bench.OutboxOptions{Writers: *writers, Duration: *duration})
 		case "expire":
 			rs, err = bench.Expire(ctx, env, bench.ExpireOptions{Leases: *leases, Clients: *clients})
+		case "stream":
+			rs, err = bench.Stream(ctx, env, bench.StreamOptions{EventsPerSec: *eventsPerSec, Duration: *streamDuration,
+				CatchUp: *catchUp, WakeInterval: *wakeInterval})
 		}
 		if err != nil {
 			return cli.Report(os.Stderr, fs.Name(), fmt.Errorf("scenario %s: %w", s, err))
