@@ -74,6 +74,10 @@ type Config struct {
 	// Waker is poked after each commit that wrote outbox events, so stream
 	// readers wake early; the caller runs it. nil: readers poll.
 	Waker *outbox.Waker
+	// RiverSchema holds the River tables the flow cascade inserts its
+	// ff.advance jobs into (default: Schema). Set it when a host's River
+	// client uses another schema than ffriver's tables.
+	RiverSchema string
 }
 
 // FFRiver is a configured pipeline on a verified schema. It is safe for
@@ -94,7 +98,16 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, partitions f
 // New verifies the schema and builds the pipeline: the built-in scanners
 // (unless NoBuiltins), then cfg.Extra, with cfg.Scanners applied.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*FFRiver, error) {
-	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock, Waker: cfg.Waker})
+	riverSchema := cfg.RiverSchema
+	if riverSchema == "" {
+		riverSchema = cfg.Schema
+	}
+	cascader, err := scanners.NewCascader(riverSchema, cfg.Filter)
+	if err != nil {
+		return nil, err
+	}
+	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock,
+		Waker: cfg.Waker, Cascader: cascader})
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +137,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*FFRiver, error) 
 	return &FFRiver{store: store, pipeline: p, periodic: periodic}, nil
 }
 
-// Store returns the execution store the pipeline acts on.
+// Store returns the execution store the pipeline acts on. Its terminal
+// transitions of flow members enqueue their cascade (ff.advance jobs) in
+// the same transaction; use it (or a Store opened with a scanners.Cascader)
+// for the application's own claims and completions.
 func (f *FFRiver) Store() *executions.Store { return f.store }
 
 // Pipeline returns the scanner pipeline.

@@ -377,13 +377,19 @@ func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l 
 // completion "skipped", which cascades further. A group resolves once; later
 // outcomes are still counted but never re-resolve it.
 //
-// The group row is waited for at most lockTimeout (a stuck hop returns a
-// transient error and its job retries; other hops are separate jobs).
+// The group row is waited for at most 2 s (SET LOCAL lock_timeout): a stuck
+// hop returns a transient error (ff.ErrUnavailable) and its job retries,
+// while the other hops of the same completion are jobs of their own.
 func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error) {
 	if err := s.checkID(h.Upstream); err != nil {
 		return "", err
 	}
 	part := h.Upstream.Partition
+	// A hop waits on a busy group for a bounded time, then fails and is
+	// retried by its job; the other hops are jobs of their own.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+		return "", dbutil.MapErr(err, "advance: setting lock_timeout")
+	}
 	var policyJSON []byte
 	var c counts
 	var state string

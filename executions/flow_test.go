@@ -397,3 +397,92 @@ func TestDispatchUndispatchedCompletion(t *testing.T) {
 	}
 	f.wantState(down, stWaiting)
 }
+
+// A hop whose group row is locked elsewhere fails fast with a transient
+// error (its job retries) while the other hops of the same completion go
+// through; once the lock is gone the stuck hop applies.
+func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	up := f.members(flow, "up")
+	d1 := f.create(executions.CreateParams{FlowID: flow, Lane: "d1"})
+	d2 := f.create(executions.CreateParams{FlowID: flow, Lane: "d2"})
+	for _, d := range []ff.ExecutionID{d1, d2} {
+		if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: d, Upstreams: up}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.finish("up", true)
+	hops := f.q.take()
+	if len(hops) != 2 {
+		t.Fatalf("hops = %d, want 2", len(hops))
+	}
+	blocker, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(f.ctx)
+	if _, err := blocker.Exec(f.ctx, `SELECT 1 FROM ff_edge_group WHERE downstream_eid = $1 FOR UPDATE`, d1.UUID); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hops {
+		err := f.inTx(func(tx pgx.Tx) error {
+			_, err := f.st.AdvanceTx(f.ctx, tx, h)
+			return err
+		})
+		switch h.Downstream {
+		case d1.UUID:
+			if !errors.Is(err, ff.ErrUnavailable) {
+				t.Fatalf("hop on the locked group: err = %v, want a transient ff.ErrUnavailable", err)
+			}
+		case d2.UUID:
+			if err != nil {
+				t.Fatalf("hop on the free group: %v", err)
+			}
+		}
+	}
+	f.wantState(d2, stWaiting)
+	f.wantState(d1, stBlocked)
+	if err := blocker.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hops {
+		if h.Downstream == d1.UUID {
+			if got := f.advance(h); got != executions.Processed {
+				t.Fatalf("retried hop = %q", got)
+			}
+		}
+	}
+	f.wantState(d1, stWaiting)
+}
+
+// A 50-way fan-out: each hop is its own short transaction, and none leaves
+// a lock on ff_edge_group behind.
+func TestFlowFanOutLeavesNoLocks(t *testing.T) {
+	f := newFlowFixture(t)
+	flow := f.flow()
+	up := f.members(flow, "up")
+	var downs []ff.ExecutionID
+	for range 50 {
+		d := f.create(executions.CreateParams{FlowID: flow, Lane: "fan"})
+		if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: d, Upstreams: up}); err != nil {
+			t.Fatal(err)
+		}
+		downs = append(downs, d)
+	}
+	f.finish("up", true)
+	if got := f.drain(); len(got) != 50 {
+		t.Fatalf("hops applied = %d, want 50", len(got))
+	}
+	for _, d := range downs {
+		f.wantState(d, stWaiting)
+	}
+	var locks int
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		WHERE c.relname = 'ff_edge_group' AND c.relnamespace = current_schema()::regnamespace AND l.pid <> pg_backend_pid()`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks != 0 {
+		t.Fatalf("%d locks on ff_edge_group remain", locks)
+	}
+}

@@ -6,8 +6,9 @@
 //	ff.tick {scanner}                   periodic, leader only   queue ff_scan
 //	ff.scan {scanner, partition}        one per due partition   queue ff_scan
 //	ff.expire_attempt, ff.promote_delayed, ff.expire_deadline,
-//	ff.cancel_group, ff.reconcile_group, ff.trim_outbox
-//	                                    one per item            queue ff_apply
+//	ff.cancel_group, ff.reconcile_group, ff.trim_outbox,
+//	ff.dispatch_completion              one per item            queue ff_apply
+//	ff.advance                          one per flow hop        queue ff_apply
 //
 // Ticks and scans carry the scanner's batch size, its parameters and the
 // scanner filter chosen by the process that schedules them, so every process
@@ -48,6 +49,12 @@ const (
 	KindCancelGroup    = "ff.cancel_group"
 	KindReconcileGroup = "ff.reconcile_group"
 	KindTrimOutbox     = "ff.trim_outbox"
+	// KindAdvance advances one downstream edge group of a flow by one
+	// upstream's terminal outcome (a hop of the completion cascade).
+	KindAdvance = "ff.advance"
+	// KindDispatchCompletion dispatches one completion event that was
+	// written without its cascade (the dependency scanner's item).
+	KindDispatchCompletion = "ff.dispatch_completion"
 )
 
 // InFlight are the job states in which a unique ffriver job blocks a
@@ -247,3 +254,24 @@ type TrimOutboxArgs struct {
 
 // Kind implements river.JobArgs.
 func (TrimOutboxArgs) Kind() string { return KindTrimOutbox }
+
+// AdvanceArgs is one hop of a flow's completion cascade: the downstream edge
+// group of Downstream counts Upstream's terminal Outcome. Terminal
+// transitions of flow members insert it in their own transaction.
+type AdvanceArgs struct {
+	Upstream   ff.ExecutionID `json:"upstream"`
+	FlowID     uuid.UUID      `json:"flow_id"`
+	Downstream uuid.UUID      `json:"downstream"`
+	Outcome    string         `json:"outcome"`
+}
+
+// Kind implements river.JobArgs.
+func (AdvanceArgs) Kind() string { return KindAdvance }
+
+// DispatchCompletionArgs dispatches one undispatched completion event.
+type DispatchCompletionArgs struct {
+	EventID int64 `json:"event_id"`
+}
+
+// Kind implements river.JobArgs.
+func (DispatchCompletionArgs) Kind() string { return KindDispatchCompletion }

@@ -33,8 +33,9 @@ const DefaultBatch = 1000
 // they are registered: attempt_timeout, delayed_promoter and
 // execution_deadline (every second, batch 1,000), edge_cancel_dispatcher
 // (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50)
-// and outbox_retention (every minute, batch 1,000, events older than
-// retention; 0 means DefaultRetention).
+// outbox_retention (every minute, batch 1,000, events older than
+// retention; 0 means DefaultRetention) and dependency (every 5 s, batch
+// 1,000, completion events undispatched for DefaultDependencyStale).
 func Builtins(retention time.Duration) []Scanner {
 	return []Scanner{
 		AttemptTimeoutScanner{},
@@ -43,6 +44,7 @@ func Builtins(retention time.Duration) []Scanner {
 		EdgeCancelDispatcherScanner{},
 		EdgeCancelReconcilerScanner{},
 		NewOutboxRetentionScanner(retention),
+		NewDependencyScanner(0),
 	}
 }
 

@@ -83,8 +83,8 @@ func (p *Pipeline) ScanQueue() string { return jobs.ScanQueue(p.filter) }
 // ApplyQueue is the queue of this pipeline's item jobs.
 func (p *Pipeline) ApplyQueue() string { return jobs.ApplyQueue(p.filter) }
 
-// AddWorkers registers the tick and scan workers and every scanner's item
-// workers with River's AddWorkerSafely: a kind registered twice is an error,
+// AddWorkers registers the tick and scan workers, the flow advance worker
+// (ff.advance) and every scanner's item workers with River's AddWorkerSafely: a kind registered twice is an error,
 // not a panic.
 func (p *Pipeline) AddWorkers(workers *river.Workers) error {
 	if err := river.AddWorkerSafely(workers, &TickWorker{p: p}); err != nil {
@@ -92,6 +92,10 @@ func (p *Pipeline) AddWorkers(workers *river.Workers) error {
 	}
 	if err := river.AddWorkerSafely(workers, &ScanWorker{p: p}); err != nil {
 		return fmt.Errorf("ffriver: adding the scan worker: %w", err)
+	}
+	// Flow hops are enqueued by terminal transitions, whichever scanners run.
+	if err := addAdvanceWorker(workers, p.env); err != nil {
+		return fmt.Errorf("ffriver: adding the flow advance worker: %w", err)
 	}
 	for _, s := range p.reg.Scanners() {
 		if err := s.AddWorkers(workers, p.env); err != nil {

@@ -1,0 +1,113 @@
+package scanners_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/google/uuid"
+)
+
+var (
+	stWaiting   = state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"}
+	stBlocked   = state{"runnable", "unowned", "blocked_by_dependencies", "pending_first_attempt", "waiting_children"}
+	stCancelled = state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
+	stSkipped   = state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"}
+)
+
+func (h *harness) flow() uuid.UUID {
+	h.t.Helper()
+	f, err := h.st.CreateFlow(h.ctx, uuid.Nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return f
+}
+
+func (h *harness) depend(flow uuid.UUID, down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) {
+	h.t.Helper()
+	if err := h.st.AddDependencies(h.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// AnyOf cancel_remaining end to end on River: the winner's completion
+// enqueues its hop in its own transaction, the hop satisfies the group and
+// flags the siblings, the dispatcher cancels them (the running one fenced),
+// and their cancellations advance their own downstream groups.
+func TestFlowAnyOfCancelsSiblingsThroughRiver(t *testing.T) {
+	h := newHarness(t, ffriver.Config{})
+	flow := h.flow()
+	a := h.create(executions.CreateParams{FlowID: flow, Lane: "a", Namespace: "ns"})
+	b := h.create(executions.CreateParams{FlowID: flow, Lane: "b", Namespace: "ns"})
+	c := h.create(executions.CreateParams{FlowID: flow, Lane: "c", Namespace: "ns"})
+	merge := h.create(executions.CreateParams{FlowID: flow, Lane: "merge"})
+	// c also feeds an AllOf step, which c's cancellation must skip.
+	after := h.create(executions.CreateParams{FlowID: flow, Lane: "after"})
+	h.depend(flow, merge, []ff.ExecutionID{a, b, c}, executions.AnyOf(executions.CancelRemaining))
+	h.depend(flow, after, []ff.ExecutionID{c}, executions.AllOf())
+
+	cLease := h.claim("c", time.Hour)
+	aLease := h.claim("a", time.Hour)
+	if err := h.st.Complete(h.ctx, aLease, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance'`); n != 1 {
+		t.Fatalf("advance jobs after the completion = %d, want 1 (inserted with it)", n)
+	}
+	h.client(true, nil)
+	h.awaitState(b, stCancelled)
+	h.awaitState(c, stCancelled)
+	h.wantState(merge, stWaiting)
+	h.awaitState(after, stSkipped)
+	h.wantEvents(c, []string{"acquired/ns//1", "revoked/ns//1"}, []string{"cancelled/ns/"})
+	h.wantEvents(b, nil, []string{"cancelled/ns/"})
+	h.wantEvents(after, nil, []string{"skipped//"})
+	if _, err := h.st.Renew(h.ctx, cLease, time.Minute); err == nil {
+		t.Fatal("the cancelled sibling's worker could still renew")
+	}
+	e := h.get(c)
+	if *e.CancellationReason != "sibling_quorum_satisfied" {
+		t.Errorf("reason = %q", *e.CancellationReason)
+	}
+	h.await("the pending group to be drained", func() bool {
+		return h.count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0
+	})
+	// Every completion was dispatched; nothing is left for the dependency scanner.
+	if n := h.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`); n != 0 {
+		t.Fatalf("%d completion events left undispatched", n)
+	}
+}
+
+// A completion event written by plain SQL (an upstream engine) is picked up
+// by the dependency scanner once stale, and dispatched exactly once.
+func TestDependencyScannerDispatchesPlainSQLCompletions(t *testing.T) {
+	h := newHarness(t, ffriver.Config{})
+	flow := h.flow()
+	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	h.depend(flow, down, []ff.ExecutionID{up}, executions.AllOf())
+	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = $1`, up.UUID)
+	h.exec(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+		VALUES ($1, $2, $3, 'success', NULL, NULL, $4)`, up.Partition, up.UUID, flow, time.Now().UnixMilli())
+	// Not yet stale by the scanner's clock (committed_at_ms is the
+	// database's clock): a tick runs and leaves it alone.
+	h.clock.Set(time.Now().UnixMilli())
+	h.client(true, nil)
+	h.await("a dependency tick", func() bool {
+		return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed' AND args->>'scanner' = 'dependency'`) > 0
+	})
+	h.wantState(down, stBlocked)
+	h.clock.Set(time.Now().Add(time.Minute).UnixMilli())
+	h.awaitState(down, stWaiting)
+	h.await("jobs to settle", func() bool { return h.jobsSettled() })
+	if got := h.outcomes("ff.dispatch_completion"); !slices.Equal(got, []string{"processed"}) {
+		t.Fatalf("dispatch outcomes = %v, want one processed", got)
+	}
+	if got := h.outcomes("ff.advance"); !slices.Equal(got, []string{"processed"}) {
+		t.Fatalf("advance outcomes = %v, want one processed", got)
+	}
+}
