@@ -76,7 +76,8 @@ func decodeExecCursor(b json.RawMessage) (ms *int64, id *uuid.UUID, err error) {
 	return &c.Ms, &c.ID, nil
 }
 
-// dueByPartition runs a "SELECT partition_key, count(*) … GROUP BY" query.
+// dueByPartition runs a "SELECT partition_key, count(*), min(due time) …
+// GROUP BY partition_key" query.
 func dueByPartition(ctx context.Context, q Querier, sql string, args ...any) ([]Due, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
@@ -84,7 +85,11 @@ func dueByPartition(ctx context.Context, q Querier, sql string, args ...any) ([]
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
 		var d Due
-		err := r.Scan(&d.Partition, &d.Count)
+		var oldest *int64
+		err := r.Scan(&d.Partition, &d.Count, &oldest)
+		if oldest != nil {
+			d.OldestMs = *oldest
+		}
 		return d, err
 	})
 	return out, dbutil.MapErr(err, "due partitions")
@@ -147,7 +152,7 @@ func (AttemptTimeoutScanner) Defaults() Settings {
 
 // Due implements Scanner (index ff_attempt_lease_due_idx).
 func (AttemptTimeoutScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*) FROM {S}ff_attempt
+	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*), min(lease_expires_at_ms) FROM {S}ff_attempt
 		WHERE lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $1 GROUP BY partition_key`), req.NowMs)
 }
 
@@ -191,7 +196,7 @@ func (DelayedPromoterScanner) Defaults() Settings {
 
 // Due implements Scanner (index ff_exec_core_delay_due_idx).
 func (DelayedPromoterScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*) FROM {S}ff_exec_core
+	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*), min(delay_until_ms) FROM {S}ff_exec_core
 		WHERE delay_until_ms IS NOT NULL AND delay_until_ms <= $1 GROUP BY partition_key`), req.NowMs)
 }
 
@@ -232,7 +237,7 @@ func (ExecutionDeadlineScanner) Defaults() Settings {
 
 // Due implements Scanner (index ff_exec_core_deadline_due_idx).
 func (ExecutionDeadlineScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*) FROM {S}ff_exec_core
+	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*), min(deadline_at_ms) FROM {S}ff_exec_core
 		WHERE deadline_at_ms IS NOT NULL AND lifecycle_phase NOT IN ('terminal', 'cancelled') AND deadline_at_ms < $1
 		GROUP BY partition_key`), req.NowMs)
 }
@@ -317,7 +322,7 @@ LIMIT $8`), req.Partition, onlyFlagged, ns, tk, tv, afterMs, afterFlow, req.Limi
 	return res, nil
 }
 
-const pendingGroupsDueSQL = `SELECT partition_key, count(*) FROM {S}ff_pending_cancel_groups GROUP BY partition_key`
+const pendingGroupsDueSQL = `SELECT partition_key, count(*), min(enqueued_at_ms) FROM {S}ff_pending_cancel_groups GROUP BY partition_key`
 
 func groupKey(k jobs.GroupKey) executions.GroupKey {
 	return executions.GroupKey{Partition: k.Partition, FlowID: k.FlowID, DownstreamEID: k.DownstreamEID}

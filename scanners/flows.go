@@ -132,8 +132,13 @@ func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*) FROM {S}ff_completion_event
+	due, err := dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*), min(committed_at_ms) FROM {S}ff_completion_event
 		WHERE `+undispatchedSQL+eventFilterSQL+` GROUP BY partition_key`), cutoff, ns, tag)
+	for i := range due {
+		// An event is due once it has been undispatched for the threshold.
+		due[i].OldestMs += req.NowMs - cutoff
+	}
+	return due, err
 }
 
 // Scan implements Scanner: undispatched events of one partition in event_id

@@ -73,6 +73,10 @@ type Querier interface {
 type Due struct {
 	Partition int16
 	Count     int64
+	// OldestMs is when the partition's oldest due item became due (Unix
+	// ms), 0 when the scanner cannot tell. ffctl status reports it as the
+	// age of the oldest overdue item.
+	OldestMs int64
 }
 
 // DueRequest is the input of Scanner.Due.
