@@ -36,6 +36,7 @@ var commands = []command{
 	migrateCommand,
 	tailCommand,
 	benchCommand,
+	statusCommand,
 }
 
 func main() {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/status"
+)
+
+var statusCommand = command{
+	name:    "status",
+	summary: "show each scanner's backlog, River's queues and the streams' lag",
+	run:     func(ctx context.Context, args []string) int { return runStatus(ctx, args, os.Stdout, os.Stderr) },
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("ffctl status", "",
+		"Shows, per scanner, the due backlog and how long its oldest item has been overdue;\n"+
+			"River's jobs per queue and state; per stream, the newest event, the committed events\n"+
+			"held back behind a transaction still open, and the oldest open writer on the server.\n"+
+			"Exits 3 when the schema is not migrated. River's tables are read in the same schema.")
+	common := cli.AddCommon(fs)
+	format := fs.String("format", "text", "output `format`: text or json")
+	fs.AfterParse(func() error {
+		if *format != "text" && *format != "json" {
+			return cli.Usagef("--format %q: want text or json", *format)
+		}
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl status", MaxConns: 2})
+	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	defer pool.Close()
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema})
+	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	r, err := status.Collect(ctx, pool, f)
+	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	if *format == "json" {
+		err = status.WriteJSON(stdout, r)
+	} else {
+		err = status.WriteText(stdout, r)
+	}
+	return cli.Report(stderr, fs.Name(), err)
+}

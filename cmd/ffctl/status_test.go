@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/status"
+	"github.com/ffriver/ffriver/internal/testdb"
+)
+
+func TestStatusRefusesUnmigratedSchema(t *testing.T) {
+	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	var stderr bytes.Buffer
+	code := runStatus(context.Background(), []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &bytes.Buffer{}, &stderr)
+	if code != cli.ExitNotMigrated || !strings.Contains(stderr.String(), "ffctl migrate") {
+		t.Fatalf("exit %d, stderr %q; want %d and a pointer to ffctl migrate", code, stderr.String(), cli.ExitNotMigrated)
+	}
+}
+
+// Status shows due work per scanner with its age, River's queues, and the
+// events a still-open writer holds back.
+func TestStatusReport(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	// The store's clock runs an hour behind: the lease it grants below has
+	// long expired by the time status looks.
+	st, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema, Clock: ff.NewManualClock(time.Now().Add(-time.Hour).UnixMilli())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := st.Create(ctx, executions.CreateParams{Lane: "l", DelayUntil: time.Now().Add(-time.Duration(i+1) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Create(ctx, executions.CreateParams{Lane: "l"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Claim(ctx, executions.ClaimParams{Lane: "l", LeaseTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// An open writer holds back an event committed after it.
+	open, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := open.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key) VALUES (gen_random_uuid()::text, 'renewed', 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key) VALUES (gen_random_uuid()::text, 'renewed', 2, 0)`); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, stderr bytes.Buffer
+	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema, "--format", "json"}, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var r status.Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	due := map[string]status.Scanner{}
+	for _, s := range r.Scanners {
+		due[s.Name] = s
+	}
+	if d := due["delayed_promoter"]; d.Due != 3 || d.OldestOverdue < 3*time.Minute-10*time.Second || d.OldestOverdue > 4*time.Minute {
+		t.Errorf("delayed_promoter = %+v, want 3 due, oldest ~3m", d)
+	}
+	if d := due["attempt_timeout"]; d.Due != 1 || d.OldestOverdue <= 0 {
+		t.Errorf("attempt_timeout = %+v, want 1 due", d)
+	}
+	if d := due["execution_deadline"]; d.Due != 0 {
+		t.Errorf("execution_deadline = %+v, want nothing due", d)
+	}
+	var leases *status.Stream
+	for i := range r.Streams {
+		if r.Streams[i].Name == "leases" {
+			leases = &r.Streams[i]
+		}
+	}
+	// acquired (claim) + the committed plain row; the open one is invisible.
+	if leases == nil || leases.Events != 2 || leases.HeldBack < 1 {
+		t.Errorf("leases stream = %+v, want 2 events, at least the plain row held back", leases)
+	}
+	if r.OldestWriter == nil || r.OldestWriter.Age <= 0 {
+		t.Errorf("oldest writer = %+v, want the open transaction", r.OldestWriter)
+	}
+
+	out.Reset()
+	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &out, &stderr); code != 0 {
+		t.Fatalf("text: exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"attempt_timeout", "delayed_promoter", "dependency", "held back", "oldest open writer: pid"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

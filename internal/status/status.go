@@ -1,0 +1,255 @@
+// Package status collects what `ffctl status` shows: per scanner, the due
+// backlog and the age of the oldest overdue item; River's jobs per queue and
+// state; per outbox stream, the newest event, the events held back behind
+// an open transaction, and the oldest open writer.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Report is one status snapshot.
+type Report struct {
+	Schema     string    `json:"schema"`
+	Partitions int       `json:"partitions"`
+	At         time.Time `json:"at"`
+	Scanners   []Scanner `json:"scanners"`
+	Queues     []Queue   `json:"queues"`
+	Streams    []Stream  `json:"streams"`
+	// OldestWriter is the longest-open transaction holding a transaction id
+	// on the server (any database): it holds stream delivery back.
+	OldestWriter *Writer `json:"oldest_writer,omitempty"`
+}
+
+// Scanner is one scanner's backlog.
+type Scanner struct {
+	Name     string        `json:"name"`
+	Interval time.Duration `json:"interval_ns"`
+	Batch    int           `json:"batch"`
+	Disabled bool          `json:"disabled,omitempty"`
+	// Due items now, over DuePartitions partitions.
+	Due           int64 `json:"due"`
+	DuePartitions int   `json:"due_partitions"`
+	// OldestOverdue is how long the oldest due item has been due (0 when
+	// nothing is due or the scanner cannot tell).
+	OldestOverdue time.Duration `json:"oldest_overdue_ns"`
+}
+
+// Queue is River's job count per state in one queue.
+type Queue struct {
+	Name   string           `json:"name"`
+	States map[string]int64 `json:"states"`
+}
+
+// Stream is one outbox table.
+type Stream struct {
+	Name string `json:"name"`
+	// Events in the table, and the newest one.
+	Events        int64  `json:"events"`
+	NewestEventID *int64 `json:"newest_event_id,omitempty"`
+	NewestAtMs    *int64 `json:"newest_at_ms,omitempty"`
+	// HeldBack counts committed events a stream cannot deliver yet: their
+	// writer's transaction id is at or above the horizon, the oldest
+	// transaction still open on the server.
+	HeldBack int64 `json:"held_back"`
+}
+
+// Writer is an open transaction with a transaction id.
+type Writer struct {
+	PID         int           `json:"pid,omitempty"`
+	Prepared    string        `json:"prepared,omitempty"`
+	Database    string        `json:"database"`
+	Application string        `json:"application,omitempty"`
+	State       string        `json:"state,omitempty"`
+	Age         time.Duration `json:"age_ns"`
+}
+
+// Collect reads a report. f carries the scanners (built as the processes
+// build them; its schema must be migrated).
+func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.FFRiver) (*Report, error) {
+	env := f.Pipeline().Env()
+	s := dbutil.Schema(env.Schema())
+	r := &Report{Schema: env.Schema(), Partitions: int(env.Partitions()), At: time.Now()}
+	now := env.NowMs()
+	for _, sc := range f.Pipeline().Registry().Scanners() {
+		st, _ := f.Pipeline().Settings(sc.Name())
+		out := Scanner{Name: sc.Name(), Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled}
+		params, err := scannerParams(sc)
+		if err != nil {
+			return nil, err
+		}
+		due, err := sc.Due(ctx, pool, scanners.DueRequest{Env: env, NowMs: now, Filter: f.Pipeline().Filter(), Params: params})
+		if err != nil {
+			return nil, fmt.Errorf("status: scanner %s: %w", sc.Name(), err)
+		}
+		var oldest int64
+		for _, d := range due {
+			out.Due += d.Count
+			if d.Count > 0 {
+				out.DuePartitions++
+			}
+			if d.OldestMs > 0 && (oldest == 0 || d.OldestMs < oldest) {
+				oldest = d.OldestMs
+			}
+		}
+		if oldest > 0 && oldest < now {
+			out.OldestOverdue = time.Duration(now-oldest) * time.Millisecond
+		}
+		r.Scanners = append(r.Scanners, out)
+	}
+
+	rows, err := pool.Query(ctx, s.SQL(`SELECT queue, state::text, count(*) FROM {S}river_job GROUP BY queue, state ORDER BY queue`))
+	if err != nil {
+		return nil, dbutil.MapErr(err, "status: counting River jobs")
+	}
+	byQueue := map[string]map[string]int64{}
+	var names []string
+	for rows.Next() {
+		var q, st string
+		var n int64
+		if err := rows.Scan(&q, &st, &n); err != nil {
+			rows.Close()
+			return nil, dbutil.MapErr(err, "status: counting River jobs")
+		}
+		if byQueue[q] == nil {
+			byQueue[q] = map[string]int64{}
+			names = append(names, q)
+		}
+		byQueue[q][st] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbutil.MapErr(err, "status: counting River jobs")
+	}
+	for _, q := range names {
+		r.Queues = append(r.Queues, Queue{Name: q, States: byQueue[q]})
+	}
+
+	for _, t := range []struct{ name, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
+		st := Stream{Name: t.name}
+		// The horizon is read first: rows at or above it, committed now,
+		// wait for the transactions below it.
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var h int64
+			if err := tx.QueryRow(ctx, s.SQL(`SELECT {S}ff_xact_horizon()`)).Scan(&h); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, s.SQL(`SELECT count(*), max(event_id),
+				(SELECT occurred_at_ms FROM {S}`+t.table+` ORDER BY event_id DESC LIMIT 1),
+				count(*) FILTER (WHERE xact_id >= $1) FROM {S}`+t.table), h).
+				Scan(&st.Events, &st.NewestEventID, &st.NewestAtMs, &st.HeldBack)
+		})
+		if err != nil {
+			return nil, dbutil.MapErr(err, "status: reading "+t.table)
+		}
+		r.Streams = append(r.Streams, st)
+	}
+
+	var w Writer
+	var ageMs float64
+	err = pool.QueryRow(ctx, `
+		SELECT pid, '' AS prepared, COALESCE(datname, ''), COALESCE(application_name, ''), COALESCE(state, ''),
+		       extract(epoch FROM clock_timestamp() - xact_start) * 1000
+		FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+		UNION ALL
+		SELECT 0, gid, database, '', 'prepared', extract(epoch FROM clock_timestamp() - prepared) * 1000
+		FROM pg_prepared_xacts
+		ORDER BY 6 DESC LIMIT 1`).Scan(&w.PID, &w.Prepared, &w.Database, &w.Application, &w.State, &ageMs)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, dbutil.MapErr(err, "status: reading open transactions")
+	default:
+		w.Age = time.Duration(ageMs * float64(time.Millisecond))
+		r.OldestWriter = &w
+	}
+	return r, nil
+}
+
+func scannerParams(s scanners.Scanner) (json.RawMessage, error) {
+	p, ok := s.(scanners.ParamsProvider)
+	if !ok {
+		return nil, nil
+	}
+	b, err := p.Params()
+	if err != nil {
+		return nil, fmt.Errorf("status: scanner %s: params: %w", s.Name(), err)
+	}
+	return b, nil
+}
+
+// WriteText prints r as tables.
+func WriteText(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "schema %s, %d partitions, at %s\n\n", r.Schema, r.Partitions, r.At.UTC().Format(time.RFC3339))
+	fmt.Fprintln(tw, "scanner\tinterval\tbatch\tdue\tpartitions\toldest overdue")
+	for _, s := range r.Scanners {
+		name := s.Name
+		if s.Disabled {
+			name += " (disabled)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", name, s.Interval, s.Batch, s.Due, s.DuePartitions, age(s.OldestOverdue))
+	}
+	fmt.Fprintln(tw)
+	states := []string{"available", "running", "scheduled", "retryable", "pending", "completed", "cancelled", "discarded"}
+	fmt.Fprintln(tw, "queue\t"+strings.Join(states, "\t"))
+	if len(r.Queues) == 0 {
+		fmt.Fprintln(tw, "(no River jobs)")
+	}
+	for _, q := range r.Queues {
+		cells := []string{q.Name}
+		for _, st := range states {
+			cells = append(cells, fmt.Sprint(q.States[st]))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "stream\tevents\tnewest event\tnewest at\theld back")
+	for _, s := range r.Streams {
+		id, at := "-", "-"
+		if s.NewestEventID != nil {
+			id = fmt.Sprint(*s.NewestEventID)
+		}
+		if s.NewestAtMs != nil {
+			at = time.UnixMilli(*s.NewestAtMs).UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\n", s.Name, s.Events, id, at, s.HeldBack)
+	}
+	fmt.Fprintln(tw)
+	if o := r.OldestWriter; o != nil {
+		who := fmt.Sprintf("pid %d", o.PID)
+		if o.Prepared != "" {
+			who = "prepared transaction " + o.Prepared
+		}
+		fmt.Fprintf(tw, "oldest open writer: %s (%s, database %s, %s), open for %s\n", who, o.Application, o.Database, o.State, age(o.Age))
+	} else {
+		fmt.Fprintln(tw, "oldest open writer: none")
+	}
+	return tw.Flush()
+}
+
+// WriteJSON prints r as one JSON document.
+func WriteJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func age(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
