@@ -34,8 +34,7 @@ type tailFlags struct {
 	cursor      string
 	cursorFile  string
 	partitions  string
-	namespace   string
-	instanceTag string
+	filter      *ff.Filter
 	format      string
 	maxEvents   int
 	idleExit    time.Duration
@@ -58,8 +57,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"`file` holding the resume cursor: read at start if it exists (it then wins over --from-start\n"+
 			"and --cursor), and replaced atomically after each printed event")
 	fs.StringVar(&f.partitions, "partitions", "", "partitions to tail, as a `list` of numbers and ranges, e.g. 0-15,42 (default all)")
-	fs.StringVar(&f.namespace, "namespace", "", "only events of this `namespace`")
-	fs.StringVar(&f.instanceTag, "instance-tag", "",
+	f.filter = cli.AddFilter(fs, "only events of this `namespace`",
 		"only events whose instance tag has this value, given as `key=value` (only the value is compared)")
 	fs.StringVar(&f.format, "format", "text", "output `format`: text or json (one object per line)")
 	fs.IntVar(&f.maxEvents, "max-events", 0, "exit after `n` events (0: no limit)")
@@ -151,17 +149,7 @@ func (f tailFlags) options() (subscribe.Options, error) {
 	if o.Partitions, err = parsePartitions(f.partitions); err != nil {
 		return o, &cli.UsageError{Err: fmt.Errorf("--partitions: %w", err)}
 	}
-	o.Filter.Namespace = f.namespace
-	if f.instanceTag != "" {
-		tag, err := ff.ParseTag(f.instanceTag)
-		if err != nil {
-			return o, &cli.UsageError{Err: fmt.Errorf("--instance-tag: %w", err)}
-		}
-		o.Filter.InstanceTag = &tag
-	}
-	if err := o.Filter.Validate(); err != nil {
-		return o, &cli.UsageError{Err: err}
-	}
+	o.Filter = *f.filter
 	return o, nil
 }
 

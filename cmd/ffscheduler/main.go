@@ -65,7 +65,7 @@ type options struct {
 	uiUser, uiPass  string
 	scanConc        int
 	applyConc       int
-	filter          filterFlags
+	filter          *ff.Filter
 	partitions      int
 	retention       time.Duration
 	jobTimeout      time.Duration
@@ -89,7 +89,9 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 	fs.StringVar(&o.uiPass, "ui-password", "", "basic-auth `password` for River UI (default $FF_UI_PASSWORD)")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 4, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	fs.IntVar(&o.applyConc, "apply-concurrency", 0, "`workers` for the apply queue (per-item actions); 0 leaves them to ffworker")
-	o.filter.add(fs)
+	o.filter = cli.AddFilter(fs, "scanner filter: only executions of this `namespace`. ffscheduler carries its filter\n"+
+		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
+		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
 	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
 	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultRetention, "outbox events older than this `duration` are deleted")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", scanners.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
@@ -132,7 +134,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 				return cli.Usagef("--ui-addr %s is not a loopback address: River UI can cancel and delete jobs, so pass --ui-user and --ui-password (or set FF_UI_USER and FF_UI_PASSWORD)", o.uiAddr)
 			}
 		}
-		return o.filter.check()
+		return nil
 	})
 	return o, fs.Parse(args)
 }
@@ -168,7 +170,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 		overrides[name] = scanners.Settings{Interval: *iv, Batch: *o.batches[name]}
 	}
 	f, err := ffriver.New(ctx, pool, ffriver.Config{
-		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: o.filter.filter,
+		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: *o.filter,
 		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
 		Logger: logger, Waker: waker,
 	})

@@ -54,7 +54,7 @@ type options struct {
 	common          *cli.Common
 	applyConc       int
 	scanConc        int
-	filter          filterFlags
+	filter          *ff.Filter
 	partitions      int
 	jobTimeout      time.Duration
 	staleAfter      time.Duration
@@ -69,7 +69,9 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 	o := &options{common: cli.AddCommon(fs)}
 	fs.IntVar(&o.applyConc, "concurrency", 16, "`workers` for the apply queue: per-item actions, one transaction each")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
-	o.filter.add(fs)
+	o.filter = cli.AddFilter(fs, "scanner filter: only executions of this `namespace`. ffscheduler carries its filter\n"+
+		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
+		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
 	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", scanners.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
 	fs.DurationVar(&o.staleAfter, "tick-stale-after", 30*time.Second, "warn when no tick was inserted for this `duration` (no scheduler alive); 0 disables")
@@ -86,7 +88,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 		if o.staleAfter < 0 {
 			return cli.Usagef("--tick-stale-after must not be negative")
 		}
-		return o.filter.check()
+		return nil
 	})
 	return o, fs.Parse(args)
 }
@@ -118,7 +120,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 	}
 	waker := outbox.NewWaker(pool, schema, 0, logger)
 	f, err := ffriver.New(ctx, pool, ffriver.Config{
-		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: o.filter.filter,
+		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: *o.filter,
 		JobTimeout: o.jobTimeout, Logger: logger, Waker: waker,
 	})
 	if err != nil {
