@@ -29,15 +29,15 @@ var tailCommand = command{
 
 // tailFlags are ffctl tail's own flags, after parsing.
 type tailFlags struct {
-	stream      string
-	fromStart   bool
-	cursor      string
-	cursorFile  string
-	partitions  string
-	filter      *ff.Filter
-	format      string
-	maxEvents   int
-	idleExit    time.Duration
+	stream     string
+	fromStart  bool
+	cursor     string
+	cursorFile string
+	partitions string
+	filter     *ff.Filter
+	format     string
+	maxEvents  int
+	idleExit   time.Duration
 }
 
 func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
