@@ -145,13 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return cli.Report(stderr, "ffscheduler", err)
 	}
 	logger := o.common.Logger(stderr)
-	if err := serve(ctx, o, logger); err != nil {
-		if cli.ExitCode(err) == cli.ExitNotMigrated {
-			logger.Error("refusing to start", "error", err)
-		}
-		return cli.Report(stderr, "ffscheduler", err)
-	}
-	return cli.ExitOK
+	return cli.ReportServe(stderr, "ffscheduler", logger, serve(ctx, o, logger))
 }
 
 func serve(ctx context.Context, o *options, logger *slog.Logger) error {
@@ -208,35 +202,13 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 		"scan_queue", f.Pipeline().ScanQueue(), "apply_queue", f.Pipeline().ApplyQueue(),
 		"scanners", f.Pipeline().Registry().Names(), "ui", o.uiAddr)
 
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping: waiting for running jobs", "timeout", o.shutdownTimeout.String())
-	case <-client.Stopped():
-		return errors.New("the River client stopped unexpectedly")
-	}
-	if srv != nil {
-		shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(shCtx)
-		cancel()
-	}
-	return stopRiver(client, o.shutdownTimeout, logger)
-}
-
-// stopRiver stops fetching and waits for running jobs; after timeout it
-// cancels them (their transactions roll back; River retries them).
-func stopRiver(client *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) error {
-	stopCtx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		logger.Warn("running jobs did not finish in time; cancelling them", "error", err)
-		hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancelHard()
-		if err := client.StopAndCancel(hard); err != nil {
-			return fmt.Errorf("stopping River: %w", err)
+	return cli.RunRiver(ctx, client, o.shutdownTimeout, logger, func() {
+		if srv != nil {
+			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = srv.Shutdown(shCtx)
+			cancel()
 		}
-	}
-	logger.Info("stopped")
-	return nil
+	})
 }
 
 func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*http.Server, error) {

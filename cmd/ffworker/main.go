@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -99,13 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return cli.Report(stderr, "ffworker", err)
 	}
 	logger := o.common.Logger(stderr)
-	if err := serve(ctx, o, logger); err != nil {
-		if cli.ExitCode(err) == cli.ExitNotMigrated {
-			logger.Error("refusing to start", "error", err)
-		}
-		return cli.Report(stderr, "ffworker", err)
-	}
-	return cli.ExitOK
+	return cli.ReportServe(stderr, "ffworker", logger, serve(ctx, o, logger))
 }
 
 func serve(ctx context.Context, o *options, logger *slog.Logger) error {
@@ -147,22 +140,5 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 		"apply_queue", f.Pipeline().ApplyQueue(), "apply_concurrency", o.applyConc,
 		"scan_queue", f.Pipeline().ScanQueue(), "scan_concurrency", o.scanConc)
 
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping: waiting for running jobs", "timeout", o.shutdownTimeout.String())
-	case <-client.Stopped():
-		return errors.New("the River client stopped unexpectedly")
-	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		logger.Warn("running jobs did not finish in time; cancelling them", "error", err)
-		hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancelHard()
-		if err := client.StopAndCancel(hard); err != nil {
-			return fmt.Errorf("stopping River: %w", err)
-		}
-	}
-	logger.Info("stopped")
-	return nil
+	return cli.RunRiver(ctx, client, o.shutdownTimeout, logger, nil)
 }
