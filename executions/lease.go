@@ -195,6 +195,23 @@ func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseEvent {
 		WorkerInstanceID: l.workerInstance, OccurredAtMs: now}
 }
 
+// lockLease locks the lease's execution and fences the lease against it,
+// returning the locked row and the time the check used.
+func (s *Store) lockLease(ctx context.Context, tx pgx.Tx, lease Lease) (*locked, int64, error) {
+	if err := s.checkID(lease.ID); err != nil {
+		return nil, 0, err
+	}
+	l, err := s.lock(ctx, tx, lease.ID, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	now := s.clock.NowMs()
+	if err := s.fence(l, lease, now); err != nil {
+		return nil, 0, err
+	}
+	return l, now, nil
+}
+
 // Renew extends a live lease by ttl from now and returns the renewed lease.
 func (s *Store) Renew(ctx context.Context, lease Lease, ttl time.Duration) (Lease, error) {
 	var out Lease
@@ -211,15 +228,8 @@ func (s *Store) RenewTx(ctx context.Context, tx pgx.Tx, lease Lease, ttl time.Du
 	if ttl <= 0 {
 		return Lease{}, ff.Validationf("lease_ttl", "%s: must be positive", ttl)
 	}
-	if err := s.checkID(lease.ID); err != nil {
-		return Lease{}, err
-	}
-	l, err := s.lock(ctx, tx, lease.ID, false)
+	l, now, err := s.lockLease(ctx, tx, lease)
 	if err != nil {
-		return Lease{}, err
-	}
-	now := s.clock.NowMs()
-	if err := s.fence(l, lease, now); err != nil {
 		return Lease{}, err
 	}
 	lease.ExpiresAtMs = now + ttl.Milliseconds()
@@ -245,15 +255,8 @@ func (s *Store) Complete(ctx context.Context, lease Lease, result []byte) error 
 
 // CompleteTx is Complete inside the caller's transaction.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result []byte) error {
-	if err := s.checkID(lease.ID); err != nil {
-		return err
-	}
-	l, err := s.lock(ctx, tx, lease.ID, false)
+	l, now, err := s.lockLease(ctx, tx, lease)
 	if err != nil {
-		return err
-	}
-	now := s.clock.NowMs()
-	if err := s.fence(l, lease, now); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
@@ -333,15 +336,8 @@ func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams
 	if err := validateText("message", p.Message, false, 64<<10); err != nil {
 		return FailResult{}, err
 	}
-	if err := s.checkID(lease.ID); err != nil {
-		return FailResult{}, err
-	}
-	l, err := s.lock(ctx, tx, lease.ID, false)
+	l, now, err := s.lockLease(ctx, tx, lease)
 	if err != nil {
-		return FailResult{}, err
-	}
-	now := s.clock.NowMs()
-	if err := s.fence(l, lease, now); err != nil {
 		return FailResult{}, err
 	}
 	rp := l.retryPolicy()
@@ -406,15 +402,8 @@ func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.
 	if until.IsZero() {
 		return ff.Validationf("until", "is required")
 	}
-	if err := s.checkID(lease.ID); err != nil {
-		return err
-	}
-	l, err := s.lock(ctx, tx, lease.ID, false)
+	l, now, err := s.lockLease(ctx, tx, lease)
 	if err != nil {
-		return err
-	}
-	now := s.clock.NowMs()
-	if err := s.fence(l, lease, now); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
