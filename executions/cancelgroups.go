@@ -141,6 +141,38 @@ func parseMembers(raw []string) (ids []uuid.UUID, bad int) {
 	return ids, bad
 }
 
+// lockPendingGroup is the start both group actions share: check the key,
+// lock the group without waiting, and confirm the pending row still exists.
+// When the action ends there, it returns that result (whenLocked when
+// another transaction holds the group, NoOp when the pending row is gone,
+// the deletion of an orphan pending row reported as whenMissing when the
+// group itself is gone); otherwise the locked group and a nil result.
+func (s *Store) lockPendingGroup(ctx context.Context, tx pgx.Tx, g GroupKey, whenLocked, whenMissing Outcome) (lockedGroup, *GroupResult, error) {
+	fail := &GroupResult{}
+	if err := s.checkGroup(g); err != nil {
+		return lockedGroup{}, fail, err
+	}
+	lg, found, locked, err := s.lockGroup(ctx, tx, g)
+	if err != nil {
+		return lockedGroup{}, fail, err
+	}
+	if locked {
+		return lockedGroup{}, &GroupResult{Outcome: whenLocked}, nil
+	}
+	pending, err := s.pendingExists(ctx, tx, g)
+	if err != nil {
+		return lockedGroup{}, fail, err
+	}
+	if !pending {
+		return lockedGroup{}, &GroupResult{Outcome: NoOp}, nil
+	}
+	if !found {
+		res, err := s.deleteOrphan(ctx, tx, g, whenMissing)
+		return lockedGroup{}, &res, err
+	}
+	return lg, nil, nil
+}
+
 // DispatchCancelGroupTx is the edge_cancel_dispatcher action for one group,
 // inside the caller's transaction:
 //
@@ -159,25 +191,9 @@ func parseMembers(raw []string) (ids []uuid.UUID, bad int) {
 // The caller commits; everything the action wrote commits or rolls back
 // together.
 func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey) (GroupResult, error) {
-	if err := s.checkGroup(g); err != nil {
-		return GroupResult{}, err
-	}
-	lg, found, locked, err := s.lockGroup(ctx, tx, g)
-	if err != nil {
-		return GroupResult{}, err
-	}
-	if locked {
-		return GroupResult{Outcome: SkippedLocked}, nil
-	}
-	pending, err := s.pendingExists(ctx, tx, g)
-	if err != nil {
-		return GroupResult{}, err
-	}
-	if !pending {
-		return GroupResult{Outcome: NoOp}, nil
-	}
-	if !found {
-		return s.deleteOrphan(ctx, tx, g, Orphaned)
+	lg, done, err := s.lockPendingGroup(ctx, tx, g, SkippedLocked, Orphaned)
+	if done != nil || err != nil {
+		return *done, err
 	}
 	if !lg.flag {
 		return GroupResult{Outcome: SkippedForReconciler}, nil
@@ -220,25 +236,9 @@ func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey
 //
 // It never cancels an execution and writes no outbox event.
 func (s *Store) ReconcileCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey) (GroupResult, error) {
-	if err := s.checkGroup(g); err != nil {
-		return GroupResult{}, err
-	}
-	lg, found, locked, err := s.lockGroup(ctx, tx, g)
-	if err != nil {
-		return GroupResult{}, err
-	}
-	if locked {
-		return GroupResult{Outcome: NoOp}, nil
-	}
-	pending, err := s.pendingExists(ctx, tx, g)
-	if err != nil {
-		return GroupResult{}, err
-	}
-	if !pending {
-		return GroupResult{Outcome: NoOp}, nil
-	}
-	if !found {
-		return s.deleteOrphan(ctx, tx, g, SremmedStale)
+	lg, done, err := s.lockPendingGroup(ctx, tx, g, NoOp, SremmedStale)
+	if done != nil || err != nil {
+		return *done, err
 	}
 	if !lg.flag {
 		_, err := s.deletePending(ctx, tx, g)
