@@ -433,8 +433,34 @@ func NewOutboxRetentionScanner(retention time.Duration) *OutboxRetentionScanner 
 	return &OutboxRetentionScanner{retention: retention}
 }
 
-type retentionParams struct {
-	RetentionMs int64 `json:"retention_ms"`
+// ageParams is the params of the scanners whose items are due once older
+// than an age (retention, dependency staleness): the age travels in the tick
+// and scan args, so scans worked elsewhere use the scheduler's.
+type ageParams struct {
+	AgeMs int64 `json:"age_ms"`
+}
+
+func ageParamsOf(age time.Duration) (json.RawMessage, error) {
+	return json.Marshal(ageParams{AgeMs: age.Milliseconds()})
+}
+
+// ageCutoff returns now minus the age in params (def when params are
+// empty or carry none): items older than the cutoff are due.
+func ageCutoff(scanner string, def time.Duration, params json.RawMessage, now int64) (int64, error) {
+	age := def.Milliseconds()
+	if len(params) > 0 {
+		var p ageParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return 0, ff.Validationf("params", "%s: %v", scanner, err)
+		}
+		if p.AgeMs < 0 {
+			return 0, ff.Validationf("params", "%s: negative age_ms %d", scanner, p.AgeMs)
+		}
+		if p.AgeMs > 0 {
+			age = p.AgeMs
+		}
+	}
+	return now - age, nil
 }
 
 // Name implements Scanner.
@@ -446,22 +472,10 @@ func (*OutboxRetentionScanner) Defaults() Settings {
 }
 
 // Params implements ParamsProvider: the retention travels in the job args.
-func (s *OutboxRetentionScanner) Params() (json.RawMessage, error) {
-	return json.Marshal(retentionParams{RetentionMs: s.retention.Milliseconds()})
-}
+func (s *OutboxRetentionScanner) Params() (json.RawMessage, error) { return ageParamsOf(s.retention) }
 
 func (s *OutboxRetentionScanner) cutoff(params json.RawMessage, now int64) (int64, error) {
-	ret := s.retention.Milliseconds()
-	if len(params) > 0 {
-		var p retentionParams
-		if err := json.Unmarshal(params, &p); err != nil {
-			return 0, ff.Validationf("params", "outbox_retention: %v", err)
-		}
-		if p.RetentionMs > 0 {
-			ret = p.RetentionMs
-		}
-	}
-	return now - ret, nil
+	return ageCutoff(OutboxRetention, s.retention, params, now)
 }
 
 // eventFilter returns the event-column filter parameters, and ok=false when

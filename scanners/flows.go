@@ -88,10 +88,6 @@ func NewDependencyScanner(stale time.Duration) *DependencyScanner {
 	return &DependencyScanner{stale: stale}
 }
 
-type dependencyParams struct {
-	StaleMs int64 `json:"stale_ms"`
-}
-
 // Name implements Scanner.
 func (*DependencyScanner) Name() string { return Dependency }
 
@@ -102,21 +98,10 @@ func (*DependencyScanner) Defaults() Settings {
 
 // Params implements ParamsProvider: the staleness threshold travels with
 // the tick, so scans worked elsewhere use the scheduler's.
-func (s *DependencyScanner) Params() (json.RawMessage, error) {
-	return json.Marshal(dependencyParams{StaleMs: s.stale.Milliseconds()})
-}
+func (s *DependencyScanner) Params() (json.RawMessage, error) { return ageParamsOf(s.stale) }
 
 func (s *DependencyScanner) cutoff(params json.RawMessage, now int64) (int64, error) {
-	p := dependencyParams{StaleMs: s.stale.Milliseconds()}
-	if len(params) > 0 {
-		if err := json.Unmarshal(params, &p); err != nil {
-			return 0, ff.Validationf("params", "dependency: %v", err)
-		}
-	}
-	if p.StaleMs < 0 {
-		return 0, ff.Validationf("params", "dependency: negative stale_ms %d", p.StaleMs)
-	}
-	return now - p.StaleMs, nil
+	return ageCutoff(Dependency, s.stale, params, now)
 }
 
 // The undispatched-event predicate (index ff_completion_event_pending_dispatch_idx).
