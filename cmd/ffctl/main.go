@@ -35,6 +35,7 @@ type command struct {
 var commands = []command{
 	migrateCommand,
 	tailCommand,
+	demoCommand,
 	benchCommand,
 	statusCommand,
 }

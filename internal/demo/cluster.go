@@ -1,0 +1,231 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"riverqueue.com/riverui"
+)
+
+// process is one River client with its own pool, as one ffscheduler or
+// ffworker process would run it.
+type process struct {
+	name   string
+	pool   *pgxpool.Pool
+	ff     *ffriver.FFRiver
+	client *river.Client[pgx.Tx]
+}
+
+// cluster is the demo's deployment: a scheduler, two workers and River UI.
+type cluster struct {
+	scheduler *process
+	workers   []*process
+	settings  map[string]scanners.Settings
+	uiURL     string
+	srv       *http.Server
+	cancelRun context.CancelFunc
+	// stopCtx ends cli.RunRiver of every client; running waits for them.
+	stopCtx   context.Context
+	stopRiver context.CancelFunc
+	running   sync.WaitGroup
+	// failed receives a client that stopped by itself.
+	failed chan error
+
+	stopOnce sync.Once
+}
+
+// scannerSettings are the demo's scanner intervals: fast, so that every
+// transition happens within seconds of being due.
+func scannerSettings() map[string]scanners.Settings {
+	return map[string]scanners.Settings{
+		scanners.AttemptTimeout:       {Interval: ScanInterval},
+		scanners.DelayedPromoter:      {Interval: ScanInterval},
+		scanners.ExecutionDeadline:    {Interval: ScanInterval},
+		scanners.EdgeCancelDispatcher: {Interval: ScanInterval},
+		scanners.EdgeCancelReconciler: {Interval: 2 * time.Second},
+		scanners.Dependency:           {Interval: 2 * time.Second},
+	}
+}
+
+// startCluster starts the scheduler (with River UI) and two workers. On
+// error whatever was started is stopped.
+func (d *demo) startCluster(ctx context.Context) (c *cluster, err error) {
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	stopCtx, stopRiver := context.WithCancel(context.WithoutCancel(ctx))
+	c = &cluster{settings: scannerSettings(), cancelRun: cancelRun, stopCtx: stopCtx, stopRiver: stopRiver, failed: make(chan error, 3)}
+	defer func() {
+		if err != nil {
+			c.stop(context.WithoutCancel(ctx))
+		}
+	}()
+	// The scheduler works the scan queue only, as ffscheduler does by
+	// default; the workers work both queues, as ffworker does.
+	c.scheduler, err = d.startProcess(ctx, runCtx, c, "scheduler", 2, 0, true)
+	if err != nil {
+		return c, err
+	}
+	if d.opts.UIAddr != "" {
+		if err := c.startUI(runCtx, d.opts.UIAddr, d.opts.UIFallback, d.opts.RiverLogger); err != nil {
+			return c, err
+		}
+	}
+	for i := range 2 {
+		p, err := d.startProcess(ctx, runCtx, c, fmt.Sprintf("worker-%d", i+1), 2, 4, false)
+		if err != nil {
+			return c, err
+		}
+		c.workers = append(c.workers, p)
+	}
+	return c, nil
+}
+
+// startProcess builds one River client exactly as the binaries do and
+// starts it, with its outbox waker.
+func (d *demo) startProcess(ctx, runCtx context.Context, c *cluster, name string, scan, apply int, scheduler bool) (*process, error) {
+	pool, err := d.openPool(ctx, "ffctl demo "+name, int32(scan+apply+4))
+	if err != nil {
+		return nil, err
+	}
+	waker := outbox.NewWaker(pool, string(d.schema), 0, d.opts.RiverLogger)
+	f, err := ffriver.New(ctx, pool, ffriver.Config{
+		Schema: string(d.schema), Scanners: c.settings, Logger: d.opts.RiverLogger, Waker: waker,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	o := ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, ID: "ffdemo-" + name, Logger: d.opts.RiverLogger}
+	var rc *river.Config
+	if scheduler {
+		rc, err = f.SchedulerConfig(o)
+	} else {
+		rc, err = f.WorkerConfig(o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: river client: %w", name, err)
+	}
+	go waker.Run(runCtx)
+	if err := client.Start(runCtx); err != nil {
+		return nil, fmt.Errorf("%s: starting River: %w", name, err)
+	}
+	// As the binaries do: run until stopped, then stop gracefully.
+	c.running.Go(func() {
+		if err := cli.RunRiver(c.stopCtx, client, 15*time.Second, d.opts.RiverLogger.With("client", name), nil); err != nil {
+			c.failed <- fmt.Errorf("%s: %w", name, err)
+		}
+	})
+	return &process{name: name, pool: pool, ff: f, client: client}, nil
+}
+
+// startUI serves River UI of the scheduler's client on addr, a loopback
+// address (River UI can cancel and delete jobs, and the demo serves it
+// without credentials). With fallback, a taken addr falls back to a free
+// loopback port.
+func (c *cluster) startUI(ctx context.Context, addr string, fallback bool, logger *slog.Logger) error {
+	if !IsLoopback(addr) {
+		return fmt.Errorf("river UI: %s is not a loopback address; the demo serves River UI without credentials, on loopback only", addr)
+	}
+	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(c.scheduler.client, nil), Logger: logger, Prefix: "/"})
+	if err != nil {
+		return fmt.Errorf("river UI: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil && fallback {
+		host, _, _ := net.SplitHostPort(addr)
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	}
+	if err != nil {
+		return fmt.Errorf("river UI: listening on %s: %w", addr, err)
+	}
+	if err := h.Start(ctx); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("river UI: %w", err)
+	}
+	c.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("River UI server failed", "error", err)
+		}
+	}()
+	c.uiURL = "http://" + ln.Addr().String() + "/"
+	return nil
+}
+
+// IsLoopback reports whether host:port names a loopback host.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// stop stops the UI and the River clients, each waiting up to 15 s for its
+// running jobs before cancelling them (a cancelled ffriver job rolls back).
+// It is safe to call more than once.
+func (c *cluster) stop(ctx context.Context) {
+	c.stopOnce.Do(func() {
+		if c.srv != nil {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = c.srv.Shutdown(sctx)
+			cancel()
+		}
+		c.stopRiver()
+		c.running.Wait()
+		c.cancelRun()
+	})
+}
+
+// scannerLine describes the scanners and their intervals.
+func (c *cluster) scannerLine() string {
+	var parts []string
+	p := c.scheduler.ff.Pipeline()
+	for _, name := range p.Registry().Names() {
+		st, _ := p.Settings(name)
+		parts = append(parts, fmt.Sprintf("%s %s", name, st.Interval))
+	}
+	return wrap(strings.Join(parts, ", "), 90, "              ")
+}
+
+// wrap breaks s after commas so that lines stay under width, indenting the
+// continuation lines.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, part := range strings.Split(s, ", ") {
+		if i > 0 {
+			if line+len(part)+2 > width {
+				b.WriteString(",\n" + indent)
+				line = 0
+			} else {
+				b.WriteString(", ")
+				line += 2
+			}
+		}
+		b.WriteString(part)
+		line += len(part)
+	}
+	return b.String()
+}
