@@ -459,3 +459,45 @@ func (w *ItemWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 		return w.action(ctx, tx, job.Args)
 	})
 }
+
+// Backlog is one scanner's due work now.
+type Backlog struct {
+	Scanner string
+	// Due items, over Partitions partitions.
+	Due        int64
+	Partitions int
+	// OldestMs is when the oldest due item became due (0: nothing due, or
+	// the scanner cannot tell).
+	OldestMs int64
+}
+
+// Backlog runs every registered scanner's Due query, with the pipeline's
+// filter and the scanner's params as its ticks carry them, and sums it up
+// per scanner, in registration order.
+func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
+	now := p.env.NowMs()
+	var out []Backlog
+	for _, s := range p.reg.Scanners() {
+		params, err := scannerParams(s)
+		if err != nil {
+			return nil, err
+		}
+		due, err := s.Due(ctx, q, DueRequest{Env: p.env, NowMs: now, Filter: p.filter, Params: params})
+		if err != nil {
+			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
+		}
+		b := Backlog{Scanner: s.Name()}
+		for _, d := range due {
+			if d.Count == 0 {
+				continue
+			}
+			b.Due += d.Count
+			b.Partitions++
+			if d.OldestMs > 0 && (b.OldestMs == 0 || d.OldestMs < b.OldestMs) {
+				b.OldestMs = d.OldestMs
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}

@@ -226,26 +226,18 @@ func (w *watcher) snapshot(ctx context.Context) (*Snapshot, error) {
 	snap.Leases, snap.Completions = w.counts()
 
 	p := w.c.scheduler.ff.Pipeline()
-	env := p.Env()
 	byName := map[string]*ScannerStats{}
 	kinds := itemKinds()
-	for _, s := range p.Registry().Scanners() {
-		st := ScannerStats{Name: s.Name(), Actions: map[string]int64{}}
+	backlog, err := p.Backlog(ctx, w.d.admin)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range backlog {
+		st := ScannerStats{Name: b.Scanner, Actions: map[string]int64{}, Backlog: b.Due}
 		for kind, name := range kinds {
-			if name == s.Name() {
+			if name == b.Scanner {
 				st.ItemKind = kind
 			}
-		}
-		args, err := p.TickArgs(s.Name())
-		if err != nil {
-			return nil, err
-		}
-		due, err := s.Due(ctx, w.d.admin, scanners.DueRequest{Env: env, NowMs: env.NowMs(), Filter: p.Filter(), Params: args.Params})
-		if err != nil {
-			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
-		}
-		for _, dp := range due {
-			st.Backlog += dp.Count
 		}
 		snap.Scanners = append(snap.Scanners, st)
 	}

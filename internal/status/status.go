@@ -16,7 +16,6 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -80,33 +79,21 @@ type Writer struct {
 // Collect reads a report. f carries the scanners (built as the processes
 // build them; its schema must be migrated).
 func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.FFRiver) (*Report, error) {
-	env := f.Pipeline().Env()
+	p := f.Pipeline()
+	env := p.Env()
 	s := dbutil.Schema(env.Schema())
 	r := &Report{Schema: env.Schema(), Partitions: int(env.Partitions()), At: time.Now()}
 	now := env.NowMs()
-	for _, sc := range f.Pipeline().Registry().Scanners() {
-		st, _ := f.Pipeline().Settings(sc.Name())
-		out := Scanner{Name: sc.Name(), Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled}
-		params, err := scannerParams(sc)
-		if err != nil {
-			return nil, err
-		}
-		due, err := sc.Due(ctx, pool, scanners.DueRequest{Env: env, NowMs: now, Filter: f.Pipeline().Filter(), Params: params})
-		if err != nil {
-			return nil, fmt.Errorf("status: scanner %s: %w", sc.Name(), err)
-		}
-		var oldest int64
-		for _, d := range due {
-			out.Due += d.Count
-			if d.Count > 0 {
-				out.DuePartitions++
-			}
-			if d.OldestMs > 0 && (oldest == 0 || d.OldestMs < oldest) {
-				oldest = d.OldestMs
-			}
-		}
-		if oldest > 0 && oldest < now {
-			out.OldestOverdue = time.Duration(now-oldest) * time.Millisecond
+	backlog, err := p.Backlog(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	for _, b := range backlog {
+		st, _ := p.Settings(b.Scanner)
+		out := Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
+			Due: b.Due, DuePartitions: b.Partitions}
+		if b.OldestMs > 0 && b.OldestMs < now {
+			out.OldestOverdue = time.Duration(now-b.OldestMs) * time.Millisecond
 		}
 		r.Scanners = append(r.Scanners, out)
 	}
@@ -176,18 +163,6 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.FFRiver) (*Repo
 		r.OldestWriter = &w
 	}
 	return r, nil
-}
-
-func scannerParams(s scanners.Scanner) (json.RawMessage, error) {
-	p, ok := s.(scanners.ParamsProvider)
-	if !ok {
-		return nil, nil
-	}
-	b, err := p.Params()
-	if err != nil {
-		return nil, fmt.Errorf("status: scanner %s: params: %w", s.Name(), err)
-	}
-	return b, nil
 }
 
 // WriteText prints r as tables.
