@@ -14,6 +14,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/demo"
+	"github.com/ffriver/ffriver/internal/uiserver"
 )
 
 var demoCommand = command{
@@ -62,7 +63,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		if *duration <= 0 {
 			return cli.Usagef("--duration %s: must be positive", *duration)
 		}
-		if *uiAddr != "off" && !demo.IsLoopback(*uiAddr) {
+		if *uiAddr != "off" && !uiserver.IsLoopback(*uiAddr) {
 			return cli.Usagef("--ui-addr %q: want a loopback host:port such as 127.0.0.1:8080 (the demo serves River UI without credentials), or off", *uiAddr)
 		}
 		return nil

@@ -20,14 +20,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -35,12 +32,12 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"riverqueue.com/riverui"
 )
 
 const defaultUIAddr = "127.0.0.1:8080"
@@ -130,7 +127,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 			if _, _, err := net.SplitHostPort(o.uiAddr); err != nil {
 				return cli.Usagef("--ui-addr %q: %v", o.uiAddr, err)
 			}
-			if !isLoopback(o.uiAddr) && o.uiUser == "" {
+			if !uiserver.IsLoopback(o.uiAddr) && o.uiUser == "" {
 				return cli.Usagef("--ui-addr %s is not a loopback address: River UI can cancel and delete jobs, so pass --ui-user and --ui-password (or set FF_UI_USER and FF_UI_PASSWORD)", o.uiAddr)
 			}
 		}
@@ -188,7 +185,7 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 	defer cancelRun()
 	go waker.Run(runCtx)
 
-	var srv *http.Server
+	var srv *uiserver.Server
 	if o.uiAddr != "off" && o.uiAddr != "" {
 		srv, err = startUI(runCtx, o, client, logger)
 		if err != nil {
@@ -202,72 +199,19 @@ func serve(ctx context.Context, o *options, logger *slog.Logger) error {
 		"scan_queue", f.Pipeline().ScanQueue(), "apply_queue", f.Pipeline().ApplyQueue(),
 		"scanners", f.Pipeline().Registry().Names(), "ui", o.uiAddr)
 
-	return cli.RunRiver(ctx, client, o.shutdownTimeout, logger, func() {
-		if srv != nil {
-			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = srv.Shutdown(shCtx)
-			cancel()
-		}
-	})
+	return cli.RunRiver(ctx, client, o.shutdownTimeout, logger, srv.Shutdown)
 }
 
-func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*http.Server, error) {
-	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: logger, Prefix: "/"})
+func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*uiserver.Server, error) {
+	srv, err := uiserver.Start(ctx, client, uiserver.Options{Addr: o.uiAddr, User: o.uiUser, Password: o.uiPass, Logger: logger})
+	var le *uiserver.ListenError
+	if errors.As(err, &le) && !o.uiAddrExplicit {
+		logger.Warn("River UI not served: its default address is taken (another scheduler on this host?); pass --ui-addr to choose one", "addr", o.uiAddr, "error", le.Err)
+		return nil, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("river UI: %w", err)
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", o.uiAddr)
-	if err != nil {
-		if !o.uiAddrExplicit {
-			logger.Warn("River UI not served: its default address is taken (another scheduler on this host?); pass --ui-addr to choose one", "addr", o.uiAddr, "error", err)
-			return nil, nil
-		}
-		return nil, fmt.Errorf("river UI: --ui-addr %s: %w", o.uiAddr, err)
-	}
-	if err := h.Start(ctx); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("river UI: %w", err)
-	}
-	var handler http.Handler = h
-	if o.uiUser != "" {
-		handler = basicAuth(h, o.uiUser, o.uiPass)
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("River UI server failed", "error", err)
-		}
-	}()
-	logger.Info("River UI listening", "url", "http://"+ln.Addr().String()+"/", "auth", o.uiUser != "")
+	logger.Info("River UI listening", "url", srv.URL, "auth", o.uiUser != "")
 	return srv, nil
-}
-
-// basicAuth requires user and password, compared in constant time.
-func basicAuth(next http.Handler, user, pass string) http.Handler {
-	wantU, wantP := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, p, ok := r.BasicAuth()
-		gotU, gotP := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
-		uOK := subtle.ConstantTimeCompare(gotU[:], wantU[:])
-		pOK := subtle.ConstantTimeCompare(gotP[:], wantP[:])
-		if !ok || uOK&pOK != 1 {
-			w.Header().Set("WWW-Authenticate", `Basic realm="ffriver River UI", charset="UTF-8"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// isLoopback reports whether a host:port listens on loopback only.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }

@@ -2,24 +2,21 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"riverqueue.com/riverui"
 )
 
 // process is one River client with its own pool, as one ffscheduler or
@@ -37,7 +34,7 @@ type cluster struct {
 	workers   []*process
 	settings  map[string]scanners.Settings
 	uiURL     string
-	srv       *http.Server
+	ui        *uiserver.Server
 	cancelRun context.CancelFunc
 	// stopCtx ends cli.RunRiver of every client; running waits for them.
 	stopCtx   context.Context
@@ -140,46 +137,15 @@ func (d *demo) startProcess(ctx, runCtx context.Context, c *cluster, name string
 // without credentials). With fallback, a taken addr falls back to a free
 // loopback port.
 func (c *cluster) startUI(ctx context.Context, addr string, fallback bool, logger *slog.Logger) error {
-	if !IsLoopback(addr) {
+	if !uiserver.IsLoopback(addr) {
 		return fmt.Errorf("river UI: %s is not a loopback address; the demo serves River UI without credentials, on loopback only", addr)
 	}
-	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(c.scheduler.client, nil), Logger: logger, Prefix: "/"})
+	srv, err := uiserver.Start(ctx, c.scheduler.client, uiserver.Options{Addr: addr, Fallback: fallback, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("river UI: %w", err)
+		return err
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil && fallback {
-		host, _, _ := net.SplitHostPort(addr)
-		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
-	}
-	if err != nil {
-		return fmt.Errorf("river UI: listening on %s: %w", addr, err)
-	}
-	if err := h.Start(ctx); err != nil {
-		_ = ln.Close()
-		return fmt.Errorf("river UI: %w", err)
-	}
-	c.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("River UI server failed", "error", err)
-		}
-	}()
-	c.uiURL = "http://" + ln.Addr().String() + "/"
+	c.ui, c.uiURL = srv, srv.URL
 	return nil
-}
-
-// IsLoopback reports whether host:port names a loopback host.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 // stop stops the UI and the River clients, each waiting up to 15 s for its
@@ -187,11 +153,7 @@ func IsLoopback(addr string) bool {
 // It is safe to call more than once.
 func (c *cluster) stop(ctx context.Context) {
 	c.stopOnce.Do(func() {
-		if c.srv != nil {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = c.srv.Shutdown(sctx)
-			cancel()
-		}
+		c.ui.Shutdown()
 		c.stopRiver()
 		c.running.Wait()
 		c.cancelRun()

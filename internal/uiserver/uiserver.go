@@ -1,0 +1,126 @@
+// Package uiserver serves River UI (riverqueue.com/riverui) for ffscheduler
+// and ffctl demo: the riverui handler on its own listener, optionally behind
+// basic auth.
+package uiserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
+)
+
+// Options say where and how River UI is served.
+type Options struct {
+	// Addr is host:port to listen on.
+	Addr string
+	// Fallback listens on a free port of the same host when Addr is taken.
+	Fallback bool
+	// User and Password, when User is set, are required with basic auth
+	// (compared in constant time).
+	User, Password string
+	Logger         *slog.Logger
+}
+
+// ListenError is returned by Start when the address cannot be listened on.
+type ListenError struct {
+	Addr string
+	Err  error
+}
+
+func (e *ListenError) Error() string { return fmt.Sprintf("river UI: listening on %s: %v", e.Addr, e.Err) }
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// Server is River UI being served.
+type Server struct {
+	srv *http.Server
+	// URL River UI answers on.
+	URL string
+}
+
+// Start serves River UI of client until Shutdown. ctx bounds the UI's
+// background query cacher.
+func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Server, error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: logger, Prefix: "/"})
+	if err != nil {
+		return nil, fmt.Errorf("river UI: %w", err)
+	}
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil && o.Fallback {
+		host, _, _ := net.SplitHostPort(o.Addr)
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	}
+	if err != nil {
+		return nil, &ListenError{Addr: o.Addr, Err: err}
+	}
+	if err := h.Start(ctx); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("river UI: %w", err)
+	}
+	var handler http.Handler = h
+	if o.User != "" {
+		handler = BasicAuth(h, o.User, o.Password)
+	}
+	s := &Server{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, URL: "http://" + ln.Addr().String() + "/"}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("River UI server failed", "error", err)
+		}
+	}()
+	return s, nil
+}
+
+// Shutdown stops serving, waiting up to 5 s for requests in flight. A nil
+// Server does nothing.
+func (s *Server) Shutdown() {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+}
+
+// BasicAuth requires user and password, compared in constant time.
+func BasicAuth(next http.Handler, user, pass string) http.Handler {
+	wantU, wantP := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		gotU, gotP := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		uOK := subtle.ConstantTimeCompare(gotU[:], wantU[:])
+		pOK := subtle.ConstantTimeCompare(gotP[:], wantP[:])
+		if !ok || uOK&pOK != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ffriver River UI", charset="UTF-8"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopback reports whether host:port names a loopback host only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
