@@ -1,0 +1,1177 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// This file is the harness of the fault suite (faults_test.go): one scenario
+// of due work driven by the real binaries, consumed by `ffctl tail`
+// processes, and reconciled against the database when it is over.
+//
+// A scenario seeds, with plain SQL as an external producer would, four
+// classes of executions whose due times are spread over a window, so the
+// load is still running when the fault is injected:
+//
+//	lane               seeded as                                 due transition            events
+//	fault_lease        active, attempt lease expiring            attempt_timeout: terminal lease expired,
+//	                                                             expired, attempt fenced   completion expired
+//	fault_delay        runnable, delayed until a time            delayed_promoter:         none
+//	                                                             eligible now
+//	fault_deadline     runnable, eligible, deadline              execution_deadline:       completion expired
+//	                                                             terminal expired
+//	fault_leased_dl    active, lease good for an hour, deadline  execution_deadline:       lease expired,
+//	                                                             terminal, lease fenced    completion expired
+//
+// It runs ffscheduler (one or two), ffworker (one or more) and two
+// `ffctl tail --format json --cursor-file` processes, one per stream, and
+// at the end checks, per execution, the state, the attempt row, the events
+// in both outboxes and the River item jobs that processed it; and per
+// stream, that every event in the table was printed exactly once, in cursor
+// order, with the table's fields.
+
+// faultBins are the binaries of the suite, built once per TestFaults.
+type faultBins struct{ scheduler, worker, ffctl string }
+
+// The lanes of the four classes.
+const (
+	laneLease          = "fault_lease"
+	laneDelay          = "fault_delay"
+	laneDeadline       = "fault_deadline"
+	laneLeasedDeadline = "fault_leased_dl"
+)
+
+// seededEpoch is the lease_epoch of the seeded attempts: their lease events
+// carry it, and the fenced attempt ends at seededEpoch+1.
+const seededEpoch = 3
+
+// faultPartitions is the partition count of a scenario's schema: enough to
+// spread the load, few enough that a tick inserts a handful of scans.
+const faultPartitions = 16
+
+// faultLoad says how much due work a scenario seeds and over which window
+// it comes due (starting half a second after seeding).
+type faultLoad struct {
+	leases, delayed, deadlines, leasedDeadlines int
+	window                                      time.Duration
+}
+
+// defaultFaultLoad: 2,400 due transitions over 8 s, 1,800 lease events and
+// 2,100 completion events. One ffworker at its default --concurrency 16
+// applies about 160 items/s (River fetches at most once per FetchCooldown,
+// 100 ms, up to the free worker slots), so the load runs about 15 s.
+var defaultFaultLoad = faultLoad{leases: 1500, delayed: 300, deadlines: 300, leasedDeadlines: 300, window: 8 * time.Second}
+
+func (l faultLoad) transitions() int { return l.leases + l.delayed + l.deadlines + l.leasedDeadlines }
+
+// The flags of the binaries of a scenario: short tick intervals, and a job
+// timeout and rescue delay short enough that the jobs a killed process left
+// running are retried the next time River's rescuer runs (when a scheduler
+// becomes leader, then every 30 s). The worker keeps ffworker's default
+// concurrency.
+var (
+	schedulerFaultFlags = []string{"--ui-addr", "off", "--scan-concurrency", "2",
+		"--job-timeout", "3s", "--rescue-after", "4s",
+		"--attempt-timeout-interval", "300ms", "--delayed-promoter-interval", "300ms", "--execution-deadline-interval", "300ms"}
+	workerFaultFlags = []string{"--concurrency", "16", "--scan-concurrency", "1", "--job-timeout", "3s"}
+)
+
+// scenario is one run of the fault suite.
+type scenario struct {
+	t     *testing.T
+	ctx   context.Context
+	db    *testdb.DB
+	url   string
+	bins  faultBins
+	load  faultLoad
+	tails map[string]*tailProc
+	procs []*proc
+	// killed are the processes the fault killed on purpose.
+	killed []*proc
+	// seededAt is when the due window was written (the window starts
+	// half a second later).
+	seededAt time.Time
+	// notes are the fault's own lines under the count table.
+	notes []string
+	// writers, when set, committed extra outbox rows (the out-of-order
+	// fault); their events are part of the reconciliation.
+	writers *outboxWriters
+}
+
+func newScenario(t *testing.T, bins faultBins, db *testdb.DB, url string) *scenario {
+	return &scenario{t: t, ctx: t.Context(), db: db, url: url, bins: bins, load: defaultFaultLoad, tails: map[string]*tailProc{}}
+}
+
+func (sc *scenario) dbFlags() []string {
+	return []string{"--database-url", sc.url, "--schema", sc.db.Schema}
+}
+
+func (sc *scenario) note(format string, args ...any) {
+	sc.notes = append(sc.notes, fmt.Sprintf(format, args...))
+}
+
+func (sc *scenario) startScheduler(id string) *proc {
+	sc.t.Helper()
+	p := startProc(sc.t, id, sc.bins.scheduler, slices.Concat(sc.dbFlags(), schedulerFaultFlags, []string{"--id", id})...)
+	sc.procs = append(sc.procs, p)
+	return p
+}
+
+func (sc *scenario) startWorker(id string) *proc {
+	sc.t.Helper()
+	p := startProc(sc.t, id, sc.bins.worker, slices.Concat(sc.dbFlags(), workerFaultFlags, []string{"--id", id})...)
+	sc.procs = append(sc.procs, p)
+	return p
+}
+
+// startTails starts one `ffctl tail` per stream, from the start of the
+// (still empty) outboxes.
+func (sc *scenario) startTails() {
+	sc.t.Helper()
+	dir := sc.t.TempDir()
+	for _, stream := range []string{"leases", "completions"} {
+		args := slices.Concat([]string{"tail", "--stream", stream, "--from-start", "--format", "json",
+			"--cursor-file", filepath.Join(dir, stream+".cursor")}, sc.dbFlags())
+		sc.tails[stream] = startTail(sc.t, sc.bins.ffctl, stream, args...)
+	}
+}
+
+// query runs a one-row query; errors are returned, not fatal (the server
+// may be restarting).
+func (sc *scenario) query(q string, args []any, dest ...any) error {
+	ctx, cancel := context.WithTimeout(sc.ctx, 10*time.Second)
+	defer cancel()
+	return sc.db.Pool.QueryRow(ctx, q, args...).Scan(dest...)
+}
+
+func (sc *scenario) count(q string, args ...any) int {
+	sc.t.Helper()
+	var n int
+	if err := sc.query(q, args, &n); err != nil {
+		sc.t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// await polls cond until it holds; errors inside cond are its business.
+func (sc *scenario) await(what string, within time.Duration, cond func() (bool, string)) time.Duration {
+	sc.t.Helper()
+	began := time.Now()
+	deadline := began.Add(within)
+	for {
+		ok, status := cond()
+		if ok {
+			return time.Since(began)
+		}
+		if time.Now().After(deadline) || sc.ctx.Err() != nil {
+			sc.t.Fatalf("timed out after %s waiting for %s: %s", within, what, status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// awaitLeader waits until River has a leader and returns its id.
+func (sc *scenario) awaitLeader(within time.Duration) string {
+	sc.t.Helper()
+	var leader string
+	sc.await("a River leader", within, func() (bool, string) {
+		err := sc.query(`SELECT leader_id FROM river_leader WHERE expires_at > now()`, nil, &leader)
+		return err == nil, fmt.Sprint(err)
+	})
+	return leader
+}
+
+// seed writes the scenario's executions, due from half a second from now
+// over the load's window, spread over every partition.
+func (sc *scenario) seed() {
+	sc.t.Helper()
+	l := sc.load
+	var nowMs int64
+	if err := sc.query(`SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`, nil, &nowMs); err != nil {
+		sc.t.Fatal(err)
+	}
+	from, window := nowMs+500, l.window.Milliseconds()
+	// ids: n rows, the i-th due at from + i·window/n, partition i mod P.
+	ids := `WITH ids AS (SELECT i, (i % ` + fmt.Sprint(faultPartitions) + `)::smallint AS p, gen_random_uuid() AS id,
+		$2::bigint + (i * $3::bigint) / $1 AS due FROM generate_series(0, $1 - 1) i)`
+	steps := []struct {
+		n   int
+		sql string
+	}{
+		{l.leases, ids + `, core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase,
+			ownership_state, eligibility_state, public_state, attempt_state, raw_fields, started_at_ms)
+			SELECT p, id, '` + laneLease + `', 'active', 'leased', 'not_applicable', 'active', 'running_attempt',
+			'{"namespace": "faults"}', $2 - 60000 FROM ids)
+		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
+			lease_epoch, lease_expires_at_ms, started_at_ms)
+		SELECT p, id, 0, 'seed', 'seed-worker', gen_random_uuid(), ` + fmt.Sprint(seededEpoch) + `, due, $2 - 60000 FROM ids`},
+		{l.delayed, ids + ` INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase,
+			ownership_state, eligibility_state, public_state, attempt_state, blocking_reason, delay_until_ms, raw_fields)
+		SELECT p, id, '` + laneDelay + `', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
+			'pending_first_attempt', 'waiting_for_delay', due, '{"namespace": "faults"}' FROM ids`},
+		{l.deadlines, ids + ` INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase,
+			ownership_state, eligibility_state, public_state, attempt_state, deadline_at_ms, raw_fields)
+		SELECT p, id, '` + laneDeadline + `', 'runnable', 'unowned', 'eligible_now', 'waiting',
+			'pending_first_attempt', due, '{"namespace": "faults"}' FROM ids`},
+		{l.leasedDeadlines, ids + `, core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase,
+			ownership_state, eligibility_state, public_state, attempt_state, deadline_at_ms, raw_fields, started_at_ms)
+			SELECT p, id, '` + laneLeasedDeadline + `', 'active', 'leased', 'not_applicable', 'active', 'running_attempt',
+			due, '{"namespace": "faults"}', $2 - 60000 FROM ids)
+		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
+			lease_epoch, lease_expires_at_ms, started_at_ms)
+		SELECT p, id, 0, 'seed', 'seed-worker', gen_random_uuid(), ` + fmt.Sprint(seededEpoch) + `, $2 + 3600000, $2 - 60000 FROM ids`},
+	}
+	for _, s := range steps {
+		if s.n == 0 {
+			continue
+		}
+		if _, err := sc.db.Pool.Exec(sc.ctx, s.sql, s.n, from, window); err != nil {
+			sc.t.Fatalf("seeding: %v\n%s", err, s.sql)
+		}
+	}
+	sc.seededAt = time.Now()
+}
+
+// doneSQL counts the executions whose due transition has happened.
+const doneSQL = `SELECT
+	count(*) FILTER (WHERE lane_id IN ('` + laneLease + `', '` + laneDeadline + `', '` + laneLeasedDeadline + `') AND lifecycle_phase = 'terminal')
+	+ count(*) FILTER (WHERE lane_id = '` + laneDelay + `' AND eligibility_state = 'eligible_now')
+	FROM ff_exec_core`
+
+// progress returns the number of due transitions done, or -1 when the
+// database does not answer.
+func (sc *scenario) progress() int {
+	var n int
+	if err := sc.query(doneSQL, nil, &n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// awaitProgress waits until at least frac of the transitions are done and
+// returns how many are.
+func (sc *scenario) awaitProgress(frac float64, within time.Duration) int {
+	sc.t.Helper()
+	want := int(frac * float64(sc.load.transitions()))
+	var n int
+	sc.await(fmt.Sprintf("%.0f%% of the load", frac*100), within, func() (bool, string) {
+		n = sc.progress()
+		return n >= want, fmt.Sprintf("%d of %d transitions done", n, sc.load.transitions())
+	})
+	if n >= sc.load.transitions() {
+		sc.t.Errorf("the whole load was done (%d) before the fault: the fault tested nothing", n)
+	}
+	return n
+}
+
+// drain waits for every transition and for both streams to have printed
+// every row of their table, then stops the writers (if any) and the tails.
+func (sc *scenario) drain(within time.Duration) {
+	sc.t.Helper()
+	total := sc.load.transitions()
+	took := sc.await("every due transition", within, func() (bool, string) {
+		n := sc.progress()
+		return n == total, fmt.Sprintf("%d of %d transitions done", n, total)
+	})
+	sc.t.Logf("all %d transitions done %s after the window opened (%s after the wait began)",
+		total, time.Since(sc.seededAt.Add(500*time.Millisecond)).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+	if sc.writers != nil {
+		sc.writers.stopAndWait()
+	}
+	sc.await("both streams to catch up with their tables", 30*time.Second, func() (bool, string) {
+		var leases, completions int
+		if err := sc.query(`SELECT (SELECT count(*) FROM ff_lease_event), (SELECT count(*) FROM ff_completion_event)`, nil,
+			&leases, &completions); err != nil {
+			return false, err.Error()
+		}
+		gotL, gotC := sc.tails["leases"].count(), sc.tails["completions"].count()
+		return gotL >= leases && gotC >= completions,
+			fmt.Sprintf("leases %d of %d printed, completions %d of %d", gotL, leases, gotC, completions)
+	})
+	// Room for a repeated event to show up before the tails stop.
+	time.Sleep(500 * time.Millisecond)
+	if gone := sc.exited(); len(gone) > 0 {
+		sc.t.Errorf("processes exited on their own: %s", strings.Join(gone, ", "))
+	}
+	for _, stream := range []string{"leases", "completions"} {
+		sc.tails[stream].stop()
+	}
+}
+
+// execRow is what the database holds about one seeded execution.
+type execRow struct {
+	lane, phase, ownership, eligibility, public, attemptState string
+	blocking                                                  *string
+	delayUntil, terminalAt                                    *int64
+	attempts                                                  int
+	attOutcome                                                *string
+	attLeaseExp, attTerminal                                  *int64
+	attEpoch                                                  *int64
+	leaseEvents, completionEvents                             []string // "type/epoch/attempt", "outcome"
+	processed                                                 map[string]int
+}
+
+// classWant is the end state of each class: the state, the attempt, the events
+// and the item job kind that must have processed it exactly once.
+type classWant struct {
+	what        string
+	phase, elig string
+	public      string
+	attempt     bool // a fenced attempt 0 (interrupted, epoch+1, no lease)
+	leaseEvents []string
+	completions []string
+	kind        string
+}
+
+var classWants = map[string]classWant{
+	laneLease: {"attempt_timeout: terminal expired", "terminal", "not_applicable", "expired", true,
+		[]string{fmt.Sprintf("expired/%d/0", seededEpoch)}, []string{"expired"}, jobs.KindExpireAttempt},
+	laneDelay: {"delayed_promoter: eligible now", "runnable", "eligible_now", "waiting", false,
+		nil, nil, jobs.KindPromoteDelayed},
+	laneDeadline: {"execution_deadline, unleased", "terminal", "not_applicable", "expired", false,
+		nil, []string{"expired"}, jobs.KindExpireDeadline},
+	laneLeasedDeadline: {"execution_deadline, leased", "terminal", "not_applicable", "expired", true,
+		[]string{fmt.Sprintf("expired/%d/0", seededEpoch)}, []string{"expired"}, jobs.KindExpireDeadline},
+}
+
+var classOrder = []string{laneLease, laneDelay, laneDeadline, laneLeasedDeadline}
+
+// problems collects the first few faults of each kind and counts them all.
+type problems struct {
+	t      *testing.T
+	counts map[string]int
+}
+
+func (p *problems) add(kind, format string, args ...any) {
+	p.counts[kind]++
+	if p.counts[kind] <= 5 {
+		p.t.Errorf(kind+": "+format, args...)
+	}
+}
+
+func (p *problems) total() int {
+	n := 0
+	for _, c := range p.counts {
+		n += c
+	}
+	return n
+}
+
+// reconcile reads the database and what the tails printed, checks every
+// execution and every event, and prints the count table.
+func (sc *scenario) reconcile() {
+	t := sc.t
+	t.Helper()
+	ctx := sc.ctx
+	pool := sc.db.Pool
+	probs := &problems{t: t, counts: map[string]int{}}
+
+	// Executions and their attempt 0.
+	execs := map[uuid.UUID]*execRow{}
+	rows, err := pool.Query(ctx, `SELECT c.execution_id, c.lane_id, c.lifecycle_phase, c.ownership_state, c.eligibility_state,
+		c.public_state, c.attempt_state, c.blocking_reason, c.delay_until_ms, c.terminal_at_ms,
+		(SELECT count(*) FROM ff_attempt x WHERE x.partition_key = c.partition_key AND x.execution_id = c.execution_id),
+		a.outcome, a.lease_expires_at_ms, a.terminal_at_ms, a.lease_epoch
+		FROM ff_exec_core c LEFT JOIN ff_attempt a
+		  ON a.partition_key = c.partition_key AND a.execution_id = c.execution_id AND a.attempt_index = 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		e := &execRow{processed: map[string]int{}}
+		if err := rows.Scan(&id, &e.lane, &e.phase, &e.ownership, &e.eligibility, &e.public, &e.attemptState, &e.blocking,
+			&e.delayUntil, &e.terminalAt, &e.attempts, &e.attOutcome, &e.attLeaseExp, &e.attTerminal, &e.attEpoch); err != nil {
+			t.Fatal(err)
+		}
+		execs[id] = e
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Outbox tables.
+	type leaseRow struct {
+		exec        string
+		typ         string
+		epoch       *int64
+		attempt     *int32
+		partition   int32
+		eventString string
+	}
+	leaseTable := map[int64]leaseRow{}
+	rows, err = pool.Query(ctx, `SELECT event_id, execution_id, event_type, lease_epoch, attempt_index, partition_key FROM ff_lease_event`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		var r leaseRow
+		if err := rows.Scan(&id, &r.exec, &r.typ, &r.epoch, &r.attempt, &r.partition); err != nil {
+			t.Fatal(err)
+		}
+		r.eventString = leaseString(r.typ, r.epoch, r.attempt)
+		leaseTable[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	type completionRow struct {
+		exec      uuid.UUID
+		outcome   string
+		partition int16
+	}
+	completionTable := map[int64]completionRow{}
+	rows, err = pool.Query(ctx, `SELECT event_id, execution_id, outcome, partition_key FROM ff_completion_event`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		var r completionRow
+		if err := rows.Scan(&id, &r.exec, &r.outcome, &r.partition); err != nil {
+			t.Fatal(err)
+		}
+		completionTable[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Item jobs and their outcomes.
+	itemKinds := []string{jobs.KindExpireAttempt, jobs.KindPromoteDelayed, jobs.KindExpireDeadline}
+	outcomes := map[string]int{} // "state/outcome" of every item job
+	rows, err = pool.Query(ctx, `SELECT kind, args->>'id', state, coalesce(metadata->'output'->>'outcome', '') FROM river_job WHERE kind = ANY($1)`, itemKinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	itemJobs := 0
+	for rows.Next() {
+		var kind, idText, state, outcome string
+		if err := rows.Scan(&kind, &idText, &state, &outcome); err != nil {
+			t.Fatal(err)
+		}
+		itemJobs++
+		outcomes[state+"/"+outcome]++
+		id, err := ff.ParseExecutionID(idText)
+		if err != nil {
+			probs.add("bad item job", "%s job with id %q: %v", kind, idText, err)
+			continue
+		}
+		if state == "completed" && outcome == "processed" {
+			if e := execs[id.UUID]; e != nil {
+				e.processed[kind]++
+			} else {
+				probs.add("bad item job", "%s processed unknown execution %s", kind, id)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Attach events to executions; events of no seeded execution must be a
+	// writer's.
+	var scenarioLease, scenarioCompletion, writerLease, writerCompletion int
+	for id, r := range leaseTable {
+		u, err := uuid.Parse(r.exec)
+		e := execs[u]
+		switch {
+		case err == nil && e != nil:
+			e.leaseEvents = append(e.leaseEvents, r.eventString)
+			scenarioLease++
+		case sc.writers != nil && sc.writers.has(id, true):
+			writerLease++
+		default:
+			probs.add("stray event", "lease event %d (%s for %s) belongs to no seeded execution and no writer", id, r.eventString, r.exec)
+		}
+	}
+	for id, r := range completionTable {
+		e := execs[r.exec]
+		switch {
+		case e != nil:
+			e.completionEvents = append(e.completionEvents, r.outcome)
+			scenarioCompletion++
+		case sc.writers != nil && sc.writers.has(id, false):
+			writerCompletion++
+		default:
+			probs.add("stray event", "completion event %d (%s for %s) belongs to no seeded execution and no writer", id, r.outcome, r.exec)
+		}
+	}
+
+	// Every execution against its class.
+	transitioned := map[string]int{} // executions in their end state, per lane
+	exactlyOnce := map[string]int{}  // ... and processed by exactly one item job
+	consistent := map[string]int{}   // ... and with exactly their events, attempt and nothing else
+	seeded := map[string]int{}
+	for id, e := range execs {
+		w, ok := classWants[e.lane]
+		if !ok {
+			probs.add("stray execution", "execution %s in lane %q", id, e.lane)
+			continue
+		}
+		seeded[e.lane]++
+		inEndState := e.phase == w.phase && e.eligibility == w.elig && e.public == w.public
+		if inEndState {
+			transitioned[e.lane]++
+		} else {
+			probs.add("not transitioned", "%s (%s): %s/%s/%s, want %s/%s/%s", id, e.lane, e.phase, e.eligibility, e.public, w.phase, w.elig, w.public)
+		}
+		once := e.processed[w.kind] == 1 && len(e.processed) == 1
+		if inEndState && once {
+			exactlyOnce[e.lane]++
+		}
+		if !once {
+			probs.add("not exactly once", "%s (%s): processed by item jobs %v, want one %s", id, e.lane, e.processed, w.kind)
+		}
+		var bad []string
+		switch w.phase {
+		case "terminal":
+			if e.ownership != "unowned" || e.attemptState != "attempt_terminal" || e.terminalAt == nil || e.delayUntil != nil || e.blocking != nil {
+				bad = append(bad, fmt.Sprintf("terminal row half-written: ownership %s, attempt_state %s, terminal_at %v, delay_until %v, blocking_reason %v",
+					e.ownership, e.attemptState, ptr(e.terminalAt), ptr(e.delayUntil), ptr(e.blocking)))
+			}
+		default:
+			if e.delayUntil != nil || e.terminalAt != nil || e.ownership != "unowned" || e.attemptState != "pending_first_attempt" || e.blocking != nil {
+				bad = append(bad, fmt.Sprintf("promoted row half-written: delay_until %v, terminal_at %v, ownership %s, attempt_state %s, blocking_reason %v",
+					ptr(e.delayUntil), ptr(e.terminalAt), e.ownership, e.attemptState, ptr(e.blocking)))
+			}
+		}
+		switch {
+		case w.attempt && (e.attempts != 1 || e.attOutcome == nil || *e.attOutcome != "interrupted" || e.attLeaseExp != nil ||
+			e.attTerminal == nil || e.attEpoch == nil || *e.attEpoch != seededEpoch+1):
+			bad = append(bad, fmt.Sprintf("attempt not fenced once: %d attempts, outcome %v, lease_expires %v, terminal_at %v, epoch %v (want interrupted, no lease, epoch %d)",
+				e.attempts, ptr(e.attOutcome), ptr(e.attLeaseExp), ptr(e.attTerminal), ptr(e.attEpoch), seededEpoch+1))
+		case !w.attempt && e.attempts != 0:
+			bad = append(bad, fmt.Sprintf("%d attempt rows, want none", e.attempts))
+		}
+		slices.Sort(e.leaseEvents)
+		slices.Sort(e.completionEvents)
+		if !slices.Equal(e.leaseEvents, w.leaseEvents) {
+			bad = append(bad, fmt.Sprintf("lease events %q, want %q", e.leaseEvents, w.leaseEvents))
+		}
+		if !slices.Equal(e.completionEvents, w.completions) {
+			bad = append(bad, fmt.Sprintf("completion events %q, want %q", e.completionEvents, w.completions))
+		}
+		if len(bad) == 0 && inEndState && once {
+			consistent[e.lane]++
+		} else if len(bad) > 0 {
+			probs.add("half-written", "%s (%s): %s", id, e.lane, strings.Join(bad, "; "))
+		}
+	}
+
+	// The streams against the tables.
+	type streamCheck struct {
+		printed, distinct, repeated, missing, unknown, mismatched, disorder int
+		scenario, writer                                                    int
+		reconnects                                                          int
+		cursorFileOK                                                        bool
+	}
+	checkStream := func(tp *tailProc, inTable func(id int64) (exec string, what string, ok bool), size int) streamCheck {
+		var c streamCheck
+		seen := map[int64]int{}
+		lines := tp.snapshot()
+		c.printed = len(lines)
+		var prev ff.Cursor
+		for i, ev := range lines {
+			seen[ev.EventID]++
+			if seen[ev.EventID] == 2 {
+				c.repeated++
+				probs.add("repeated", "%s stream printed event %d twice", tp.stream, ev.EventID)
+			}
+			cur, err := ff.ParseCursor(ev.Cursor)
+			if err != nil {
+				probs.add("bad line", "%s stream: cursor %q: %v", tp.stream, ev.Cursor, err)
+			} else {
+				if i > 0 && !prev.Less(cur) {
+					c.disorder++
+					probs.add("disorder", "%s stream: event %d at %s does not follow %s", tp.stream, ev.EventID, cur, prev)
+				}
+				prev = cur
+			}
+			exec, what, ok := inTable(ev.EventID)
+			if !ok {
+				c.unknown++
+				probs.add("unknown event", "%s stream printed event %d, which is not in the table", tp.stream, ev.EventID)
+				continue
+			}
+			if got := ev.what(); got != what || ev.ExecutionID != exec {
+				c.mismatched++
+				probs.add("mismatch", "%s stream: event %d printed as %s for %s; the table says %s for %s", tp.stream, ev.EventID, got, ev.ExecutionID, what, exec)
+			}
+			if seen[ev.EventID] == 1 {
+				if sc.writers != nil && sc.writers.has(ev.EventID, tp.stream == "leases") {
+					c.writer++
+				} else {
+					c.scenario++
+				}
+			}
+		}
+		c.distinct = len(seen)
+		c.missing = size - (c.distinct - c.unknown)
+		if c.missing != 0 {
+			probs.add("missing", "%s stream printed %d distinct events of the table's %d", tp.stream, c.distinct-c.unknown, size)
+		}
+		c.reconnects = strings.Count(tp.stderr.String(), "connection lost; reconnecting")
+		if b, err := os.ReadFile(tp.cursorFile()); err == nil && len(lines) > 0 {
+			c.cursorFileOK = strings.TrimSpace(string(b)) == lines[len(lines)-1].Cursor
+			if !c.cursorFileOK {
+				probs.add("cursor file", "%s: cursor file holds %q, the last printed event is at %s", tp.stream, strings.TrimSpace(string(b)), lines[len(lines)-1].Cursor)
+			}
+		}
+		return c
+	}
+	ls := checkStream(sc.tails["leases"], func(id int64) (string, string, bool) {
+		r, ok := leaseTable[id]
+		if !ok {
+			return "", "", false
+		}
+		u, _ := uuid.Parse(r.exec)
+		return ff.ExecutionID{Partition: int16(r.partition), UUID: u}.String(), r.eventString, true
+	}, len(leaseTable))
+	cs := checkStream(sc.tails["completions"], func(id int64) (string, string, bool) {
+		r, ok := completionTable[id]
+		if !ok {
+			return "", "", false
+		}
+		return ff.ExecutionID{Partition: r.partition, UUID: r.exec}.String(), r.outcome, true
+	}, len(completionTable))
+
+	// The writers' acknowledged events, each in the table once.
+	var ackedLease, ackedCompletion int
+	if sc.writers != nil {
+		ackedLease, ackedCompletion = sc.writers.acked()
+		for id := range sc.writers.snapshot(true) {
+			if _, ok := leaseTable[id]; !ok {
+				probs.add("lost write", "writer lease event %d was acknowledged but is not in the table", id)
+			}
+		}
+		for id := range sc.writers.snapshot(false) {
+			if _, ok := completionTable[id]; !ok {
+				probs.add("lost write", "writer completion event %d was acknowledged but is not in the table", id)
+			}
+		}
+	}
+
+	// The table.
+	l := sc.load
+	wantLease, wantCompletion := l.leases+l.leasedDeadlines, l.leases+l.deadlines+l.leasedDeadlines
+	const dash = "-"
+	table := [][4]string{{sc.t.Name(), "expected", "in DB", "by stream"}}
+	row := func(label string, cells ...any) {
+		r := [4]string{label}
+		for i, c := range cells {
+			r[i+1] = fmt.Sprint(c)
+		}
+		table = append(table, r)
+	}
+	for _, lane := range classOrder {
+		row("transitions exactly once: "+classWants[lane].what, seeded[lane], exactlyOnce[lane], dash)
+	}
+	row("lease events (expired)", wantLease, scenarioLease, ls.scenario)
+	row("completion events (expired)", wantCompletion, scenarioCompletion, cs.scenario)
+	if sc.writers != nil {
+		row("writers' lease events (acknowledged)", ackedLease, writerLease, ls.writer)
+		row("writers' completion events (acknowledged)", ackedCompletion, writerCompletion, cs.writer)
+	}
+	row("rows half-written or not transitioned", 0, probs.counts["half-written"]+probs.counts["not transitioned"], dash)
+	row("executions transitioned more than once", 0, probs.counts["not exactly once"], dash)
+	row("events printed twice (leases/completions)", "0/0", dash, fmt.Sprintf("%d/%d", ls.repeated, cs.repeated))
+	row("events missing from a stream (leases/completions)", "0/0", dash, fmt.Sprintf("%d/%d", ls.missing, cs.missing))
+	row("events out of cursor order or unlike the table", 0, dash, ls.disorder+cs.disorder+ls.mismatched+cs.mismatched+ls.unknown+cs.unknown)
+	var widths [4]int
+	for _, r := range table {
+		for i, c := range r {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range table {
+		fmt.Fprintf(&b, "  %-*s  %*s  %*s  %*s\n", widths[0], r[0], widths[1], r[1], widths[2], r[2], widths[3], r[3])
+	}
+	fmt.Fprintf(&b, "  item jobs: %d (%s); stream reconnects: leases %d, completions %d\n",
+		itemJobs, formatCounts(outcomes), ls.reconnects, cs.reconnects)
+	for _, n := range sc.notes {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
+	t.Logf("counts:\n%s", b.String())
+
+	// Sanity of the totals themselves.
+	for _, lane := range classOrder {
+		want := map[string]int{laneLease: l.leases, laneDelay: l.delayed, laneDeadline: l.deadlines, laneLeasedDeadline: l.leasedDeadlines}[lane]
+		if seeded[lane] != want || consistent[lane] != want {
+			t.Errorf("%s: %d seeded, %d transitioned, %d exactly once, %d consistent; want %d each",
+				lane, seeded[lane], transitioned[lane], exactlyOnce[lane], consistent[lane], want)
+		}
+	}
+	if scenarioLease != wantLease || scenarioCompletion != wantCompletion {
+		t.Errorf("events in the tables: %d lease, %d completion; want %d, %d", scenarioLease, scenarioCompletion, wantLease, wantCompletion)
+	}
+	if ls.scenario != wantLease || cs.scenario != wantCompletion {
+		t.Errorf("events printed by the streams: %d lease, %d completion; want %d, %d", ls.scenario, cs.scenario, wantLease, wantCompletion)
+	}
+	if sc.writers != nil && (writerLease != ackedLease || writerCompletion != ackedCompletion || ls.writer != ackedLease || cs.writer != ackedCompletion) {
+		t.Errorf("writers: acknowledged %d/%d, in the tables %d/%d, printed %d/%d", ackedLease, ackedCompletion,
+			writerLease, writerCompletion, ls.writer, cs.writer)
+	}
+	if n := probs.total(); n > 0 {
+		t.Errorf("%d problems: %v", n, probs.counts)
+	}
+}
+
+func leaseString(typ string, epoch *int64, attempt *int32) string {
+	e, a := "-", "-"
+	if epoch != nil {
+		e = fmt.Sprint(*epoch)
+	}
+	if attempt != nil {
+		a = fmt.Sprint(*attempt)
+	}
+	return typ + "/" + e + "/" + a
+}
+
+func ptr[T any](p *T) any {
+	if p == nil {
+		return "NULL"
+	}
+	return *p
+}
+
+func formatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tailEvent is one JSON line of `ffctl tail --format json`.
+type tailEvent struct {
+	Cursor       string `json:"cursor"`
+	EventID      int64  `json:"event_id"`
+	ExecutionID  string `json:"execution_id"`
+	EventType    string `json:"event_type"`
+	Outcome      string `json:"outcome"`
+	LeaseEpoch   *int64 `json:"lease_epoch"`
+	AttemptIndex *int32 `json:"attempt_index"`
+}
+
+// what is the event as the reconciliation compares it with the table.
+func (e tailEvent) what() string {
+	if e.Outcome != "" {
+		return e.Outcome
+	}
+	return leaseString(e.EventType, e.LeaseEpoch, e.AttemptIndex)
+}
+
+// tailProc is a running `ffctl tail` whose JSON lines are collected.
+type tailProc struct {
+	t      *testing.T
+	stream string
+	args   []string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	code   int
+
+	mu      sync.Mutex
+	partial []byte
+	lines   []tailEvent
+}
+
+func startTail(t *testing.T, bin, stream string, args ...string) *tailProc {
+	t.Helper()
+	tp := &tailProc{t: t, stream: stream, args: args, stderr: &syncBuffer{}, done: make(chan struct{})}
+	tp.cmd = exec.Command(bin, args...)
+	tp.cmd.Env = cleanEnv()
+	tp.cmd.Stdout, tp.cmd.Stderr = tp, tp.stderr
+	if err := tp.cmd.Start(); err != nil {
+		t.Fatalf("starting ffctl tail: %v", err)
+	}
+	go func() {
+		_ = tp.cmd.Wait()
+		tp.code = tp.cmd.ProcessState.ExitCode()
+		close(tp.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-tp.done:
+		default:
+			_ = tp.cmd.Process.Kill()
+			<-tp.done
+		}
+		if t.Failed() {
+			t.Logf("ffctl tail --stream %s stderr:\n%s", stream, tp.stderr.String())
+		}
+	})
+	return tp
+}
+
+// Write collects stdout's lines.
+func (tp *tailProc) Write(p []byte) (int, error) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.partial = append(tp.partial, p...)
+	for {
+		i := bytes.IndexByte(tp.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := tp.partial[:i]
+		var ev tailEvent
+		if err := json.Unmarshal(line, &ev); err != nil || ev.Cursor == "" || ev.EventID == 0 {
+			tp.t.Errorf("ffctl tail --stream %s printed a line that is not an event: %q (%v)", tp.stream, line, err)
+		} else {
+			tp.lines = append(tp.lines, ev)
+		}
+		tp.partial = tp.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (tp *tailProc) count() int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return len(tp.lines)
+}
+
+func (tp *tailProc) snapshot() []tailEvent {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return slices.Clone(tp.lines)
+}
+
+func (tp *tailProc) cursorFile() string {
+	if i := slices.Index(tp.args, "--cursor-file"); i >= 0 && i+1 < len(tp.args) {
+		return tp.args[i+1]
+	}
+	return ""
+}
+
+// stop sends SIGTERM and checks for a clean exit.
+func (tp *tailProc) stop() {
+	tp.t.Helper()
+	select {
+	case <-tp.done:
+		tp.t.Errorf("ffctl tail --stream %s had exited early with code %d:\n%s", tp.stream, tp.code, tp.stderr.String())
+		return
+	default:
+	}
+	_ = tp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-tp.done:
+		if tp.code != 0 {
+			tp.t.Errorf("ffctl tail --stream %s exited %d after SIGTERM:\n%s", tp.stream, tp.code, tp.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		tp.t.Errorf("ffctl tail --stream %s did not stop within 15 s of SIGTERM", tp.stream)
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if len(tp.partial) > 0 {
+		tp.t.Errorf("ffctl tail --stream %s left a partial line: %q", tp.stream, tp.partial)
+	}
+}
+
+// cleanEnv is this process's environment without any database setting, as
+// startProc gives the binaries.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "DATABASE_URL" || k == "FF_SCHEMA" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// kill sends SIGKILL to p and waits until it is gone.
+func (sc *scenario) kill(p *proc) {
+	sc.t.Helper()
+	sc.killed = append(sc.killed, p)
+	p.signal(syscall.SIGKILL, 10*time.Second)
+}
+
+// killMidJob kills p, whose River client id is id, while it runs a job of
+// queue (any queue when ""): it freezes p (SIGSTOP), looks whether River
+// shows such a job running on it, and then kills it (SIGKILL) or lets it go
+// on (SIGCONT) and looks again a few milliseconds later. It returns the jobs
+// p left running, by kind ("none" when it ran none within 20 s of looking,
+// and was killed anyway).
+func (sc *scenario) killMidJob(p *proc, id, queue string) string {
+	sc.t.Helper()
+	const running = `SELECT kind, count(*) FROM river_job
+		WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] = $1 AND ($2 = '' OR queue = $2)
+		GROUP BY kind ORDER BY kind`
+	kinds := func(queue string) []string {
+		rows, err := sc.db.Pool.Query(sc.ctx, running, id, queue)
+		if err != nil {
+			sc.t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+			var kind string
+			var n int
+			err := r.Scan(&kind, &n)
+			return fmt.Sprintf("%s %d", kind, n), err
+		})
+		if err != nil {
+			sc.t.Fatal(err)
+		}
+		return out
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		if len(kinds(queue)) > 0 || time.Now().After(deadline) {
+			break
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		time.Sleep(time.Duration(3+rand.IntN(20)) * time.Millisecond)
+	}
+	sc.kill(p)
+	left := kinds("")
+	if len(left) == 0 {
+		sc.t.Logf("%s left no job running: the kill tested less than intended", id)
+		return "none"
+	}
+	return strings.Join(left, ", ")
+}
+
+// exited lists the processes of the scenario that exited on their own.
+func (sc *scenario) exited() []string {
+	var out []string
+	for _, p := range sc.procs {
+		if slices.Contains(sc.killed, p) {
+			continue
+		}
+		select {
+		case <-p.done:
+			out = append(out, fmt.Sprintf("%s (exit %d)", p.name, p.code))
+		default:
+		}
+	}
+	for _, tp := range sc.tails {
+		select {
+		case <-tp.done:
+			out = append(out, fmt.Sprintf("ffctl tail --stream %s (exit %d)", tp.stream, tp.code))
+		default:
+		}
+	}
+	return out
+}
+
+// outboxWriters are n goroutines committing outbox rows with plain SQL (the
+// seed's column lists, as an external producer would), each transaction
+// holding its rows open for a random few milliseconds so that event ids
+// commit out of order.
+type outboxWriters struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+
+	mu          sync.Mutex
+	lease       map[int64]bool // acknowledged event ids
+	completion  map[int64]bool
+	txs         []writerTx
+	errs        []error
+	commitOrder atomic.Int64
+}
+
+type writerTx struct {
+	seq int64
+	ids []int64
+}
+
+func (sc *scenario) startWriters(n int) {
+	w := &outboxWriters{stop: make(chan struct{}), lease: map[int64]bool{}, completion: map[int64]bool{}}
+	sc.writers = w
+	ctx := sc.ctx
+	for i := range n {
+		w.wg.Go(func() {
+			exec := uuid.New()
+			part := int16(i % faultPartitions)
+			for {
+				select {
+				case <-w.stop:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				if err := w.one(ctx, sc.db, exec, part); err != nil {
+					w.mu.Lock()
+					w.errs = append(w.errs, err)
+					w.mu.Unlock()
+					return
+				}
+				time.Sleep(time.Duration(2000+rand.IntN(8000)) * time.Microsecond)
+			}
+		})
+	}
+	sc.t.Cleanup(w.stopAndWait)
+}
+
+// one commits one transaction of 1–3 rows.
+func (w *outboxWriters) one(ctx context.Context, db *testdb.DB, exec uuid.UUID, part int16) error {
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var leases, completions []int64
+	for range 1 + rand.IntN(3) {
+		var id int64
+		now := time.Now().UnixMilli()
+		if rand.IntN(2) == 0 {
+			err = tx.QueryRow(ctx, `INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+				VALUES ($1, $2, 'renewed', $3, $4, 'writers', NULL) RETURNING event_id`, exec.String(), uuid.NewString(), now, int32(part)).Scan(&id)
+			leases = append(leases, id)
+		} else {
+			err = tx.QueryRow(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms, namespace)
+				VALUES ($1, $2, 'success', $3, 'writers') RETURNING event_id`, part, exec, now).Scan(&id)
+			completions = append(completions, id)
+		}
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+	}
+	time.Sleep(time.Duration(rand.IntN(8000)) * time.Microsecond)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	seq := w.commitOrder.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range leases {
+		w.lease[id] = true
+	}
+	for _, id := range completions {
+		w.completion[id] = true
+	}
+	w.txs = append(w.txs, writerTx{seq: seq, ids: slices.Concat(leases, completions)})
+	return nil
+}
+
+func (w *outboxWriters) stopAndWait() {
+	w.once.Do(func() { close(w.stop) })
+	w.wg.Wait()
+}
+
+func (w *outboxWriters) has(id int64, lease bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lease {
+		return w.lease[id]
+	}
+	return w.completion[id]
+}
+
+func (w *outboxWriters) snapshot(lease bool) map[int64]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lease {
+		return maps.Clone(w.lease)
+	}
+	return maps.Clone(w.completion)
+}
+
+func (w *outboxWriters) acked() (lease, completion int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.lease), len(w.completion)
+}
+
+// outOfOrder counts the transactions that committed after a transaction
+// holding a higher event id of the same table had committed: each is a row
+// an `event_id > last` cursor would have skipped.
+func (w *outboxWriters) outOfOrder() (txs, late int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sorted := slices.Clone(w.txs)
+	slices.SortFunc(sorted, func(a, b writerTx) int { return int(a.seq - b.seq) })
+	maxL, maxC := int64(0), int64(0)
+	for _, tx := range sorted {
+		isLate := false
+		for _, id := range tx.ids {
+			if (w.lease[id] && id < maxL) || (w.completion[id] && id < maxC) {
+				isLate = true
+			}
+		}
+		for _, id := range tx.ids {
+			if w.lease[id] {
+				maxL = max(maxL, id)
+			} else {
+				maxC = max(maxC, id)
+			}
+		}
+		if isLate {
+			late++
+		}
+	}
+	return len(sorted), late
+}
+
+func (w *outboxWriters) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return errors.Join(w.errs...)
+}
+
+// duplicateJobs installs a trigger that, in the inserting transaction,
+// inserts a copy of every tick, scan and item job River inserts, without
+// its unique key: every job ffriver enqueues runs twice, uniqueness
+// bypassed. Copies carry metadata {"fault_copy": true}.
+func (sc *scenario) duplicateJobs() {
+	sc.t.Helper()
+	kinds := []string{jobs.KindTick, jobs.KindScan, jobs.KindExpireAttempt, jobs.KindPromoteDelayed, jobs.KindExpireDeadline}
+	q := pgx.Identifier{sc.db.Schema}.Sanitize()
+	quoted := make([]string, len(kinds))
+	for i, k := range kinds {
+		quoted[i] = "'" + k + "'"
+	}
+	for _, stmt := range []string{
+		`CREATE FUNCTION ` + q + `.fault_duplicate_job() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO ` + q + `.river_job (args, kind, max_attempts, priority, queue, state, scheduled_at, metadata, tags)
+			VALUES (NEW.args, NEW.kind, NEW.max_attempts, NEW.priority, NEW.queue, NEW.state, NEW.scheduled_at,
+			        '{"fault_copy": true}', NEW.tags);
+			RETURN NULL;
+		END $$`,
+		`CREATE TRIGGER fault_duplicate_job AFTER INSERT ON ` + q + `.river_job FOR EACH ROW
+		WHEN (NEW.unique_key IS NOT NULL AND NEW.kind IN (` + strings.Join(quoted, ", ") + `))
+		EXECUTE FUNCTION ` + q + `.fault_duplicate_job()`,
+	} {
+		if _, err := sc.db.Pool.Exec(sc.ctx, stmt); err != nil {
+			sc.t.Fatalf("installing the duplicating trigger: %v", err)
+		}
+	}
+}
