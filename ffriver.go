@@ -158,8 +158,8 @@ func (f *FFRiver) PeriodicJobs() []*river.PeriodicJob {
 }
 
 // Queues returns ffriver's queue configs for river.Config.Queues: the scan
-// queue with scanWorkers and the apply queue with applyWorkers; a count of
-// 0 leaves that queue out.
+// queue with scanWorkers and the apply queue with applyWorkers, each with
+// scanners.QueueFetchCooldown; a count of 0 leaves that queue out.
 func (f *FFRiver) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
 	return f.pipeline.Queues(scanWorkers, applyWorkers)
 }
@@ -184,6 +184,10 @@ func (f *FFRiver) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 	for name, qc := range f.Queues(scanWorkers, applyWorkers) {
 		if _, clash := rc.Queues[name]; clash {
 			return fmt.Errorf("ffriver: the host River config already has queue %q", name)
+		}
+		// River refuses a queue whose cooldown exceeds its poll interval.
+		if rc.FetchPollInterval > 0 && rc.FetchPollInterval < qc.FetchCooldown {
+			qc.FetchCooldown = rc.FetchPollInterval
 		}
 		rc.Queues[name] = qc
 	}

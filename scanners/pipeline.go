@@ -147,15 +147,25 @@ func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
 	return out, nil
 }
 
-// Queues returns the pipeline's two queues with the given worker counts.
-// A count of 0 leaves that queue out (a process that does not work it).
+// QueueFetchCooldown is the FetchCooldown of ffriver's two queues: the
+// least time between two fetches of a queue's producer. River's default
+// (100 ms) caps a queue at MaxWorkers jobs per 100 ms, whatever the jobs
+// cost: 160 items/s for ffworker's 16 apply workers, and a tick's 256 scans
+// spread over seconds. The cooldown only spaces fetches while jobs keep
+// coming (they are woken by River's insert notifications and completions);
+// an idle queue still polls once per FetchPollInterval.
+const QueueFetchCooldown = 5 * time.Millisecond
+
+// Queues returns the pipeline's two queues with the given worker counts and
+// QueueFetchCooldown. A count of 0 leaves that queue out (a process that
+// does not work it).
 func (p *Pipeline) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
 	q := map[string]river.QueueConfig{}
 	if scanWorkers > 0 {
-		q[p.ScanQueue()] = river.QueueConfig{MaxWorkers: scanWorkers}
+		q[p.ScanQueue()] = river.QueueConfig{MaxWorkers: scanWorkers, FetchCooldown: QueueFetchCooldown}
 	}
 	if applyWorkers > 0 {
-		q[p.ApplyQueue()] = river.QueueConfig{MaxWorkers: applyWorkers}
+		q[p.ApplyQueue()] = river.QueueConfig{MaxWorkers: applyWorkers, FetchCooldown: QueueFetchCooldown}
 	}
 	return q
 }
@@ -299,11 +309,19 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			return err
 		}
 		out := ScanOutput{Candidates: res.Candidates}
+		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+		if err != nil {
+			return fmt.Errorf("ffriver: no River client in the worker context: %w", err)
+		}
+		params, skipped, err := skipInFlight(ctx, tx, client.Schema(), params)
+		if err != nil {
+			return err
+		}
 		ins, dup, err := insertMany(ctx, tx, params)
 		if err != nil {
 			return err
 		}
-		out.Inserted, out.Duplicates = ins, dup
+		out.Inserted, out.Duplicates = ins, dup+skipped
 		if res.Candidates >= batch && len(res.Next) > 0 {
 			next := a
 			next.After = res.Next
@@ -363,7 +381,21 @@ func insertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams)
 
 // inTx runs fn in a transaction on env's pool; fn commits nothing itself.
 func inTx(ctx context.Context, env *Env, fn func(pgx.Tx) error) error {
-	tx, err := env.Pool().Begin(ctx)
+	return inTxOpts(ctx, env, pgx.TxOptions{}, fn)
+}
+
+// itemTxOptions begin an item transaction with generic plans forced for
+// its statements, in the BEGIN's own round trip (SET LOCAL ends with the
+// transaction). An item runs a handful of key lookups and single-row writes
+// plus River's JobCompleteTx, whose statement (a CTE over unnested arrays)
+// Postgres otherwise re-plans at every execution, because its generic plan
+// is estimated for ten rows and the custom one for one: planning was about a
+// quarter of the server's CPU per item (ffctl bench expire, perf).
+var itemTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"}
+
+// inTxOpts is inTx with transaction options.
+func inTxOpts(ctx context.Context, env *Env, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := env.Pool().BeginTx(ctx, opts)
 	if err != nil {
 		return dbutil.MapErr(err, "begin")
 	}
@@ -410,7 +442,7 @@ type Output struct {
 // as an outcome (no_op, orphaned, skipped_locked), never as an error.
 func Apply[T river.JobArgs](ctx context.Context, env *Env, job *river.Job[T], action func(ctx context.Context, tx pgx.Tx) (Output, error)) error {
 	var out Output
-	err := inTx(ctx, env, func(tx pgx.Tx) error {
+	err := inTxOpts(ctx, env, itemTxOptions, func(tx pgx.Tx) error {
 		var err error
 		if out, err = action(ctx, tx); err != nil {
 			return err
