@@ -78,6 +78,18 @@ func UniqueInFlight() river.UniqueOpts {
 	return river.UniqueOpts{ByArgs: true, ByState: InFlight()}
 }
 
+// UniqueTick is the unique option of ticks: one per scanner (and filter)
+// while in flight within each second. The period matters when a process dies
+// while running a tick: that tick stays "running" until River's rescuer
+// gives up on it (the scheduler's --rescue-after plus up to 30 s), and with
+// plain in-flight uniqueness every later tick of the scanner would be
+// skipped as its duplicate meanwhile, stalling the scanner. With the period
+// a stuck tick blocks only ticks of its own second. Two ticks of one
+// scanner running at once are harmless: scans and items stay unique.
+func UniqueTick() river.UniqueOpts {
+	return river.UniqueOpts{ByArgs: true, ByPeriod: time.Second, ByState: InFlight()}
+}
+
 // Attempt limits. Ticks are not retried (the next tick comes one interval
 // later); scans and items retry a few times with a short backoff, and an item
 // that still fails is discarded: the next scan re-creates it if the

@@ -107,7 +107,7 @@ func (p *Pipeline) AddWorkers(workers *river.Workers) error {
 
 // TickInsertOpts are the insert options of this pipeline's ticks.
 func (p *Pipeline) TickInsertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: p.ScanQueue(), MaxAttempts: jobs.TickMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+	return &river.InsertOpts{Queue: p.ScanQueue(), MaxAttempts: jobs.TickMaxAttempts, UniqueOpts: jobs.UniqueTick()}
 }
 
 // TickArgs returns the tick of the scanner called name, as the periodic job
@@ -125,9 +125,10 @@ func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
 }
 
 // PeriodicJobs returns one River periodic job per enabled scanner: a tick
-// every Interval, run on start, unique while in flight (a tick that is still
-// queued or running swallows the next one). Only the elected leader inserts
-// periodic jobs.
+// every Interval, run on start, unique while in flight within its second
+// (jobs.UniqueTick: a tick still queued or running swallows the next ones
+// of the same second, and a tick stuck in a dead process blocks no more).
+// Only the elected leader inserts periodic jobs.
 func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
 	var out []*river.PeriodicJob
 	for _, s := range p.reg.Scanners() {
