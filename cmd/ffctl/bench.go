@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,9 @@ import (
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/outbox"
 )
+
+// allScenarios in the order a full run runs them.
+var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream"}
 
 var benchCommand = command{
 	name:    "bench",
@@ -22,7 +26,11 @@ func runBench(ctx context.Context, args []string) int {
 	fs := cli.NewFlagSet("ffctl bench", "[scenario ...]",
 		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
 			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
-			"target. Scenarios: outbox, expire, stream (default: all). Do not run it against a\n"+
+			"target. Scenarios: outbox, expire, lag, idle, stream (default: all, about 6 minutes on\n"+
+			"2 cores). expire, lag and idle run ffriver's pipeline (a scheduler and a worker as the\n"+
+			"binaries configure them): expire and lag in this process, idle as the ffscheduler and\n"+
+			"ffworker binaries built with `go build` from the module in the working directory (or\n"+
+			"in-process, with --idle-inprocess or when they cannot be built). Do not run it against a\n"+
 			"production database: it loads the server for minutes. --schema is ignored.")
 	common := cli.AddCommon(fs)
 	format := fs.String("format", "text", "output `format`: text or json")
@@ -31,6 +39,13 @@ func runBench(ctx context.Context, args []string) int {
 	duration := fs.Duration("duration", 10*time.Second, "outbox: how long each variant runs")
 	leases := fs.Int("leases", 20_000, "expire: expired `leases` to drain")
 	clients := fs.Int("clients", 32, "expire: `clients` of the raw pipelined ceiling")
+	applyWorkers := fs.Int("apply-workers", 0, "expire, lag, idle with --idle-inprocess: apply `workers` of the pipeline's worker process (default: ffworker's)")
+	fetchCooldown := fs.Duration("fetch-cooldown", 0, "expire, lag, idle with --idle-inprocess: override River's fetch cooldown of the pipeline's processes (default: ffriver's)")
+	fetchPoll := fs.Duration("fetch-poll-interval", 0, "expire, lag, idle with --idle-inprocess: override River's fetch poll interval of the pipeline's processes (default: ffriver's)")
+	expiriesPerSec := fs.Int("expiries-per-sec", 1000, "lag: lease expiries per second")
+	lagDuration := fs.Duration("lag-duration", 30*time.Second, "lag: how long leases keep expiring")
+	idleDuration := fs.Duration("idle-duration", 60*time.Second, "idle: how long the idle pipeline is measured (after a warm-up)")
+	idleInProcess := fs.Bool("idle-inprocess", false, "idle: measure in-process River clients instead of building and running the ffscheduler and ffworker binaries")
 	eventsPerSec := fs.Int("events-per-sec", 1000, "stream: lease events committed per second in the latency runs")
 	streamDuration := fs.Duration("stream-duration", 30*time.Second, "stream: how long the latency run with the Waker lasts (the poll-only run: a third, at least 5s)")
 	catchUp := fs.Int("catchup-events", 1_000_000, "stream: backlog of `events` the catch-up run drains")
@@ -41,6 +56,9 @@ func runBench(ctx context.Context, args []string) int {
 		}
 		if *writers < 1 || *leases < 1 || *clients < 1 || *duration <= 0 {
 			return cli.Usagef("--writers, --leases, --clients and --duration must be positive")
+		}
+		if *expiriesPerSec < 1 || *lagDuration <= 0 || *idleDuration <= 0 {
+			return cli.Usagef("--expiries-per-sec, --lag-duration and --idle-duration must be positive")
 		}
 		if *eventsPerSec < 1 || *streamDuration <= 0 || *catchUp < 1 || *wakeInterval <= 0 {
 			return cli.Usagef("--events-per-sec, --stream-duration, --catchup-events and --wake-interval must be positive")
@@ -63,11 +81,11 @@ func runBench(ctx context.Context, args []string) int {
 		}
 	}
 	if len(scenarios) == 0 {
-		scenarios = []string{"outbox", "expire", "stream"}
+		scenarios = allScenarios
 	}
 	for _, s := range scenarios {
-		if s != "outbox" && s != "expire" && s != "stream" {
-			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: outbox, expire, stream)", s))
+		if !slices.Contains(allScenarios, s) {
+			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: %s)", s, strings.Join(allScenarios, ", ")))
 		}
 	}
 	logger := common.Logger(os.Stderr)
@@ -78,6 +96,7 @@ func runBench(ctx context.Context, args []string) int {
 	machine := bench.Machine(ctx, pool)
 	pool.Close()
 
+	pipe := bench.PipelineOptions{ApplyWorkers: *applyWorkers, FetchCooldown: *fetchCooldown, FetchPollInterval: *fetchPoll}
 	env := &bench.Env{URL: common.DatabaseURL, Logger: logger, Keep: *keep}
 	var results []bench.Result
 	for _, s := range scenarios {
@@ -86,7 +105,11 @@ func runBench(ctx context.Context, args []string) int {
 		case "outbox":
 			rs, err = bench.Outbox(ctx, env, bench.OutboxOptions{Writers: *writers, Duration: *duration})
 		case "expire":
-			rs, err = bench.Expire(ctx, env, bench.ExpireOptions{Leases: *leases, Clients: *clients})
+			rs, err = bench.Expire(ctx, env, bench.ExpireOptions{Leases: *leases, Clients: *clients, Pipeline: pipe})
+		case "lag":
+			rs, err = bench.Lag(ctx, env, bench.LagOptions{ExpiriesPerSec: *expiriesPerSec, Duration: *lagDuration, Pipeline: pipe})
+		case "idle":
+			rs, err = bench.Idle(ctx, env, bench.IdleOptions{Duration: *idleDuration, InProcess: *idleInProcess, Pipeline: pipe})
 		case "stream":
 			rs, err = bench.Stream(ctx, env, bench.StreamOptions{EventsPerSec: *eventsPerSec, Duration: *streamDuration,
 				CatchUp: *catchUp, WakeInterval: *wakeInterval})

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,15 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Expire: %v", err)
 	}
-	results := append(out, exp...)
+	lag, err := bench.Lag(ctx, env, bench.LagOptions{ExpiriesPerSec: 100, Duration: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("Lag: %v", err)
+	}
+	idle, err := bench.Idle(ctx, env, bench.IdleOptions{Duration: 2 * time.Second, InProcess: true})
+	if err != nil {
+		t.Fatalf("Idle: %v", err)
+	}
+	results := slices.Concat(out, exp, lag, idle)
 	for _, r := range results {
 		if r.Value <= 0 {
 			t.Errorf("%s/%s: value %v", r.Scenario, r.Figure, r.Value)
@@ -36,12 +45,18 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err := bench.WriteTable(&b, bench.Machine(ctx, db.Pool), results); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "sequential per-row loop") || !strings.Contains(b.String(), "renew with outbox row") {
-		t.Fatalf("table misses rows:\n%s", b.String())
+	for _, row := range []string{"sequential per-row loop", "renew with outbox row", "ffriver River pipeline",
+		"lease expiry → expired event at the consumer p99", "scheduler + worker CPU", "Postgres transactions while idle"} {
+		if !strings.Contains(b.String(), row) {
+			t.Fatalf("table misses %q:\n%s", row, b.String())
+		}
 	}
 	// No scratch schema is left behind.
 	var left int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'ffbench\_%'`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch schemas left: %d, %v", left, err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'ffbench\_%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("scratch databases left: %d, %v", left, err)
 	}
 }

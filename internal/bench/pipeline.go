@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// The standalone processes' default concurrency (the flag defaults of
+// cmd/ffscheduler and cmd/ffworker; keep them in step).
+const (
+	schedulerScanWorkers = 4  // ffscheduler --scan-concurrency
+	schedulerApplyWorker = 0  // ffscheduler --apply-concurrency
+	workerApplyWorkers   = 16 // ffworker --concurrency
+	workerScanWorkers    = 2  // ffworker --scan-concurrency
+	workerTickStaleAfter = 30 * time.Second
+)
+
+// PipelineOptions size the in-process pipeline (defaults: the binaries').
+type PipelineOptions struct {
+	// ApplyWorkers of the worker process (default ffworker's 16).
+	ApplyWorkers int
+	// Scanners overrides settings by scanner name (default: none, every
+	// built-in scanner runs with its defaults, as in the binaries).
+	Scanners map[string]scanners.Settings
+	// FetchCooldown and FetchPollInterval override ffriver's River fetch
+	// settings of both processes when non-zero.
+	FetchCooldown, FetchPollInterval time.Duration
+}
+
+// proc is one ffriver process run in this one: its own pool, Waker and
+// River client, configured the way its binary configures them.
+type proc struct {
+	name   string
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	ff     *ffriver.FFRiver
+	rc     *river.Config
+}
+
+// pipeline is ffriver's River pipeline running in this process: one
+// scheduler (leader-eligible, periodic ticks, scan queue) and one worker
+// (apply and scan queues, never leader), each with its own pool and Waker,
+// as cmd/ffscheduler and cmd/ffworker build them (River UI left out).
+type pipeline struct {
+	sched, work *proc
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+// poolTracer, when set (by a test), traces the pipeline's pools.
+var poolTracer pgx.QueryTracer
+
+// poolFor opens a pool on schema the way the binaries do (cli.PoolConfig).
+func (e *Env) poolFor(ctx context.Context, schema, app string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := (&cli.Common{DatabaseURL: e.URL, Schema: schema}).PoolConfig(cli.PoolOptions{AppName: app, MaxConns: maxConns})
+	if err != nil {
+		return nil, err
+	}
+	if poolTracer != nil {
+		cfg.ConnConfig.Tracer = poolTracer
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connecting: %w", err)
+	}
+	return pool, nil
+}
+
+// startPipeline starts the scheduler and the worker on schema.
+func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptions) (p *pipeline, err error) {
+	if o.ApplyWorkers == 0 {
+		o.ApplyWorkers = workerApplyWorkers
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p = &pipeline{cancel: cancel, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
+	logger := env.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	build := func(name string, scan, apply int, maxConns int32, leader bool) (*proc, error) {
+		pool, err := env.poolFor(ctx, schema, "ffbench-"+name, maxConns)
+		if err != nil {
+			return nil, err
+		}
+		pr := &proc{name: name, pool: pool}
+		waker := outbox.NewWaker(pool, schema, 0, logger)
+		cfg := ffriver.Config{Schema: schema, Logger: logger, Waker: waker}
+		if leader {
+			cfg.Scanners = o.Scanners
+		}
+		if pr.ff, err = ffriver.New(ctx, pool, cfg); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		co := ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, Logger: logger}
+		var rc *river.Config
+		if leader {
+			rc, err = pr.ff.SchedulerConfig(co)
+		} else {
+			rc, err = pr.ff.WorkerConfig(co)
+		}
+		if err == nil {
+			if o.FetchCooldown > 0 {
+				rc.FetchCooldown = o.FetchCooldown
+			}
+			if o.FetchPollInterval > 0 {
+				rc.FetchPollInterval = o.FetchPollInterval
+			}
+			for name, qc := range rc.Queues {
+				qc.FetchCooldown, qc.FetchPollInterval = cmp.Or(o.FetchCooldown, qc.FetchCooldown), cmp.Or(o.FetchPollInterval, qc.FetchPollInterval)
+				rc.Queues[name] = qc
+			}
+			pr.rc = rc
+			pr.client, err = river.NewClient(riverpgxv5.New(pool), rc)
+		}
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("bench: %s River client: %w", name, err)
+		}
+		go waker.Run(runCtx)
+		if !leader {
+			go pr.ff.WatchTicks(runCtx, "", workerTickStaleAfter, logger)
+		}
+		return pr, nil
+	}
+	if p.sched, err = build("ffscheduler", schedulerScanWorkers, schedulerApplyWorker,
+		int32(schedulerScanWorkers+schedulerApplyWorker+8), true); err != nil {
+		return p, err
+	}
+	if p.work, err = build("ffworker", workerScanWorkers, o.ApplyWorkers,
+		int32(o.ApplyWorkers+workerScanWorkers+4), false); err != nil {
+		return p, err
+	}
+	for _, pr := range []*proc{p.sched, p.work} {
+		if err := pr.client.Start(runCtx); err != nil {
+			return p, fmt.Errorf("bench: starting the %s River client: %w", pr.name, err)
+		}
+	}
+	return p, nil
+}
+
+// stop stops both clients (waiting for running jobs) and closes their pools.
+func (p *pipeline) stop() {
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, pr := range []*proc{p.work, p.sched} {
+		if pr == nil {
+			continue
+		}
+		if pr.client != nil {
+			if err := pr.client.Stop(stopCtx); err != nil {
+				_ = pr.client.StopAndCancel(stopCtx)
+			}
+		}
+	}
+	p.cancel()
+	for _, pr := range []*proc{p.work, p.sched} {
+		if pr != nil {
+			pr.pool.Close()
+		}
+	}
+}
+
+// describe says how the two processes are configured.
+func (p *pipeline) describe() string {
+	q := func(pr *proc) string {
+		s := ""
+		for _, name := range slices.Sorted(maps.Keys(pr.rc.Queues)) {
+			qc := pr.rc.Queues[name]
+			if s != "" {
+				s += ", "
+			}
+			fc, fp := cmp.Or(qc.FetchCooldown, pr.rc.FetchCooldown, river.FetchCooldownDefault), cmp.Or(qc.FetchPollInterval, pr.rc.FetchPollInterval, river.FetchPollIntervalDefault)
+			s += fmt.Sprintf("%s ×%d (fetch cooldown %s, poll %s)", name, qc.MaxWorkers, fc, fp)
+		}
+		return s
+	}
+	return "ffscheduler: " + q(p.sched) + "; ffworker: " + q(p.work)
+}
+
+// awaitTick waits until a tick of scanner has been worked to completion
+// (the scheduler leads and the pipeline is warm).
+func awaitTick(ctx context.Context, pool *pgxpool.Pool, scanner string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'
+			AND args->>'scanner' = $1`, scanner).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("bench: no tick of " + scanner + " completed: the pipeline does not run")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
