@@ -179,7 +179,10 @@ type TickArgs struct {
 // Kind implements river.JobArgs.
 func (TickArgs) Kind() string { return KindTick }
 
-// ScanArgs scans one partition for one scanner.
+// ScanArgs scans one partition for one scanner, or a few: a tick groups
+// partitions with few due items into one scan (Partitions), so that a tick
+// finding a little due work in each of 256 partitions inserts one or two
+// scans instead of 256.
 type ScanArgs struct {
 	Scanner   string          `json:"scanner"`
 	Partition int16           `json:"partition"`
@@ -188,8 +191,12 @@ type ScanArgs struct {
 	Filter    *Filter         `json:"filter,omitempty"`
 	// After is the scanner's keyset cursor: a scan that filled its batch
 	// re-enqueues itself with the position of its last candidate, so a
-	// backlog drains without waiting for the next tick.
+	// backlog drains without waiting for the next tick. Only a scan of one
+	// partition has one.
 	After json.RawMessage `json:"after,omitempty"`
+	// Partitions are further partitions this scan covers after Partition,
+	// each scanned with the whole batch as its limit.
+	Partitions []int16 `json:"partitions,omitempty"`
 }
 
 // Kind implements river.JobArgs.

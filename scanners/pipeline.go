@@ -195,8 +195,9 @@ type TickOutput struct {
 }
 
 // TickWorker works ff.tick: one query for the partitions with due work,
-// then one scan job per partition, inserted and completed in one
-// transaction.
+// then the scan jobs, inserted and completed in one transaction: one per
+// partition with a batch or more due, and the others grouped into scans of
+// at most a batch of due items each.
 type TickWorker struct {
 	river.WorkerDefaults[jobs.TickArgs]
 	p *Pipeline
@@ -226,6 +227,19 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		out := TickOutput{}
 		seen := map[int16]bool{}
 		var params []river.InsertManyParams
+		scan := func(parts []int16) {
+			a := jobs.ScanArgs{Scanner: s.Name(), Partition: parts[0], Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter}
+			if len(parts) > 1 {
+				a.Partitions = parts[1:]
+			}
+			params = append(params, river.InsertManyParams{Args: a, InsertOpts: ScanInsertOpts(filter)})
+		}
+		// Partitions with less than a batch due share scans of at most a
+		// batch of due items: a scan job costs a River round (insert, fetch,
+		// transaction, completion) whatever it finds, and 256 of them a
+		// second took a second to work through (ffctl bench lag).
+		var group []int16
+		var groupItems int64
 		for _, d := range due {
 			if !env.Partitions().Contains(d.Partition) {
 				out.OutOfRange++
@@ -237,10 +251,19 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 			seen[d.Partition] = true
 			out.DuePartitions++
 			out.DueItems += d.Count
-			params = append(params, river.InsertManyParams{
-				Args:       jobs.ScanArgs{Scanner: s.Name(), Partition: d.Partition, Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter},
-				InsertOpts: ScanInsertOpts(filter),
-			})
+			if d.Count >= int64(batch) {
+				scan([]int16{d.Partition})
+				continue
+			}
+			if len(group) > 0 && groupItems+d.Count > int64(batch) {
+				scan(group)
+				group, groupItems = nil, 0
+			}
+			group = append(group, d.Partition)
+			groupItems += d.Count
+		}
+		if len(group) > 0 {
+			scan(group)
 		}
 		if out.OutOfRange > 0 {
 			env.Logger.WarnContext(ctx, "ffriver: due rows in partitions outside the schema's partition count are not scanned",
@@ -263,10 +286,11 @@ type ScanOutput struct {
 	Continued  bool `json:"continued"`
 }
 
-// ScanWorker works ff.scan: it selects up to a batch of due items of one
-// partition (filter applied in SQL), inserts one item job per distinct
-// item, re-enqueues itself after the last candidate when its batch was full,
-// and completes itself, all in one transaction.
+// ScanWorker works ff.scan: it selects up to a batch of due items of its
+// partition, or of each of its partitions (filter applied in SQL), inserts
+// one item job per distinct item not already in flight, re-enqueues a scan
+// of a partition after its last candidate when that partition filled the
+// batch, and completes itself, all in one transaction.
 type ScanWorker struct {
 	river.WorkerDefaults[jobs.ScanArgs]
 	p *Pipeline
@@ -288,8 +312,14 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 	if !ok {
 		return river.JobCancel(fmt.Errorf("scan for scanner %q, which this process has not registered (registered: %v)", a.Scanner, w.p.reg.Names()))
 	}
-	if !env.Partitions().Contains(a.Partition) {
-		return river.JobCancel(ff.Validationf("partition", "%d is outside this schema's 0..%d", a.Partition, int(env.Partitions())-1))
+	parts := append([]int16{a.Partition}, a.Partitions...)
+	for _, p := range parts {
+		if !env.Partitions().Contains(p) {
+			return river.JobCancel(ff.Validationf("partition", "%d is outside this schema's 0..%d", p, int(env.Partitions())-1))
+		}
+	}
+	if len(parts) > 1 && len(a.After) > 0 {
+		return river.JobCancel(ff.Validationf("after", "a scan of several partitions has no cursor"))
 	}
 	filter := a.Filter.FF()
 	if err := filter.Validate(); err != nil {
@@ -300,16 +330,29 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 		batch = s.Defaults().Batch
 	}
 	return inTx(ctx, env, func(tx pgx.Tx) error {
-		res, err := s.Scan(ctx, tx, ScanRequest{Env: env, Partition: a.Partition, NowMs: env.NowMs(), Limit: batch,
-			Filter: filter, Params: a.Params, After: a.After})
-		if err != nil {
-			return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), a.Partition, err)
+		now := env.NowMs()
+		var items []river.JobArgs
+		var next []river.InsertManyParams
+		out := ScanOutput{}
+		for _, p := range parts {
+			res, err := s.Scan(ctx, tx, ScanRequest{Env: env, Partition: p, NowMs: now, Limit: batch,
+				Filter: filter, Params: a.Params, After: a.After})
+			if err != nil {
+				return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), p, err)
+			}
+			out.Candidates += res.Candidates
+			items = append(items, res.Items...)
+			if res.Candidates >= batch && len(res.Next) > 0 {
+				// This partition continues on its own after its last candidate.
+				n := a
+				n.Partition, n.Partitions, n.After = p, nil, res.Next
+				next = append(next, river.InsertManyParams{Args: n, InsertOpts: ScanInsertOpts(filter)})
+			}
 		}
-		params, err := dedupe(res.Items, ItemInsertOpts(filter))
+		params, err := dedupe(items, ItemInsertOpts(filter))
 		if err != nil {
 			return err
 		}
-		out := ScanOutput{Candidates: res.Candidates}
 		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 		if err != nil {
 			return fmt.Errorf("ffriver: no River client in the worker context: %w", err)
@@ -323,10 +366,8 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			return err
 		}
 		out.Inserted, out.Duplicates = ins, dup+skipped
-		if res.Candidates >= batch && len(res.Next) > 0 {
-			next := a
-			next.After = res.Next
-			if _, _, err := insertMany(ctx, tx, []river.InsertManyParams{{Args: next, InsertOpts: ScanInsertOpts(filter)}}); err != nil {
+		if len(next) > 0 {
+			if _, _, err := insertMany(ctx, tx, next); err != nil {
 				return err
 			}
 			out.Continued = true
