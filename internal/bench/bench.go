@@ -48,6 +48,16 @@ type Env struct {
 	Logger *slog.Logger
 	// Keep leaves the scratch schemas in place.
 	Keep bool
+	// Prefix of the scratch schemas' and databases' names (default
+	// "ffbench_").
+	Prefix string
+}
+
+func (e *Env) prefix() string {
+	if e.Prefix == "" {
+		return "ffbench_"
+	}
+	return e.Prefix
 }
 
 // Machine describes where the bench ran, for the README.
@@ -63,7 +73,7 @@ func Machine(ctx context.Context, pool *pgxpool.Pool) string {
 func (e *Env) scratch(ctx context.Context, name string, maxConns int32) (*pgxpool.Pool, string, func(), error) {
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
-	schema := "ffbench_" + name + "_" + hex.EncodeToString(rnd[:])
+	schema := e.prefix() + name + "_" + hex.EncodeToString(rnd[:])
 	cfg, err := pgxpool.ParseConfig(e.URL)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("bench: database url: %w", err)

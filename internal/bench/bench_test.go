@@ -17,7 +17,10 @@ import (
 func TestScenariosRunSmall(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
-	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler)}
+	// A prefix of this run's own, so that another bench running on the same
+	// server does not count as a leftover.
+	prefix := testdb.SchemaName("bench") + "_"
+	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler), Prefix: prefix}
 
 	out, err := bench.Outbox(ctx, env, bench.OutboxOptions{Writers: 2, PerWriter: 2, Duration: 300 * time.Millisecond})
 	if err != nil {
@@ -53,10 +56,10 @@ func TestScenariosRunSmall(t *testing.T) {
 	}
 	// No scratch schema is left behind.
 	var left int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'ffbench\_%'`).Scan(&left); err != nil || left != 0 {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch schemas left: %d, %v", left, err)
 	}
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'ffbench\_%'`).Scan(&left); err != nil || left != 0 {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)`, prefix).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch databases left: %d, %v", left, err)
 	}
 }

@@ -277,7 +277,7 @@ func (e *Env) scratchDatabase(ctx context.Context) (*Env, string, func(), error)
 		return nil, "", nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	name := "ffbench_idle_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	name := e.prefix() + "idle_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if _, err := conn.Exec(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
 		return nil, "", nil, err
 	}
