@@ -426,14 +426,14 @@ func inTx(ctx context.Context, env *Env, fn func(pgx.Tx) error) error {
 	return inTxOpts(ctx, env, pgx.TxOptions{}, fn)
 }
 
-// itemTxOptions begin an item transaction with generic plans forced for
+// itemBegin begins an item transaction with generic plans forced for
 // its statements, in the BEGIN's own round trip (SET LOCAL ends with the
 // transaction). An item runs a handful of key lookups and single-row writes
 // plus River's JobCompleteTx, whose statement (a CTE over unnested arrays)
 // Postgres otherwise re-plans at every execution, because its generic plan
 // is estimated for ten rows and the custom one for one: planning was about a
 // quarter of the server's CPU per item (ffctl bench expire, perf).
-var itemTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"}
+const itemBegin = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
 
 // inTxOpts is inTx with transaction options.
 func inTxOpts(ctx context.Context, env *Env, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
@@ -484,7 +484,7 @@ type Output struct {
 // as an outcome (no_op, orphaned, skipped_locked), never as an error.
 func Apply[T river.JobArgs](ctx context.Context, env *Env, job *river.Job[T], action func(ctx context.Context, tx pgx.Tx) (Output, error)) error {
 	var out Output
-	err := inTxOpts(ctx, env, itemTxOptions, func(tx pgx.Tx) error {
+	err := inTxOpts(ctx, env, pgx.TxOptions{BeginQuery: itemBegin}, func(tx pgx.Tx) error {
 		var err error
 		if out, err = action(ctx, tx); err != nil {
 			return err
