@@ -77,10 +77,10 @@ type faultLoad struct {
 	window                                      time.Duration
 }
 
-// defaultFaultLoad: 2,400 due transitions over 8 s, 1,800 lease events and
-// 2,100 completion events. One ffworker at its default --concurrency 16
-// applies about 160 items/s (River fetches at most once per FetchCooldown,
-// 100 ms, up to the free worker slots), so the load runs about 15 s.
+// defaultFaultLoad: 2,400 due transitions coming due over 8 s, 1,800 lease
+// events and 2,100 completion events. One ffworker keeps up with them as
+// they come due, so the load runs about the 8 s window and a fault injected
+// a few seconds in lands mid-load.
 var defaultFaultLoad = faultLoad{leases: 1500, delayed: 300, deadlines: 300, leasedDeadlines: 300, window: 8 * time.Second}
 
 func (l faultLoad) transitions() int { return l.leases + l.delayed + l.deadlines + l.leasedDeadlines }
