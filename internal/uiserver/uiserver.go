@@ -38,7 +38,9 @@ type ListenError struct {
 	Err  error
 }
 
-func (e *ListenError) Error() string { return fmt.Sprintf("river UI: listening on %s: %v", e.Addr, e.Err) }
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("river UI: listening on %s: %v", e.Addr, e.Err)
+}
 func (e *ListenError) Unwrap() error { return e.Err }
 
 // Server is River UI being served.
