@@ -198,9 +198,6 @@ func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseEvent {
 // lockLease locks the lease's execution and fences the lease against it,
 // returning the locked row and the time the check used.
 func (s *Store) lockLease(ctx context.Context, tx pgx.Tx, lease Lease) (*locked, int64, error) {
-	if err := s.checkID(lease.ID); err != nil {
-		return nil, 0, err
-	}
 	l, err := s.lock(ctx, tx, lease.ID, false)
 	if err != nil {
 		return nil, 0, err
@@ -442,9 +439,6 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 		p.Lane = "-"
 	}
 	if err := p.validate(); err != nil {
-		return Lease{}, err
-	}
-	if err := s.checkID(id); err != nil {
 		return Lease{}, err
 	}
 	l, err := s.lock(ctx, tx, id, false)

@@ -33,9 +33,6 @@ func (s *Store) CancelTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p Ca
 	if err := validateText("by", p.By, false, 255); err != nil {
 		return err
 	}
-	if err := s.checkID(id); err != nil {
-		return err
-	}
 	l, err := s.lock(ctx, tx, id, false)
 	if err != nil {
 		return err
@@ -98,9 +95,6 @@ func (s *Store) Revoke(ctx context.Context, id ff.ExecutionID, reason string) er
 // RevokeTx is Revoke inside the caller's transaction.
 func (s *Store) RevokeTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reason string) error {
 	if err := validateText("reason", reason, false, 1024); err != nil {
-		return err
-	}
-	if err := s.checkID(id); err != nil {
 		return err
 	}
 	l, err := s.lock(ctx, tx, id, false)

@@ -30,9 +30,6 @@ const (
 // lockForAction locks an execution for a scanner action, mapping "gone" and
 // "locked elsewhere" onto outcomes instead of errors.
 func (s *Store) lockForAction(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, Outcome, error) {
-	if err := s.checkID(id); err != nil {
-		return nil, "", err
-	}
 	l, err := s.lock(ctx, tx, id, true)
 	switch {
 	case errors.Is(err, errLockedElsewhere):
@@ -128,9 +125,6 @@ func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.Execution
 // but an already-terminal or missing sibling is a no-op, and the row lock is
 // waited for (the dispatcher already holds the group).
 func (s *Store) CancelSiblingTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reason string) (Outcome, error) {
-	if err := s.checkID(id); err != nil {
-		return "", err
-	}
 	l, err := s.lock(ctx, tx, id, false)
 	if errors.Is(err, ff.ErrNotFound) {
 		return Orphaned, nil

@@ -191,9 +191,12 @@ FOR NO KEY UPDATE OF e`
 // transaction holds the row.
 var errLockedElsewhere = errors.New("row locked by another transaction")
 
-// lock locks the execution row. With skipLocked it returns errLockedElsewhere
+// lock checks id and locks the execution row. With skipLocked it returns errLockedElsewhere
 // instead of waiting when another transaction holds it.
 func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, skipLocked bool) (*locked, error) {
+	if err := s.checkID(id); err != nil {
+		return nil, err
+	}
 	q := lockSQL
 	if skipLocked {
 		q += " SKIP LOCKED"
