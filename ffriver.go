@@ -2,7 +2,7 @@
 // River: it expires timed-out attempts, promotes delayed executions, expires
 // deadlines, dispatches and reconciles sibling cancels, and trims the
 // outbox, each as a River pipeline of periodic ticks, partition scans and
-// per-item transactional jobs (see package scanners).
+// per-item transactional jobs (see packages scanners and workers).
 //
 // Two ways to run it:
 //
@@ -37,6 +37,7 @@ import (
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
@@ -59,9 +60,10 @@ type Config struct {
 	// Scanners overrides settings by scanner name; zero fields keep the
 	// defaults. Naming an unregistered scanner is an error.
 	Scanners map[string]scanners.Settings
-	// Extra scanners, registered after the built-ins, exactly as they are.
-	Extra []scanners.Scanner
-	// NoBuiltins leaves the built-in scanners out (only Extra run).
+	// Plugins are scanners of your own with their item kinds, registered
+	// after the built-ins exactly as they are (workers.Builtins).
+	Plugins []workers.Plugin
+	// NoBuiltins leaves the built-in scanners out (only Plugins run).
 	NoBuiltins bool
 	// OutboxRetention of the outbox_retention scanner (default 7 days).
 	OutboxRetention time.Duration
@@ -80,11 +82,11 @@ type Config struct {
 	RiverSchema string
 }
 
-// FFRiver is a configured pipeline on a verified schema. It is safe for
-// concurrent use once built.
-type FFRiver struct {
+// Service is ffriver's pipeline configured on a verified schema, with the
+// store it acts on. It is safe for concurrent use once built.
+type Service struct {
 	store    *executions.Store
-	pipeline *scanners.Pipeline
+	pipeline *workers.Pipeline
 	periodic []*river.PeriodicJob
 }
 
@@ -96,37 +98,32 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, partitions f
 }
 
 // New verifies the schema and builds the pipeline: the built-in scanners
-// (unless NoBuiltins), then cfg.Extra, with cfg.Scanners applied.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*FFRiver, error) {
+// (unless NoBuiltins), then cfg.Plugins, with cfg.Scanners applied.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	riverSchema := cfg.RiverSchema
 	if riverSchema == "" {
 		riverSchema = cfg.Schema
 	}
-	cascader, err := scanners.NewCascader(riverSchema, cfg.Filter)
+	cascader, err := workers.NewCascader(riverSchema, cfg.Filter)
 	if err != nil {
 		return nil, err
 	}
+	waker := cfg.Waker
 	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock,
-		Waker: cfg.Waker, Cascader: cascader})
+		Waker: waker, Cascader: cascader})
 	if err != nil {
 		return nil, err
 	}
-	reg := scanners.NewRegistry()
+	var plugins []workers.Plugin
 	if !cfg.NoBuiltins {
-		if err := scanners.RegisterBuiltins(reg, cfg.OutboxRetention); err != nil {
-			return nil, err
-		}
+		plugins = workers.Builtins(cfg.OutboxRetention)
 	}
-	for _, s := range cfg.Extra {
-		if err := reg.Register(s); err != nil {
-			return nil, err
-		}
-	}
-	env := scanners.NewEnv(store, cfg.Clock, cfg.Logger, cfg.Waker)
+	plugins = append(plugins, cfg.Plugins...)
+	env := workers.NewEnv(store, cfg.Logger)
 	if cfg.JobTimeout > 0 {
 		env.JobTimeout = cfg.JobTimeout
 	}
-	p, err := scanners.NewPipeline(reg, env, cfg.Filter, cfg.Scanners)
+	p, err := workers.NewPipeline(env, plugins, cfg.Filter, cfg.Scanners)
 	if err != nil {
 		return nil, err
 	}
@@ -134,33 +131,33 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*FFRiver, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &FFRiver{store: store, pipeline: p, periodic: periodic}, nil
+	return &Service{store: store, pipeline: p, periodic: periodic}, nil
 }
 
 // Store returns the execution store the pipeline acts on. Its terminal
 // transitions of flow members enqueue their cascade (ff.advance jobs) in
-// the same transaction; use it (or a Store opened with a scanners.Cascader)
+// the same transaction; use it (or a Store opened with a workers.Cascader)
 // for the application's own claims and completions.
-func (f *FFRiver) Store() *executions.Store { return f.store }
+func (f *Service) Store() *executions.Store { return f.store }
 
-// Pipeline returns the scanner pipeline.
-func (f *FFRiver) Pipeline() *scanners.Pipeline { return f.pipeline }
+// Pipeline returns the River pipeline.
+func (f *Service) Pipeline() *workers.Pipeline { return f.pipeline }
 
 // AddWorkers adds every ffriver job kind's worker to workers (River's
 // AddWorkerSafely: a kind the host already registered is an error). Call it
 // before river.NewClient.
-func (f *FFRiver) AddWorkers(workers *river.Workers) error { return f.pipeline.AddWorkers(workers) }
+func (f *Service) AddWorkers(workers *river.Workers) error { return f.pipeline.AddWorkers(workers) }
 
 // PeriodicJobs returns the ticks, one per enabled scanner, for
 // river.Config.PeriodicJobs of every leader-eligible client.
-func (f *FFRiver) PeriodicJobs() []*river.PeriodicJob {
+func (f *Service) PeriodicJobs() []*river.PeriodicJob {
 	return append([]*river.PeriodicJob(nil), f.periodic...)
 }
 
 // Queues returns ffriver's queue configs for river.Config.Queues: the scan
 // queue with scanWorkers and the apply queue with applyWorkers, each with
-// scanners.QueueFetchCooldown; a count of 0 leaves that queue out.
-func (f *FFRiver) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
+// workers.QueueFetchCooldown; a count of 0 leaves that queue out.
+func (f *Service) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
 	return f.pipeline.Queues(scanWorkers, applyWorkers)
 }
 
@@ -168,7 +165,7 @@ func (f *FFRiver) Queues(scanWorkers, applyWorkers int) map[string]river.QueueCo
 // (creating rc.Workers if nil), appends the periodic jobs unless the client
 // cannot lead (LeaderElectionDisabled), and adds the queues. A queue name
 // the host already configures is an error.
-func (f *FFRiver) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
+func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
 	if rc.Workers == nil {
 		rc.Workers = river.NewWorkers()
 	}
@@ -222,7 +219,7 @@ const (
 	DefaultCompletedRetention = time.Hour
 )
 
-func (f *FFRiver) baseConfig(o ClientOptions) (*river.Config, error) {
+func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	workers := river.NewWorkers()
 	if err := f.AddWorkers(workers); err != nil {
 		return nil, err
@@ -249,7 +246,7 @@ func (f *FFRiver) baseConfig(o ClientOptions) (*river.Config, error) {
 // SchedulerConfig returns the River config of a scheduler: leader-eligible,
 // carrying the periodic jobs and every job kind, River's tables in ffriver's
 // schema.
-func (f *FFRiver) SchedulerConfig(o ClientOptions) (*river.Config, error) {
+func (f *Service) SchedulerConfig(o ClientOptions) (*river.Config, error) {
 	rc, err := f.baseConfig(o)
 	if err != nil {
 		return nil, err
@@ -272,7 +269,7 @@ func (f *FFRiver) SchedulerConfig(o ClientOptions) (*river.Config, error) {
 // WorkerConfig returns the River config of a worker: never leader
 // (LeaderElectionDisabled, so no periodic jobs and no maintenance) and
 // fetching only ffriver's kinds (FetchOnlyKnownKinds).
-func (f *FFRiver) WorkerConfig(o ClientOptions) (*river.Config, error) {
+func (f *Service) WorkerConfig(o ClientOptions) (*river.Config, error) {
 	rc, err := f.baseConfig(o)
 	if err != nil {
 		return nil, err
@@ -285,7 +282,7 @@ func (f *FFRiver) WorkerConfig(o ClientOptions) (*river.Config, error) {
 // LastTick returns how long ago the last tick of this pipeline's scan queue
 // was inserted into riverSchema's river_job ("" = ffriver's schema), by the
 // database's clock, and ok=false when there is none.
-func (f *FFRiver) LastTick(ctx context.Context, riverSchema string) (age time.Duration, ok bool, err error) {
+func (f *Service) LastTick(ctx context.Context, riverSchema string) (age time.Duration, ok bool, err error) {
 	if riverSchema == "" {
 		riverSchema = f.store.Schema()
 	}
@@ -309,7 +306,7 @@ func (f *FFRiver) LastTick(ctx context.Context, riverSchema string) (age time.Du
 // checking every staleAfter/3: no scheduler is alive (or none runs with
 // this schema and filter), so nothing is being scanned. It logs once when
 // ticks stop and once when they resume, and returns when ctx is done.
-func (f *FFRiver) WatchTicks(ctx context.Context, riverSchema string, staleAfter time.Duration, logger *slog.Logger) {
+func (f *Service) WatchTicks(ctx context.Context, riverSchema string, staleAfter time.Duration, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

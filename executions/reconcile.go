@@ -140,3 +140,44 @@ func (s *Store) CancelSiblingTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionI
 	}
 	return Processed, nil
 }
+
+// Outbox tables TrimOutboxTx trims, by the names the trim jobs carry.
+const (
+	OutboxLease      = "lease"
+	OutboxCompletion = "completion"
+)
+
+// OutboxTable returns the table (with {S} for the schema) of the outbox
+// called name (OutboxLease or OutboxCompletion).
+func OutboxTable(name string) (string, error) {
+	switch name {
+	case OutboxLease:
+		return "{S}ff_lease_event", nil
+	case OutboxCompletion:
+		return "{S}ff_completion_event", nil
+	}
+	return "", ff.Validationf("table", "%q: want %q or %q", name, OutboxLease, OutboxCompletion)
+}
+
+// TrimOutboxTx is the outbox_retention action: it deletes at most limit
+// events of the outbox called table (OutboxTable) that occurred before
+// cutoffMs and match namespace and instanceTag (each nil: any), skipping
+// rows another transaction holds, and returns how many it deleted.
+func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutoffMs int64, namespace, instanceTag *string, limit int) (int64, error) {
+	t, err := OutboxTable(table)
+	if err != nil {
+		return 0, err
+	}
+	if limit < 1 || limit > 100_000 {
+		return 0, ff.Validationf("limit", "%d is outside 1..100000", limit)
+	}
+	tag, err := tx.Exec(ctx, s.sql(`DELETE FROM `+t+` e USING (
+		SELECT event_id FROM `+t+` WHERE occurred_at_ms < $1
+		  AND ($2::text IS NULL OR namespace = $2::text) AND ($3::text IS NULL OR instance_tag = $3::text)
+		LIMIT $4 FOR UPDATE SKIP LOCKED) d
+		WHERE e.event_id = d.event_id`), cutoffMs, namespace, instanceTag, limit)
+	if err != nil {
+		return 0, dbutil.MapErr(err, "trimming "+table+" events")
+	}
+	return tag.RowsAffected(), nil
+}

@@ -118,6 +118,11 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // NowMs returns the Store clock's time.
 func (s *Store) NowMs() int64 { return s.clock.NowMs() }
 
+// Waker returns the Waker the Store pokes after commits that wrote events
+// (nil: none). Item workers poke it after their own commits: the Store is
+// the one owner of the clock and the waker of a pipeline.
+func (s *Store) Waker() *outbox.Waker { return s.waker }
+
 // Outbox returns the Store's outbox writer.
 func (s *Store) Outbox() *outbox.Writer { return s.out }
 

@@ -4,24 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
 
-// Scanner is one kind of background work: it finds which partitions have
-// due work, selects the due items of one partition, and applies an action to
-// each item in a River job of its own. See the package documentation for how
-// to write one.
+// Scanner is one kind of background work, seen from the data: it finds which
+// partitions have due work and selects the due items of one partition, as
+// River job args, one per item. What each item job does is registered next
+// to it (package workers: workers.Plugin). See the package documentation
+// for how to write one.
 type Scanner interface {
 	// Name identifies the scanner in job arguments, flags and logs:
 	// lowercase letters, digits and underscores, starting with a letter.
@@ -37,9 +35,6 @@ type Scanner interface {
 	// position of the last candidate as Next (the scan re-enqueues itself
 	// from there when it filled its batch).
 	Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error)
-	// AddWorkers registers the workers of the item jobs Scan returns.
-	// Use ItemWorker for the standard one-transaction shape.
-	AddWorkers(workers *river.Workers, env *Env) error
 }
 
 // ParamsProvider is implemented by scanners that need settings of their own
@@ -81,7 +76,9 @@ type Due struct {
 
 // DueRequest is the input of Scanner.Due.
 type DueRequest struct {
-	Env    *Env
+	// Store is the execution store of the pipeline: its schema, partition
+	// count and clock.
+	Store  *executions.Store
 	NowMs  int64
 	Filter ff.Filter
 	Params json.RawMessage
@@ -89,7 +86,8 @@ type DueRequest struct {
 
 // ScanRequest is the input of Scanner.Scan.
 type ScanRequest struct {
-	Env       *Env
+	// Store is the execution store of the pipeline.
+	Store     *executions.Store
 	Partition int16
 	NowMs     int64
 	Limit     int
@@ -121,6 +119,18 @@ func (r ScanRequest) FilterArgs() (namespace, tagKey, tagValue *string) {
 	return filterArgs(r.Filter)
 }
 
+// SQL replaces every {S} in q with the quoted schema of ffriver's tables
+// and a dot, so a scanner writes {S}ff_exec_core.
+func (r DueRequest) SQL(q string) string { return schemaSQL(r.Store, q) }
+
+// SQL replaces every {S} in q with the quoted schema of ffriver's tables
+// and a dot, so a scanner writes {S}ff_exec_core.
+func (r ScanRequest) SQL(q string) string { return schemaSQL(r.Store, q) }
+
+func schemaSQL(st *executions.Store, q string) string {
+	return dbutil.Schema(st.Schema()).SQL(q)
+}
+
 func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
 	if f.Namespace != "" {
 		ns := f.Namespace
@@ -131,56 +141,6 @@ func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
 		tagKey, tagValue = &k, &v
 	}
 	return
-}
-
-// Env is what scanners and their workers run with.
-type Env struct {
-	// Store runs the execution actions; its schema, partitions and clock
-	// are the Env's.
-	Store *executions.Store
-	// Logger for warnings of the pipeline (never nil after NewEnv).
-	Logger *slog.Logger
-	// Waker is poked after every commit that wrote outbox events (nil: no
-	// wake-ups, stream readers poll).
-	Waker *outbox.Waker
-	// JobTimeout of every ffriver job (River cancels the job's context
-	// after it; River's rescuer re-runs a job stuck longer than the
-	// client's RescueStuckJobsAfter).
-	JobTimeout time.Duration
-	clock      ff.Clock
-}
-
-// DefaultJobTimeout is Env.JobTimeout unless set.
-const DefaultJobTimeout = 30 * time.Second
-
-// NewEnv returns an Env on store. clock must be the clock the store was
-// opened with (nil: ff.SystemClock).
-func NewEnv(store *executions.Store, clock ff.Clock, logger *slog.Logger, waker *outbox.Waker) *Env {
-	if clock == nil {
-		clock = ff.SystemClock{}
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &Env{Store: store, Logger: logger, Waker: waker, JobTimeout: DefaultJobTimeout, clock: clock}
-}
-
-// Pool is the store's pool.
-func (e *Env) Pool() *pgxpool.Pool { return e.Store.Pool() }
-
-// Schema is the resolved schema of ffriver's tables.
-func (e *Env) Schema() string { return e.Store.Schema() }
-
-// Partitions is the schema's partition count.
-func (e *Env) Partitions() ff.Partitions { return e.Store.Partitions() }
-
-// NowMs is the current time in Unix milliseconds.
-func (e *Env) NowMs() int64 { return e.clock.NowMs() }
-
-// SQL replaces every {S} in q with the quoted schema and a dot, so scanners
-// write {S}ff_exec_core.
-func (e *Env) SQL(q string) string {
-	return dbutil.Schema(e.Store.Schema()).SQL(q)
 }
 
 var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
@@ -232,8 +192,8 @@ func (r *Registry) Scanners() []Scanner {
 // Names returns the registered names in registration order.
 func (r *Registry) Names() []string { return append([]string(nil), r.order...) }
 
-// scannerParams returns s's params, nil when it has none.
-func scannerParams(s Scanner) (json.RawMessage, error) {
+// ParamsOf returns s's params (ParamsProvider), nil when it has none.
+func ParamsOf(s Scanner) (json.RawMessage, error) {
 	p, ok := s.(ParamsProvider)
 	if !ok {
 		return nil, nil

@@ -35,6 +35,7 @@ import (
 	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -91,7 +92,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
 	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
 	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultRetention, "outbox events older than this `duration` are deleted")
-	fs.DurationVar(&o.jobTimeout, "job-timeout", scanners.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
 	fs.DurationVar(&o.rescueAfter, "rescue-after", ffriver.DefaultRescueAfter,
 		"`duration` after which River's rescuer retries a job still running\n(a worker that died mid-job); at least --job-timeout")
 	fs.DurationVar(&o.completedRetain, "completed-retention", ffriver.DefaultCompletedRetention, "how long River keeps completed jobs and their outputs (`duration`)")

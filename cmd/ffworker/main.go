@@ -31,7 +31,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/outbox"
-	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
@@ -72,7 +72,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
 		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
 	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
-	fs.DurationVar(&o.jobTimeout, "job-timeout", scanners.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
 	fs.DurationVar(&o.staleAfter, "tick-stale-after", 30*time.Second, "warn when no tick was inserted for this `duration` (no scheduler alive); 0 disables")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")

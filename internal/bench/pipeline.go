@@ -48,7 +48,7 @@ type proc struct {
 	name   string
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
-	ff     *ffriver.FFRiver
+	ff     *ffriver.Service
 	rc     *river.Config
 }
 

@@ -24,7 +24,7 @@ import (
 type process struct {
 	name   string
 	pool   *pgxpool.Pool
-	ff     *ffriver.FFRiver
+	ff     *ffriver.Service
 	client *river.Client[pgx.Tx]
 }
 

@@ -78,7 +78,7 @@ type Writer struct {
 
 // Collect reads a report. f carries the scanners (built as the processes
 // build them; its schema must be migrated).
-func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.FFRiver) (*Report, error) {
+func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Report, error) {
 	p := f.Pipeline()
 	env := p.Env()
 	s := dbutil.Schema(env.Schema())

@@ -1,4 +1,4 @@
-package scanners_test
+package workers_test
 
 import (
 	"context"
@@ -40,7 +40,7 @@ type harness struct {
 	ctx   context.Context
 	db    *testdb.DB
 	clock *ff.ManualClock
-	ff    *ffriver.FFRiver
+	ff    *ffriver.Service
 	st    *executions.Store
 }
 

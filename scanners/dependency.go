@@ -3,16 +3,12 @@ package scanners
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
-	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // Dependency is the name of the built-in dependency scanner.
@@ -23,50 +19,6 @@ const Dependency = "dependency"
 // transitions dispatch theirs at once, so the scanner only picks up events
 // of producers outside ffriver (and of stores without a Cascader).
 const DefaultDependencyStale = 15 * time.Second
-
-// Cascader is the River implementation of executions.Cascader: it inserts
-// one ff.advance job per hop, in the transaction of the terminal transition
-// that caused it, into the apply queue of its filter. It uses an insert-only
-// River client, so any Store can have one, inside or outside a River worker.
-type Cascader struct {
-	client *river.Client[pgx.Tx]
-	opts   *river.InsertOpts
-}
-
-// NewCascader returns a Cascader inserting into the River tables of
-// riverSchema ("" = the search_path) and the apply queue of filter (the
-// queue the deployment's workers with that filter work).
-func NewCascader(riverSchema string, filter ff.Filter) (*Cascader, error) {
-	if _, err := dbutil.ParseSchema(riverSchema); err != nil {
-		return nil, err
-	}
-	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: riverSchema})
-	if err != nil {
-		return nil, fmt.Errorf("ffriver: cascade insert client: %w", err)
-	}
-	return &Cascader{client: client, opts: ItemInsertOpts(filter)}, nil
-}
-
-// EnqueueHopsTx implements executions.Cascader.
-func (c *Cascader) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
-	params := make([]river.InsertManyParams, len(hops))
-	for i, h := range hops {
-		params[i] = river.InsertManyParams{Args: jobs.AdvanceArgs{Upstream: h.Upstream, FlowID: h.FlowID, Downstream: h.Downstream, Outcome: h.Outcome}, InsertOpts: c.opts}
-	}
-	if _, err := c.client.InsertManyTx(ctx, tx, params); err != nil {
-		return dbutil.MapErr(err, "inserting cascade hops")
-	}
-	return nil
-}
-
-// addAdvanceWorker registers the ff.advance worker: one hop in one
-// transaction with its job's completion (executions.Store.AdvanceTx).
-func addAdvanceWorker(workers *river.Workers, env *Env) error {
-	return river.AddWorkerSafely(workers, NewItemWorker(env, func(ctx context.Context, tx pgx.Tx, a jobs.AdvanceArgs) (Output, error) {
-		out, err := env.Store.AdvanceTx(ctx, tx, executions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
-		return Output{Outcome: out}, err
-	}))
-}
 
 // DependencyScanner dispatches completion events of flow members that
 // nobody dispatched: events written by producers outside ffriver (plain
@@ -117,7 +69,7 @@ func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) 
 	if err != nil {
 		return nil, err
 	}
-	due, err := dueByPartition(ctx, q, req.Env.SQL(`SELECT partition_key, count(*), min(committed_at_ms) FROM {S}ff_completion_event
+	due, err := DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(committed_at_ms) FROM {S}ff_completion_event
 		WHERE `+undispatchedSQL+eventFilterSQL+` GROUP BY partition_key`), cutoff, ns, tag)
 	for i := range due {
 		// An event is due once it has been undispatched for the threshold.
@@ -143,7 +95,7 @@ func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest
 			return ScanResult{}, ff.Validationf("after", "not a dependency scan cursor: %v", err)
 		}
 	}
-	rows, err := q.Query(ctx, req.Env.SQL(`SELECT event_id FROM {S}ff_completion_event
+	rows, err := q.Query(ctx, req.SQL(`SELECT event_id FROM {S}ff_completion_event
 		WHERE `+undispatchedSQL+eventFilterSQL+` AND partition_key = $4 AND event_id > $5
 		ORDER BY event_id LIMIT $6`), cutoff, ns, tag, req.Partition, after, req.Limit)
 	if err != nil {
@@ -161,12 +113,4 @@ func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest
 		res.Next, _ = json.Marshal(ids[len(ids)-1])
 	}
 	return res, nil
-}
-
-// AddWorkers implements Scanner.
-func (*DependencyScanner) AddWorkers(workers *river.Workers, env *Env) error {
-	return river.AddWorkerSafely(workers, NewItemWorker(env, func(ctx context.Context, tx pgx.Tx, a jobs.DispatchCompletionArgs) (Output, error) {
-		out, err := env.Store.DispatchCompletionTx(ctx, tx, a.EventID)
-		return Output{Outcome: out}, err
-	}))
 }

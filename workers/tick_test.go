@@ -1,4 +1,4 @@
-package scanners_test
+package workers_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package scanners
+package workers
 
 import (
 	"bytes"
@@ -17,6 +17,11 @@ import (
 )
 
 // Skipping items already in flight.
+//
+// Pinned to River v0.51 (github.com/riverqueue/river v0.51.x): this file
+// mirrors how that version computes a job's unique_key (its internal
+// dbunique package) and the predicate of river_job_unique_idx. Check it, and
+// run TestInFlightKeyMatchesRiver, on every River upgrade.
 //
 // A tick schedules a scan of every partition with due work each interval,
 // and an item stays due until its job has committed. While a backlog drains

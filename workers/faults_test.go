@@ -1,4 +1,4 @@
-package scanners_test
+package workers_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -32,7 +33,7 @@ func disabled() map[string]scanners.Settings {
 // finalized, returning its row.
 func (h *harness) insertItem(c *river.Client[pgx.Tx], args river.JobArgs) *rivertype.JobRow {
 	h.t.Helper()
-	res, err := c.Insert(h.ctx, args, scanners.ItemInsertOpts(ff.Filter{}))
+	res, err := c.Insert(h.ctx, args, workers.ItemInsertOpts(ff.Filter{}))
 	if err != nil {
 		h.t.Fatalf("insert %s: %v", args.Kind(), err)
 	}
@@ -49,7 +50,7 @@ func (h *harness) insertItem(c *river.Client[pgx.Tx], args river.JobArgs) *river
 
 func outcomeOf(t *testing.T, row *rivertype.JobRow) string {
 	t.Helper()
-	var o scanners.Output
+	var o workers.Output
 	if err := json.Unmarshal(row.Output(), &o); err != nil {
 		t.Fatalf("job %d output: %v", row.ID, err)
 	}
@@ -147,13 +148,13 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 	for _, id := range ids {
 		parts[id.Partition] = true
 		for range 3 {
-			params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: scanners.ItemInsertOpts(ff.Filter{})})
+			params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: workers.ItemInsertOpts(ff.Filter{})})
 		}
 	}
 	for p := range parts {
 		for range 3 {
 			params = append(params, river.InsertManyParams{Args: jobs.ScanArgs{Scanner: scanners.AttemptTimeout, Partition: p, Batch: 7},
-				InsertOpts: scanners.ScanInsertOpts(ff.Filter{})})
+				InsertOpts: workers.ScanInsertOpts(ff.Filter{})})
 		}
 	}
 	if _, err := dup.InsertMany(h.ctx, params); err != nil {
@@ -301,7 +302,7 @@ func TestItemKilledMidTransactionLeavesNothing(t *testing.T) {
 	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, second.Partition, second.UUID); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Insert(h.ctx, jobs.CancelGroupArgs{GroupKey: jobs.GroupKey{Partition: p, FlowID: flow, DownstreamEID: down}}, scanners.ItemInsertOpts(ff.Filter{}))
+	res, err := c.Insert(h.ctx, jobs.CancelGroupArgs{GroupKey: jobs.GroupKey{Partition: p, FlowID: flow, DownstreamEID: down}}, workers.ItemInsertOpts(ff.Filter{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,36 @@
+package scanners
+
+import (
+	"context"
+	"time"
+
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/riverqueue/river"
+)
+
+// EdgeCancelReconcilerScanner is the safety net of the dispatcher: for each
+// pending cancel group, executions.Store.ReconcileCancelGroupTx deletes
+// stale rows (group gone or flag cleared: sremmed_stale), drains groups
+// whose members are all terminal (completed_drain), and leaves groups with
+// running members to the dispatcher (no_op). Partitioned and filtered like
+// the dispatcher. Item job: ff.reconcile_group {partition, flow_id,
+// downstream_eid}.
+type EdgeCancelReconcilerScanner struct{}
+
+// Name implements Scanner.
+func (EdgeCancelReconcilerScanner) Name() string { return EdgeCancelReconciler }
+
+// Defaults implements Scanner.
+func (EdgeCancelReconcilerScanner) Defaults() Settings {
+	return Settings{Interval: 10 * time.Second, Batch: 50}
+}
+
+// Due implements Scanner.
+func (EdgeCancelReconcilerScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+	return DueByPartition(ctx, q, req.SQL(pendingGroupsDueSQL))
+}
+
+// Scan implements Scanner.
+func (EdgeCancelReconcilerScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+	return scanGroups(ctx, q, req, false, func(k jobs.GroupKey) river.JobArgs { return jobs.ReconcileGroupArgs{GroupKey: k} })
+}

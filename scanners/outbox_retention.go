@@ -1,0 +1,149 @@
+package scanners
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/jobs"
+)
+
+// DefaultRetention is how long outbox events are kept by default.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// OutboxRetentionScanner deletes lease and completion events older than its
+// retention, in bounded batches: its scan inserts one ff.trim_outbox job per
+// outbox table that has old events; each deletes at most a batch in one
+// transaction and, when it deleted a full batch, re-enqueues itself in the
+// same transaction, so a backlog drains without waiting for the next tick.
+//
+// It is global (partition 0 stands for the whole table). The filter applies
+// to the columns copied onto each event: the namespace, and the instance
+// tag value when the filter's tag key is "cairn.instance_id"; a filter on
+// another tag key cannot be matched against events, so such a deployment
+// deletes no events (leave retention to an unfiltered one).
+type OutboxRetentionScanner struct {
+	retention time.Duration
+}
+
+// NewOutboxRetentionScanner returns the retention scanner keeping events for
+// retention (0: DefaultRetention).
+func NewOutboxRetentionScanner(retention time.Duration) *OutboxRetentionScanner {
+	if retention <= 0 {
+		retention = DefaultRetention
+	}
+	return &OutboxRetentionScanner{retention: retention}
+}
+
+// ageParams is the params of the scanners whose items are due once older
+// than an age (retention, dependency staleness): the age travels in the tick
+// and scan args, so scans worked elsewhere use the scheduler's.
+type ageParams struct {
+	AgeMs int64 `json:"age_ms"`
+}
+
+func ageParamsOf(age time.Duration) (json.RawMessage, error) {
+	return json.Marshal(ageParams{AgeMs: age.Milliseconds()})
+}
+
+// ageCutoff returns now minus the age in params (def when params are
+// empty or carry none): items older than the cutoff are due.
+func ageCutoff(scanner string, def time.Duration, params json.RawMessage, now int64) (int64, error) {
+	age := def.Milliseconds()
+	if len(params) > 0 {
+		var p ageParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return 0, ff.Validationf("params", "%s: %v", scanner, err)
+		}
+		if p.AgeMs < 0 {
+			return 0, ff.Validationf("params", "%s: negative age_ms %d", scanner, p.AgeMs)
+		}
+		if p.AgeMs > 0 {
+			age = p.AgeMs
+		}
+	}
+	return now - age, nil
+}
+
+// Name implements Scanner.
+func (*OutboxRetentionScanner) Name() string { return OutboxRetention }
+
+// Defaults implements Scanner.
+func (*OutboxRetentionScanner) Defaults() Settings {
+	return Settings{Interval: time.Minute, Batch: DefaultBatch}
+}
+
+// Params implements ParamsProvider: the retention travels in the job args.
+func (s *OutboxRetentionScanner) Params() (json.RawMessage, error) { return ageParamsOf(s.retention) }
+
+func (s *OutboxRetentionScanner) cutoff(params json.RawMessage, now int64) (int64, error) {
+	return ageCutoff(OutboxRetention, s.retention, params, now)
+}
+
+// eventFilter returns the event-column filter parameters, and ok=false when
+// the filter cannot be applied to events.
+func eventFilter(f ff.Filter) (namespace, instanceTag *string, ok bool) {
+	if f.InstanceTag != nil && f.InstanceTag.Key != ff.InstanceTagKey {
+		return nil, nil, false
+	}
+	if f.Namespace != "" {
+		ns := f.Namespace
+		namespace = &ns
+	}
+	if f.InstanceTag != nil {
+		v := f.InstanceTag.Value
+		instanceTag = &v
+	}
+	return namespace, instanceTag, true
+}
+
+const eventFilterSQL = ` AND ($2::text IS NULL OR namespace = $2::text) AND ($3::text IS NULL OR instance_tag = $3::text)`
+
+func (s *OutboxRetentionScanner) oldTables(ctx context.Context, q Querier, st *executions.Store, f ff.Filter, params json.RawMessage, now int64) (tables []string, cutoff int64, err error) {
+	ns, tag, ok := eventFilter(f)
+	if !ok {
+		return nil, 0, nil
+	}
+	if cutoff, err = s.cutoff(params, now); err != nil {
+		return nil, 0, err
+	}
+	for _, t := range []string{jobs.OutboxLease, jobs.OutboxCompletion} {
+		table, _ := executions.OutboxTable(t)
+		var any bool
+		if err := q.QueryRow(ctx, schemaSQL(st, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
+			cutoff, ns, tag).Scan(&any); err != nil {
+			return nil, 0, dbutil.MapErr(err, "looking for old events")
+		}
+		if any {
+			tables = append(tables, t)
+		}
+	}
+	return tables, cutoff, nil
+}
+
+// Due implements Scanner: partition 0 when either table has old events
+// (BRIN indexes on occurred_at_ms).
+func (s *OutboxRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+	tables, _, err := s.oldTables(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
+	if err != nil || len(tables) == 0 {
+		return nil, err
+	}
+	return []Due{{Partition: 0, Count: int64(len(tables))}}, nil
+}
+
+// Scan implements Scanner: one trim job per table with old events.
+func (s *OutboxRetentionScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+	tables, cutoff, err := s.oldTables(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
+	if err != nil {
+		return ScanResult{}, err
+	}
+	ns, tag, _ := eventFilter(req.Filter)
+	var res ScanResult
+	for _, t := range tables {
+		res.Items = append(res.Items, jobs.TrimOutboxArgs{Table: t, CutoffMs: cutoff, Limit: req.Limit, Namespace: ns, InstanceTag: tag})
+	}
+	return res, nil
+}

@@ -1,0 +1,154 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/migrations"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// starvationBoost is a user-written scanner: executions that have waited
+// eligible for longer than its age get their priority raised by one, up to
+// 10, so old work is not starved by a stream of high-priority work.
+type starvationBoost struct{ age time.Duration }
+
+// boostArgs is its item job: one execution.
+type boostArgs struct {
+	ID ff.ExecutionID `json:"id"`
+}
+
+func (boostArgs) Kind() string { return "example.boost_priority" }
+
+func (s starvationBoost) Name() string { return "starvation_boost" }
+
+func (s starvationBoost) Defaults() scanners.Settings {
+	return scanners.Settings{Interval: 5 * time.Second, Batch: 500}
+}
+
+// Due counts, per partition, the executions waiting longer than the age.
+func (s starvationBoost) Due(ctx context.Context, q scanners.Querier, req scanners.DueRequest) ([]scanners.Due, error) {
+	return scanners.DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(created_at_ms) FROM {S}ff_exec_core
+		WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND priority < 10
+		  AND created_at_ms < $1 GROUP BY partition_key`), req.NowMs-s.age.Milliseconds())
+}
+
+// Scan is a keyset scan over (created_at_ms, execution_id), with the
+// filter in SQL ($3..$5) and the cursor ($6, $7) as ScanExecutions passes
+// them.
+func (s starvationBoost) Scan(ctx context.Context, q scanners.Querier, req scanners.ScanRequest) (scanners.ScanResult, error) {
+	req.NowMs -= s.age.Milliseconds() // due: created before now - age
+	return scanners.ScanExecutions(ctx, q, req, `
+SELECT c.execution_id, c.created_at_ms, 0 FROM {S}ff_exec_core c
+WHERE c.partition_key = $1 AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'eligible_now'
+  AND c.priority < 10 AND c.created_at_ms < $2`+scanners.ExecFilterSQL+`
+  AND ($6::bigint IS NULL OR (c.created_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
+ORDER BY c.created_at_ms, c.execution_id
+LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs { return boostArgs{ID: id} })
+}
+
+// boost is the item's action, run by workers.Apply in the transaction that
+// completes its job.
+func (s starvationBoost) boost(ctx context.Context, tx pgx.Tx, env *workers.Env, a boostArgs) (workers.Output, error) {
+	// Lock and recheck: the execution may have been claimed, boosted or
+	// deleted since the scan; another transaction may hold it.
+	var created int64
+	var prio int32
+	err := tx.QueryRow(ctx, env.SQL(`SELECT created_at_ms, priority FROM {S}ff_exec_core
+		WHERE partition_key = $1 AND execution_id = $2
+		  AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
+		FOR NO KEY UPDATE SKIP LOCKED`), a.ID.Partition, a.ID.UUID).Scan(&created, &prio)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return workers.Output{Outcome: executions.NoOp}, nil // gone, changed or locked: the next scan decides
+	}
+	if err != nil {
+		return workers.Output{}, err
+	}
+	if prio >= 10 || created >= env.NowMs()-s.age.Milliseconds() {
+		return workers.Output{Outcome: executions.NoOp}, nil
+	}
+	_, err = tx.Exec(ctx, env.SQL(`UPDATE {S}ff_exec_core SET priority = priority + 1
+		WHERE partition_key = $1 AND execution_id = $2`), a.ID.Partition, a.ID.UUID)
+	return workers.Output{Outcome: executions.Processed}, err
+}
+
+// A scanner of your own and its item kind, registered as one
+// workers.Plugin next to the built-ins, exactly as they are registered.
+func ExamplePlugin() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, exampleDatabaseURL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	const schema = "ffriver_example_scanner"
+	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) //nolint:errcheck
+
+	boost := starvationBoost{age: time.Minute}
+	f, err := ffriver.New(ctx, pool, ffriver.Config{
+		Schema:   schema,
+		Plugins:  []workers.Plugin{{Scanner: boost, Items: []workers.Item{workers.ItemOf(boost.boost)}}},
+		Scanners: map[string]scanners.Settings{"starvation_boost": {Interval: 100 * time.Millisecond}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, err := f.Store().Create(ctx, executions.CreateParams{Lane: "reports"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Pretend it has been waiting for an hour.
+	_, _ = pool.Exec(ctx, (`UPDATE ` + schema + `.ff_exec_core SET created_at_ms = created_at_ms - 3600000`))
+
+	rc, err := f.SchedulerConfig(ffriver.ClientOptions{ScanWorkers: 1, ApplyWorkers: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := client.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Stop(ctx) //nolint:errcheck
+
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		e, err := f.Store().Get(ctx, id)
+		if err == nil && e.Priority > 0 {
+			fmt.Println("boosted")
+			return
+		}
+	}
+	fmt.Println("not boosted")
+	// Output: boosted
+}
+
+func exampleDatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}

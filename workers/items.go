@@ -1,0 +1,90 @@
+package workers
+
+import (
+	"context"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5"
+)
+
+// The built-in item kinds, each wired to its executions action: the one
+// place where a job kind meets the transaction it runs.
+
+// builtinItems maps each built-in scanner to the items its scans produce.
+func builtinItems() map[string][]Item {
+	return map[string][]Item{
+		scanners.AttemptTimeout: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireAttemptArgs) (Output, error) {
+			out, err := env.Store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+			return Output{Outcome: out}, err
+		})},
+		scanners.DelayedPromoter: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.PromoteDelayedArgs) (Output, error) {
+			out, err := env.Store.PromoteDelayedTx(ctx, tx, a.ID)
+			return Output{Outcome: out}, err
+		})},
+		scanners.ExecutionDeadline: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireDeadlineArgs) (Output, error) {
+			out, err := env.Store.ExpireDeadlineTx(ctx, tx, a.ID)
+			return Output{Outcome: out}, err
+		})},
+		scanners.EdgeCancelDispatcher: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.CancelGroupArgs) (Output, error) {
+			r, err := env.Store.DispatchCancelGroupTx(ctx, tx, groupKey(a.GroupKey))
+			return Output{Outcome: r.Outcome, Detail: r}, err
+		})},
+		scanners.EdgeCancelReconciler: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ReconcileGroupArgs) (Output, error) {
+			r, err := env.Store.ReconcileCancelGroupTx(ctx, tx, groupKey(a.GroupKey))
+			return Output{Outcome: r.Outcome, Detail: r}, err
+		})},
+		scanners.OutboxRetention: {ItemOf(trimOutbox)},
+		scanners.Dependency: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.DispatchCompletionArgs) (Output, error) {
+			out, err := env.Store.DispatchCompletionTx(ctx, tx, a.EventID)
+			return Output{Outcome: out}, err
+		})},
+	}
+}
+
+// flowItem is ff.advance, one hop of a flow's cascade
+// (executions.Store.AdvanceTx). Terminal transitions of flow members
+// enqueue it (Cascader), whichever scanners run, so every pipeline
+// registers it.
+func flowItem() Item {
+	return ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.AdvanceArgs) (Output, error) {
+		out, err := env.Store.AdvanceTx(ctx, tx, executions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
+		return Output{Outcome: out}, err
+	})
+}
+
+// trimOutbox deletes at most a batch of old events
+// (executions.Store.TrimOutboxTx) and, when it deleted a full batch,
+// continues with the same job after its completion.
+func trimOutbox(ctx context.Context, tx pgx.Tx, env *Env, a jobs.TrimOutboxArgs) (Output, error) {
+	n, err := env.Store.TrimOutboxTx(ctx, tx, a.Table, a.CutoffMs, a.Namespace, a.InstanceTag, a.Limit)
+	if err != nil {
+		return Output{}, err
+	}
+	d := TrimOutput{Deleted: n, Continued: n >= int64(a.Limit)}
+	out := Output{Outcome: executions.Processed, Detail: d}
+	if n == 0 {
+		out.Outcome = executions.NoOp
+	}
+	if d.Continued {
+		out.Then = a
+	}
+	return out, nil
+}
+
+func groupKey(k jobs.GroupKey) executions.GroupKey {
+	return executions.GroupKey{Partition: k.Partition, FlowID: k.FlowID, DownstreamEID: k.DownstreamEID}
+}
+
+// Builtins returns the built-in scanners (scanners.Builtins(retention))
+// as plugins, each with its item kinds, in registration order.
+func Builtins(retention time.Duration) []Plugin {
+	items := builtinItems()
+	var out []Plugin
+	for _, s := range scanners.Builtins(retention) {
+		out = append(out, Plugin{Scanner: s, Items: items[s.Name()]})
+	}
+	return out
+}

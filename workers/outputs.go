@@ -1,0 +1,45 @@
+package workers
+
+import (
+	"github.com/ffriver/ffriver/executions"
+	"github.com/riverqueue/river"
+)
+
+// River job outputs of ffriver's jobs, shown by River UI and read by ffctl.
+
+// Output is the River job output of an item job: what the action did.
+type Output struct {
+	Outcome executions.Outcome `json:"outcome"`
+	// Detail is the action's own report, if it has one.
+	Detail any `json:"detail,omitempty"`
+	// Then, when set, is a successor job inserted into the job's queue in
+	// the same transaction, after the job's completion (unique while in
+	// flight, jobs.ItemMaxAttempts): an item that works its target in
+	// bounded batches continues with it (the outbox trim does).
+	Then river.JobArgs `json:"-"`
+}
+
+// TickOutput is the River job output of a tick.
+type TickOutput struct {
+	DuePartitions int   `json:"due_partitions"`
+	DueItems      int64 `json:"due_items"`
+	Inserted      int   `json:"scans_inserted"`
+	Duplicates    int   `json:"scans_in_flight"`
+	// OutOfRange counts partitions outside the schema's partition count
+	// (rows written by hand); they are not scanned.
+	OutOfRange int `json:"out_of_range,omitempty"`
+}
+
+// ScanOutput is the River job output of a scan.
+type ScanOutput struct {
+	Candidates int  `json:"candidates"`
+	Inserted   int  `json:"items_inserted"`
+	Duplicates int  `json:"items_in_flight"`
+	Continued  bool `json:"continued"`
+}
+
+// TrimOutput is the River job output detail of an outbox trim.
+type TrimOutput struct {
+	Deleted   int64 `json:"deleted"`
+	Continued bool  `json:"continued"`
+}

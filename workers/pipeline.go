@@ -1,0 +1,229 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/riverqueue/river"
+)
+
+// Pipeline is a set of plugins bound to an Env, a filter and settings: it
+// supplies the River workers, periodic jobs and queues of the whole
+// tick → scan → item pipeline.
+type Pipeline struct {
+	reg      *scanners.Registry
+	items    []Item
+	env      *Env
+	filter   ff.Filter
+	settings map[string]scanners.Settings
+}
+
+// NewPipeline registers the plugins' scanners (scanners.Registry: valid,
+// unique names) and item kinds, resolves each scanner's settings (its
+// defaults, overridden by the non-zero fields of overrides[name]) and checks
+// them. An override for a scanner that is not registered is an error, so a
+// typo is not silently ignored.
+func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[string]scanners.Settings) (*Pipeline, error) {
+	if err := filter.Validate(); err != nil {
+		return nil, err
+	}
+	reg := scanners.NewRegistry()
+	items := []Item{flowItem()}
+	for _, pl := range plugins {
+		if pl.Scanner != nil {
+			if err := reg.Register(pl.Scanner); err != nil {
+				return nil, err
+			}
+		}
+		items = append(items, pl.Items...)
+	}
+	for name := range overrides {
+		if _, ok := reg.Lookup(name); !ok {
+			return nil, ff.Validationf("scanner", "settings for %q, which is not registered (registered: %v)", name, reg.Names())
+		}
+	}
+	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]scanners.Settings{}}
+	for _, s := range reg.Scanners() {
+		st := s.Defaults()
+		if o, ok := overrides[s.Name()]; ok {
+			if o.Interval != 0 {
+				st.Interval = o.Interval
+			}
+			if o.Batch != 0 {
+				st.Batch = o.Batch
+			}
+			st.Disabled = st.Disabled || o.Disabled
+		}
+		if st.Interval < 10*time.Millisecond {
+			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
+		}
+		if st.Batch < 1 || st.Batch > 100_000 {
+			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
+		}
+		p.settings[s.Name()] = st
+	}
+	return p, nil
+}
+
+// Registry returns the pipeline's registry of scanners.
+func (p *Pipeline) Registry() *scanners.Registry { return p.reg }
+
+// Env returns the pipeline's Env.
+func (p *Pipeline) Env() *Env { return p.env }
+
+// Filter returns the pipeline's scanner filter.
+func (p *Pipeline) Filter() ff.Filter { return p.filter }
+
+// Settings returns the resolved settings of the scanner called name.
+func (p *Pipeline) Settings(name string) (scanners.Settings, bool) {
+	s, ok := p.settings[name]
+	return s, ok
+}
+
+// ScanQueue is the queue of this pipeline's ticks and scans.
+func (p *Pipeline) ScanQueue() string { return jobs.ScanQueue(p.filter) }
+
+// ApplyQueue is the queue of this pipeline's item jobs.
+func (p *Pipeline) ApplyQueue() string { return jobs.ApplyQueue(p.filter) }
+
+// AddWorkers registers the tick and scan workers, the flow advance worker
+// (ff.advance) and every plugin's item workers with River's
+// AddWorkerSafely: a kind registered twice is an error, not a panic.
+func (p *Pipeline) AddWorkers(workers *river.Workers) error {
+	if err := river.AddWorkerSafely(workers, &TickWorker{p: p}); err != nil {
+		return fmt.Errorf("ffriver: adding the tick worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &ScanWorker{p: p}); err != nil {
+		return fmt.Errorf("ffriver: adding the scan worker: %w", err)
+	}
+	for _, it := range p.items {
+		if err := it.add(workers, p.env); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TickInsertOpts are the insert options of this pipeline's ticks.
+func (p *Pipeline) TickInsertOpts() *river.InsertOpts {
+	return &river.InsertOpts{Queue: p.ScanQueue(), MaxAttempts: jobs.TickMaxAttempts, UniqueOpts: jobs.UniqueTick()}
+}
+
+// TickArgs returns the tick of the scanner called name, as the periodic job
+// inserts it.
+func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
+	s, ok := p.reg.Lookup(name)
+	if !ok {
+		return jobs.TickArgs{}, ff.Validationf("scanner", "%q is not registered", name)
+	}
+	params, err := scanners.ParamsOf(s)
+	if err != nil {
+		return jobs.TickArgs{}, err
+	}
+	return jobs.TickArgs{Scanner: name, Batch: p.settings[name].Batch, Params: params, Filter: jobs.FilterOf(p.filter)}, nil
+}
+
+// PeriodicJobs returns one River periodic job per enabled scanner: a tick
+// every Interval, run on start, unique while in flight within its second
+// (jobs.UniqueTick: a tick still queued or running swallows the next ones
+// of the same second, and a tick stuck in a dead process blocks no more).
+// Only the elected leader inserts periodic jobs.
+func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
+	var out []*river.PeriodicJob
+	for _, s := range p.reg.Scanners() {
+		st := p.settings[s.Name()]
+		if st.Disabled {
+			continue
+		}
+		args, err := p.TickArgs(s.Name())
+		if err != nil {
+			return nil, err
+		}
+		opts := p.TickInsertOpts()
+		out = append(out, river.NewPeriodicJob(river.PeriodicInterval(st.Interval),
+			func() (river.JobArgs, *river.InsertOpts) { return args, opts },
+			&river.PeriodicJobOpts{ID: "ff.tick:" + p.ScanQueue() + ":" + s.Name(), RunOnStart: true}))
+	}
+	return out, nil
+}
+
+// QueueFetchCooldown is the FetchCooldown of ffriver's two queues: the
+// least time between two fetches of a queue's producer. River's default
+// (100 ms) caps a queue at MaxWorkers jobs per 100 ms, whatever the jobs
+// cost: 160 items/s for ffworker's 16 apply workers, and a tick's 256 scans
+// spread over seconds. The cooldown only spaces fetches while jobs keep
+// coming (they are woken by River's insert notifications and completions);
+// an idle queue still polls once per FetchPollInterval.
+const QueueFetchCooldown = 5 * time.Millisecond
+
+// Queues returns the pipeline's two queues with the given worker counts and
+// QueueFetchCooldown. A count of 0 leaves that queue out (a process that
+// does not work it).
+func (p *Pipeline) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
+	q := map[string]river.QueueConfig{}
+	if scanWorkers > 0 {
+		q[p.ScanQueue()] = river.QueueConfig{MaxWorkers: scanWorkers, FetchCooldown: QueueFetchCooldown}
+	}
+	if applyWorkers > 0 {
+		q[p.ApplyQueue()] = river.QueueConfig{MaxWorkers: applyWorkers, FetchCooldown: QueueFetchCooldown}
+	}
+	return q
+}
+
+// ItemInsertOpts are the insert options of an item job of a pipeline with
+// filter f: its apply queue, unique while in flight, a few attempts.
+func ItemInsertOpts(f ff.Filter) *river.InsertOpts {
+	return &river.InsertOpts{Queue: jobs.ApplyQueue(f), MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+}
+
+// ScanInsertOpts are the insert options of a scan job of a pipeline with
+// filter f.
+func ScanInsertOpts(f ff.Filter) *river.InsertOpts {
+	return &river.InsertOpts{Queue: jobs.ScanQueue(f), MaxAttempts: jobs.ScanMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+}
+
+// Backlog is one scanner's due work now.
+type Backlog struct {
+	Scanner string
+	// Due items, over Partitions partitions.
+	Due        int64
+	Partitions int
+	// OldestMs is when the oldest due item became due (0: nothing due, or
+	// the scanner cannot tell).
+	OldestMs int64
+}
+
+// Backlog runs every registered scanner's Due query, with the pipeline's
+// filter and the scanner's params as its ticks carry them, and sums it up
+// per scanner, in registration order.
+func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, error) {
+	now := p.env.NowMs()
+	var out []Backlog
+	for _, s := range p.reg.Scanners() {
+		params, err := scanners.ParamsOf(s)
+		if err != nil {
+			return nil, err
+		}
+		due, err := s.Due(ctx, q, scanners.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params})
+		if err != nil {
+			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
+		}
+		b := Backlog{Scanner: s.Name()}
+		for _, d := range due {
+			if d.Count == 0 {
+				continue
+			}
+			b.Due += d.Count
+			b.Partitions++
+			if d.OldestMs > 0 && (b.OldestMs == 0 || d.OldestMs < b.OldestMs) {
+				b.OldestMs = d.OldestMs
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
