@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/bench"
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/bench"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/outbox"
 )

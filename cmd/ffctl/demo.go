@@ -13,7 +13,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/internal/demo"
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/demo"
 	"github.com/ffriver/ffriver/internal/uiserver"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/internal/status"
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 )
 
 var statusCommand = command{

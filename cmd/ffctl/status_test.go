@@ -11,7 +11,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/internal/status"
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 

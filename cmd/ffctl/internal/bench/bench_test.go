@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/bench"
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/bench"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 
