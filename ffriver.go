@@ -1,13 +1,19 @@
 // Package ffriver keeps a FlowFabric-style execution store healthy on top of
 // River: it expires timed-out attempts, promotes delayed executions, expires
-// deadlines, dispatches and reconciles sibling cancels, and trims the
-// outbox, each as a River pipeline of periodic ticks, partition scans and
-// per-item transactional jobs (see packages scanners and workers).
+// deadlines, dispatches and reconciles sibling cancels, dispatches
+// undispatched flow completions, and trims the outbox, each as a River
+// pipeline of periodic ticks, partition scans and per-item transactional
+// jobs. Package scanners says what is due; package workers is River's side
+// (the pipeline and the item transaction); package executions holds the
+// actions.
 //
 // Two ways to run it:
 //
 //   - The binaries: ffscheduler (the one leader-eligible River client: ticks,
 //     River's maintenance, River UI) and any number of ffworker processes.
+//     Both, ffctl demo and ffctl bench run through Run (or NewProcess,
+//     Process.Start and Process.Run): the one path that starts the outbox
+//     waker, the tick watchdog and River, and stops gracefully.
 //   - Embedded in an application that already runs River: New, then
 //     AddWorkers, PeriodicJobs and Queues merged into the application's own
 //     river.Config (or Configure, which does the three). The guarantees are
@@ -74,7 +80,10 @@ type Config struct {
 	// Logger for the pipeline's warnings (default: discard).
 	Logger *slog.Logger
 	// Waker is poked after each commit that wrote outbox events, so stream
-	// readers wake early; the caller runs it. nil: readers poll.
+	// readers wake early; the caller runs it. nil: New makes one on the
+	// pool, which every Process of the Service runs (an embedding host that
+	// runs no Process may run Store().Waker() itself; otherwise readers
+	// poll).
 	Waker *outbox.Waker
 	// RiverSchema holds the River tables the flow cascade inserts its
 	// ff.advance jobs into (default: Schema). Set it when a host's River
@@ -85,6 +94,7 @@ type Config struct {
 // Service is ffriver's pipeline configured on a verified schema, with the
 // store it acts on. It is safe for concurrent use once built.
 type Service struct {
+	ownWaker bool // the Waker is New's: every Process runs it
 	store    *executions.Store
 	pipeline *workers.Pipeline
 	periodic []*river.PeriodicJob
@@ -109,6 +119,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		return nil, err
 	}
 	waker := cfg.Waker
+	if waker == nil {
+		s, err := dbutil.ParseSchema(cfg.Schema)
+		if err != nil {
+			return nil, err
+		}
+		if s, err = s.Resolve(ctx, pool); err != nil {
+			return nil, err
+		}
+		waker = outbox.NewWaker(pool, string(s), 0, cfg.Logger)
+	}
 	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock,
 		Waker: waker, Cascader: cascader})
 	if err != nil {
@@ -131,7 +151,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: store, pipeline: p, periodic: periodic}, nil
+	return &Service{ownWaker: cfg.Waker == nil, store: store, pipeline: p, periodic: periodic}, nil
 }
 
 // Store returns the execution store the pipeline acts on. Its terminal

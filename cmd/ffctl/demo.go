@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/demo"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/cmd/ffctl/internal/demo"
 	"github.com/ffriver/ffriver/internal/uiserver"
 )
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/demo"
+	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 

@@ -6,8 +6,8 @@ import (
 	"os"
 
 	"github.com/ffriver/ffriver"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
+	"github.com/ffriver/ffriver/internal/cli"
 )
 
 var statusCommand = command{

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 

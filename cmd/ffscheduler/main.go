@@ -21,11 +21,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -33,12 +31,11 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/uiserver"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 const defaultUIAddr = "127.0.0.1:8080"
@@ -50,12 +47,7 @@ for failover; River elects one leader.
 
 Exit codes: 0 clean stop, 1 failure, 2 usage error, 3 schema not migrated.`
 
-func main() {
-	ctx, stop := cli.SignalContext(context.Background())
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main("ffscheduler", parse) }
 
 type options struct {
 	common          *cli.Common
@@ -64,7 +56,7 @@ type options struct {
 	scanConc        int
 	applyConc       int
 	filter          *ff.Filter
-	partitions      int
+	partitions      *int
 	retention       time.Duration
 	jobTimeout      time.Duration
 	rescueAfter     time.Duration
@@ -76,7 +68,7 @@ type options struct {
 	id              string
 }
 
-func parse(args []string, stdout io.Writer, getenv func(string) string) (*options, error) {
+func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Daemon, error) {
 	fs := cli.NewFlagSet("ffscheduler", "", summary)
 	fs.Stdout = stdout
 	fs.Getenv = getenv
@@ -87,10 +79,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 	fs.StringVar(&o.uiPass, "ui-password", "", "basic-auth `password` for River UI (default $FF_UI_PASSWORD)")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 4, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	fs.IntVar(&o.applyConc, "apply-concurrency", 0, "`workers` for the apply queue (per-item actions); 0 leaves them to ffworker")
-	o.filter = cli.AddFilter(fs, "scanner filter: only executions of this `namespace`. ffscheduler carries its filter\n"+
-		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
-		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
-	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
+	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultRetention, "outbox events older than this `duration` are deleted")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
 	fs.DurationVar(&o.rescueAfter, "rescue-after", ffriver.DefaultRescueAfter,
@@ -134,73 +123,33 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 		}
 		return nil
 	})
-	return o, fs.Parse(args)
+	err := fs.Parse(args)
+	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffscheduler", MaxConns: int32(o.scanConc + o.applyConc + 8)}, Serve: o.serve}, err
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	o, err := parse(args, stdout, getenv)
-	if err != nil {
-		return cli.Report(stderr, "ffscheduler", err)
-	}
-	logger := o.common.Logger(stderr)
-	return cli.ReportServe(stderr, "ffscheduler", logger, serve(ctx, o, logger))
-}
-
-func serve(ctx context.Context, o *options, logger *slog.Logger) error {
-	pool, err := o.common.OpenPool(ctx, cli.PoolOptions{AppName: "ffscheduler", MaxConns: int32(o.scanConc + o.applyConc + 8)})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	schema, err := o.common.ResolveSchema(ctx, pool)
-	if err != nil {
-		return err
-	}
-	waker := outbox.NewWaker(pool, schema, 0, logger)
+// serve runs the process: ffriver's run path (ffriver.Run).
+func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	overrides := map[string]scanners.Settings{}
 	for name, iv := range o.intervals {
 		overrides[name] = scanners.Settings{Interval: *iv, Batch: *o.batches[name]}
 	}
-	f, err := ffriver.New(ctx, pool, ffriver.Config{
-		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: *o.filter,
+	return ffriver.Run(ctx, pool, ffriver.Config{
+		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
 		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
-		Logger: logger, Waker: waker,
+	}, ffriver.RunOptions{
+		Name: "ffscheduler", Logger: logger, Started: []any{"ui", o.uiAddr},
+		Process: ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: o.shutdownTimeout, Client: ffriver.ClientOptions{
+			ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, ID: o.id,
+			RescueStuckJobsAfter: o.rescueAfter, CompletedJobRetention: o.completedRetain,
+		}},
+		BeforeStart: func(p *ffriver.Process) (func(), error) {
+			if o.uiAddr == "off" || o.uiAddr == "" {
+				return nil, nil
+			}
+			srv, err := startUI(p.Context(), o, p.Client(), logger)
+			return srv.Shutdown, err
+		},
 	})
-	if err != nil {
-		return err
-	}
-	rc, err := f.SchedulerConfig(ffriver.ClientOptions{
-		ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, Logger: logger, ID: o.id,
-		RescueStuckJobsAfter: o.rescueAfter, CompletedJobRetention: o.completedRetain,
-	})
-	if err != nil {
-		return err
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	if err != nil {
-		return fmt.Errorf("river client: %w", err)
-	}
-
-	// Jobs must not see the signal: Stop below lets them finish.
-	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
-	go waker.Run(runCtx)
-
-	var srv *uiserver.Server
-	if o.uiAddr != "off" && o.uiAddr != "" {
-		srv, err = startUI(runCtx, o, client, logger)
-		if err != nil {
-			return err
-		}
-	}
-	if err := client.Start(runCtx); err != nil {
-		return fmt.Errorf("starting River: %w", err)
-	}
-	logger.Info("ffscheduler started", "schema", schema, "partitions", int(f.Store().Partitions()),
-		"scan_queue", f.Pipeline().ScanQueue(), "apply_queue", f.Pipeline().ApplyQueue(),
-		"scanners", f.Pipeline().Registry().Names(), "ui", o.uiAddr)
-
-	return cli.RunRiver(ctx, client, o.shutdownTimeout, logger, srv.Shutdown)
 }
 
 func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*uiserver.Server, error) {

@@ -21,19 +21,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/workers"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const summary = `ffworker works ffriver's per-item actions (and, with --scan-concurrency,
@@ -42,36 +38,28 @@ leads River.
 
 Exit codes: 0 clean stop, 1 failure, 2 usage error, 3 schema not migrated.`
 
-func main() {
-	ctx, stop := cli.SignalContext(context.Background())
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main("ffworker", parse) }
 
 type options struct {
 	common          *cli.Common
 	applyConc       int
 	scanConc        int
 	filter          *ff.Filter
-	partitions      int
+	partitions      *int
 	jobTimeout      time.Duration
 	staleAfter      time.Duration
 	shutdownTimeout time.Duration
 	id              string
 }
 
-func parse(args []string, stdout io.Writer, getenv func(string) string) (*options, error) {
+func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Daemon, error) {
 	fs := cli.NewFlagSet("ffworker", "", summary)
 	fs.Stdout = stdout
 	fs.Getenv = getenv
 	o := &options{common: cli.AddCommon(fs)}
 	fs.IntVar(&o.applyConc, "concurrency", 16, "`workers` for the apply queue: per-item actions, one transaction each")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
-	o.filter = cli.AddFilter(fs, "scanner filter: only executions of this `namespace`. ffscheduler carries its filter\n"+
-		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
-		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
-	fs.IntVar(&o.partitions, "partitions", 0, "expected partition `count`; 0 accepts the schema's")
+	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
 	fs.DurationVar(&o.staleAfter, "tick-stale-after", 30*time.Second, "warn when no tick was inserted for this `duration` (no scheduler alive); 0 disables")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
@@ -89,56 +77,17 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (*option
 		}
 		return nil
 	})
-	return o, fs.Parse(args)
+	err := fs.Parse(args)
+	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: int32(o.applyConc + o.scanConc + 4)}, Serve: o.serve}, err
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	o, err := parse(args, stdout, getenv)
-	if err != nil {
-		return cli.Report(stderr, "ffworker", err)
-	}
-	logger := o.common.Logger(stderr)
-	return cli.ReportServe(stderr, "ffworker", logger, serve(ctx, o, logger))
-}
-
-func serve(ctx context.Context, o *options, logger *slog.Logger) error {
-	pool, err := o.common.OpenPool(ctx, cli.PoolOptions{AppName: "ffworker", MaxConns: int32(o.applyConc + o.scanConc + 4)})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	schema, err := o.common.ResolveSchema(ctx, pool)
-	if err != nil {
-		return err
-	}
-	waker := outbox.NewWaker(pool, schema, 0, logger)
-	f, err := ffriver.New(ctx, pool, ffriver.Config{
-		Schema: schema, Partitions: ff.Partitions(o.partitions), Filter: *o.filter,
-		JobTimeout: o.jobTimeout, Logger: logger, Waker: waker,
+// serve runs the process: ffriver's run path (ffriver.Run).
+func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	return ffriver.Run(ctx, pool, ffriver.Config{
+		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout,
+	}, ffriver.RunOptions{
+		Name: "ffworker", Logger: logger, Started: []any{"apply_concurrency", o.applyConc, "scan_concurrency", o.scanConc},
+		Process: ffriver.ProcessOptions{Role: ffriver.Worker, ShutdownTimeout: o.shutdownTimeout, TickStaleAfter: o.staleAfter,
+			Client: ffriver.ClientOptions{ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, ID: o.id}},
 	})
-	if err != nil {
-		return err
-	}
-	rc, err := f.WorkerConfig(ffriver.ClientOptions{ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, Logger: logger, ID: o.id})
-	if err != nil {
-		return err
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	if err != nil {
-		return fmt.Errorf("river client: %w", err)
-	}
-	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
-	go waker.Run(runCtx)
-	if o.staleAfter > 0 {
-		go f.WatchTicks(runCtx, "", o.staleAfter, logger)
-	}
-	if err := client.Start(runCtx); err != nil {
-		return fmt.Errorf("starting River: %w", err)
-	}
-	logger.Info("ffworker started", "schema", schema, "partitions", int(f.Store().Partitions()),
-		"apply_queue", f.Pipeline().ApplyQueue(), "apply_concurrency", o.applyConc,
-		"scan_queue", f.Pipeline().ScanQueue(), "scan_concurrency", o.scanConc)
-
-	return cli.RunRiver(ctx, client, o.shutdownTimeout, logger, nil)
 }

@@ -2,14 +2,12 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"time"
+	"os"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ReportServe ends a long-running binary: it logs a refusal to start on an
@@ -22,31 +20,52 @@ func ReportServe(stderr io.Writer, command string, logger *slog.Logger, err erro
 	return Report(stderr, command, err)
 }
 
-// RunRiver waits until ctx is done (a signal) or the started client stops
-// by itself, calls beforeStop (when non-nil), then stops the client
-// gracefully: it stops fetching and waits up to timeout for running jobs,
-// after which it cancels them (their transactions roll back and River
-// retries them).
-func RunRiver(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger, beforeStop func()) error {
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping: waiting for running jobs", "timeout", timeout.String())
-	case <-client.Stopped():
-		return errors.New("the River client stopped unexpectedly")
+// Daemon is a long-running binary once its flags are parsed (ffscheduler,
+// ffworker).
+type Daemon struct {
+	// Flags are the common flags (database, schema, logging).
+	Flags *Common
+	// Pool are the options of its pool.
+	Pool PoolOptions
+	// Serve runs until ctx is done.
+	Serve func(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
+}
+
+// Main is the main function of a long-running binary called name: it
+// parses os.Args with parse, runs the Daemon until SIGINT or SIGTERM (Run)
+// and exits with Run's code.
+func Main(name string, parse func(args []string, stdout io.Writer, getenv func(string) string) (Daemon, error)) {
+	ctx, stop := SignalContext(context.Background())
+	code := Run(ctx, name, parse, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Run parses args, opens the Daemon's pool, calls its Serve with the flags'
+// logger, and ends like ReportServe (a usage error like Report), returning
+// the exit code.
+func Run(ctx context.Context, name string, parse func(args []string, stdout io.Writer, getenv func(string) string) (Daemon, error),
+	args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	d, err := parse(args, stdout, getenv)
+	if err != nil {
+		return Report(stderr, name, err)
 	}
-	if beforeStop != nil {
-		beforeStop()
+	logger := d.Flags.Logger(stderr)
+	pool, err := d.Flags.OpenPool(ctx, d.Pool)
+	if err == nil {
+		defer pool.Close()
+		err = d.Serve(ctx, pool, logger)
 	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		logger.Warn("running jobs did not finish in time; cancelling them", "error", err)
-		hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancelHard()
-		if err := client.StopAndCancel(hard); err != nil {
-			return fmt.Errorf("stopping River: %w", err)
-		}
-	}
-	logger.Info("stopped")
-	return nil
+	return ReportServe(stderr, name, logger, err)
+}
+
+// AddPipelineFlags adds the flags ffscheduler and ffworker share about the
+// pipeline they run: the scanner filter (--namespace, --instance-tag) and
+// --partitions.
+func AddPipelineFlags(fs *FlagSet) (filter *ff.Filter, partitions *int) {
+	filter = AddFilter(fs, "scanner filter: only executions of this `namespace`. ffscheduler carries its filter\n"+
+		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
+		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
+	partitions = fs.Int("partitions", 0, "expected partition `count`; 0 accepts the schema's")
+	return filter, partitions
 }

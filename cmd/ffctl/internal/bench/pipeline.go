@@ -12,12 +12,10 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // The standalone processes' default concurrency (the flag defaults of
@@ -49,6 +47,7 @@ type proc struct {
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
 	ff     *ffriver.Service
+	proc   *ffriver.Process
 	rc     *river.Config
 }
 
@@ -103,44 +102,34 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 			return nil, err
 		}
 		pr := &proc{name: name, pool: pool}
-		waker := outbox.NewWaker(pool, schema, 0, logger)
-		cfg := ffriver.Config{Schema: schema, Logger: logger, Waker: waker}
+		cfg := ffriver.Config{Schema: schema, Logger: logger}
+		// As the binaries: the scheduler ticks, the worker watches for ticks.
+		po := ffriver.ProcessOptions{Role: ffriver.Worker, TickStaleAfter: workerTickStaleAfter,
+			Client: ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, Logger: logger},
+			Configure: func(rc *river.Config) {
+				if o.FetchCooldown > 0 {
+					rc.FetchCooldown = o.FetchCooldown
+				}
+				if o.FetchPollInterval > 0 {
+					rc.FetchPollInterval = o.FetchPollInterval
+				}
+				for name, qc := range rc.Queues {
+					qc.FetchCooldown, qc.FetchPollInterval = cmp.Or(o.FetchCooldown, qc.FetchCooldown), cmp.Or(o.FetchPollInterval, qc.FetchPollInterval)
+					rc.Queues[name] = qc
+				}
+			}}
 		if leader {
 			cfg.Scanners = o.Scanners
+			po.Role, po.TickStaleAfter = ffriver.Scheduler, 0
 		}
-		if pr.ff, err = ffriver.New(ctx, pool, cfg); err != nil {
-			pool.Close()
-			return nil, err
-		}
-		co := ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, Logger: logger}
-		var rc *river.Config
-		if leader {
-			rc, err = pr.ff.SchedulerConfig(co)
-		} else {
-			rc, err = pr.ff.WorkerConfig(co)
-		}
-		if err == nil {
-			if o.FetchCooldown > 0 {
-				rc.FetchCooldown = o.FetchCooldown
-			}
-			if o.FetchPollInterval > 0 {
-				rc.FetchPollInterval = o.FetchPollInterval
-			}
-			for name, qc := range rc.Queues {
-				qc.FetchCooldown, qc.FetchPollInterval = cmp.Or(o.FetchCooldown, qc.FetchCooldown), cmp.Or(o.FetchPollInterval, qc.FetchPollInterval)
-				rc.Queues[name] = qc
-			}
-			pr.rc = rc
-			pr.client, err = river.NewClient(riverpgxv5.New(pool), rc)
+		if pr.ff, err = ffriver.New(ctx, pool, cfg); err == nil {
+			pr.proc, err = pr.ff.NewProcess(runCtx, po)
 		}
 		if err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("bench: %s River client: %w", name, err)
+			return nil, fmt.Errorf("bench: %s: %w", name, err)
 		}
-		go waker.Run(runCtx)
-		if !leader {
-			go pr.ff.WatchTicks(runCtx, "", workerTickStaleAfter, logger)
-		}
+		pr.rc, pr.client = pr.proc.Config(), pr.proc.Client()
 		return pr, nil
 	}
 	if p.sched, err = build("ffscheduler", schedulerScanWorkers, schedulerApplyWorker,
@@ -152,8 +141,8 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 		return p, err
 	}
 	for _, pr := range []*proc{p.sched, p.work} {
-		if err := pr.client.Start(runCtx); err != nil {
-			return p, fmt.Errorf("bench: starting the %s River client: %w", pr.name, err)
+		if err := pr.proc.Start(); err != nil {
+			return p, fmt.Errorf("bench: starting the %s: %w", pr.name, err)
 		}
 	}
 	return p, nil
@@ -161,16 +150,9 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 
 // stop stops both clients (waiting for running jobs) and closes their pools.
 func (p *pipeline) stop() {
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for _, pr := range []*proc{p.work, p.sched} {
-		if pr == nil {
-			continue
-		}
-		if pr.client != nil {
-			if err := pr.client.Stop(stopCtx); err != nil {
-				_ = pr.client.StopAndCancel(stopCtx)
-			}
+		if pr != nil && pr.proc != nil {
+			_ = pr.proc.Stop()
 		}
 	}
 	p.cancel()

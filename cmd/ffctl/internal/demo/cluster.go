@@ -9,14 +9,11 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/uiserver"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // process is one River client with its own pool, as one ffscheduler or
@@ -36,7 +33,7 @@ type cluster struct {
 	uiURL     string
 	ui        *uiserver.Server
 	cancelRun context.CancelFunc
-	// stopCtx ends cli.RunRiver of every client; running waits for them.
+	// stopCtx ends Process.Run of every process; running waits for them.
 	stopCtx   context.Context
 	stopRiver context.CancelFunc
 	running   sync.WaitGroup
@@ -91,45 +88,36 @@ func (d *demo) startCluster(ctx context.Context) (c *cluster, err error) {
 	return c, nil
 }
 
-// startProcess builds one River client exactly as the binaries do and
-// starts it, with its outbox waker.
+// startProcess builds one process exactly as the binaries do (ffriver's
+// run path: Service, waker, River client) and starts it.
 func (d *demo) startProcess(ctx, runCtx context.Context, c *cluster, name string, scan, apply int, scheduler bool) (*process, error) {
 	pool, err := d.openPool(ctx, "ffctl demo "+name, int32(scan+apply+4))
 	if err != nil {
 		return nil, err
 	}
-	waker := outbox.NewWaker(pool, string(d.schema), 0, d.opts.RiverLogger)
-	f, err := ffriver.New(ctx, pool, ffriver.Config{
-		Schema: string(d.schema), Scanners: c.settings, Logger: d.opts.RiverLogger, Waker: waker,
-	})
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: string(d.schema), Scanners: c.settings, Logger: d.opts.RiverLogger})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	o := ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, ID: "ffdemo-" + name, Logger: d.opts.RiverLogger}
-	var rc *river.Config
+	role := ffriver.Worker
 	if scheduler {
-		rc, err = f.SchedulerConfig(o)
-	} else {
-		rc, err = f.WorkerConfig(o)
+		role = ffriver.Scheduler
 	}
+	p, err := f.NewProcess(runCtx, ffriver.ProcessOptions{Role: role, ShutdownTimeout: 15 * time.Second,
+		Client: ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, ID: "ffdemo-" + name, Logger: d.opts.RiverLogger.With("client", name)}})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: river client: %w", name, err)
-	}
-	go waker.Run(runCtx)
-	if err := client.Start(runCtx); err != nil {
-		return nil, fmt.Errorf("%s: starting River: %w", name, err)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	// As the binaries do: run until stopped, then stop gracefully.
 	c.running.Go(func() {
-		if err := cli.RunRiver(c.stopCtx, client, 15*time.Second, d.opts.RiverLogger.With("client", name), nil); err != nil {
+		if err := p.Run(c.stopCtx, nil); err != nil {
 			c.failed <- fmt.Errorf("%s: %w", name, err)
 		}
 	})
-	return &process{name: name, pool: pool, ff: f, client: client}, nil
+	return &process{name: name, pool: pool, ff: f, client: p.Client()}, nil
 }
 
 // startUI serves River UI of the scheduler's client on addr, a loopback

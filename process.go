@@ -1,0 +1,218 @@
+package ffriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// Role is what a process does in a deployment.
+type Role int
+
+// Roles of a process.
+const (
+	// Scheduler is leader-eligible: while it leads it inserts the periodic
+	// ticks and runs River's maintenance; it registers every job kind.
+	Scheduler Role = iota + 1
+	// Worker never leads (LeaderElectionDisabled) and fetches only
+	// ffriver's kinds (FetchOnlyKnownKinds).
+	Worker
+)
+
+// DefaultShutdownTimeout is ProcessOptions.ShutdownTimeout unless set.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// ProcessOptions configure a process of the Service (NewProcess).
+type ProcessOptions struct {
+	// Role of the process: Scheduler or Worker.
+	Role Role
+	// Client are the River client's options (SchedulerConfig,
+	// WorkerConfig). Its Logger also gets the process's own messages.
+	Client ClientOptions
+	// TickStaleAfter, when positive, runs the tick watchdog (WatchTicks):
+	// a warning when no tick has been inserted for that long.
+	TickStaleAfter time.Duration
+	// ShutdownTimeout is how long Stop waits for running jobs before it
+	// cancels them (a cancelled ffriver job rolls back and is retried).
+	// Default DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Configure, when set, adjusts the River config before the client is
+	// built (fetch settings, test options).
+	Configure func(*river.Config)
+}
+
+// Process is one running ffriver process: its River client, the Service's
+// outbox waker (when the Service made it) and the tick watchdog. Every
+// ffriver process runs through it: ffscheduler, ffworker, ffctl demo and
+// ffctl bench. Build it with NewProcess, then Start it; Run waits for a
+// signal and stops it gracefully.
+type Process struct {
+	svc     *Service
+	opts    ProcessOptions
+	config  *river.Config
+	client  *river.Client[pgx.Tx]
+	logger  *slog.Logger
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	stop    sync.Once
+	stopErr error
+}
+
+// NewProcess builds the River client of a process of role o.Role on the
+// Service's pool. Nothing runs until Start.
+func (f *Service) NewProcess(ctx context.Context, o ProcessOptions) (*Process, error) {
+	var rc *river.Config
+	var err error
+	switch o.Role {
+	case Scheduler:
+		rc, err = f.SchedulerConfig(o.Client)
+	case Worker:
+		rc, err = f.WorkerConfig(o.Client)
+	default:
+		return nil, fmt.Errorf("ffriver: process role %d: want Scheduler or Worker", o.Role)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.Configure != nil {
+		o.Configure(rc)
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	client, err := river.NewClient(riverpgxv5.New(f.store.Pool()), rc)
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	// Jobs must not see the caller's cancellation (a signal): Stop lets
+	// them finish first.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return &Process{svc: f, opts: o, config: rc, client: client, logger: rc.Logger, runCtx: runCtx, cancel: cancel}, nil
+}
+
+// Client is the process's River client.
+func (p *Process) Client() *river.Client[pgx.Tx] { return p.client }
+
+// Config is the River config the client was built with.
+func (p *Process) Config() *river.Config { return p.config }
+
+// Context lives until the process has stopped; servers of the process
+// (River UI) run with it.
+func (p *Process) Context() context.Context { return p.runCtx }
+
+// Start starts the outbox waker (when the Service made it), the tick
+// watchdog (TickStaleAfter) and the River client.
+func (p *Process) Start() error {
+	if p.svc.ownWaker {
+		go p.svc.store.Waker().Run(p.runCtx)
+	}
+	if p.opts.TickStaleAfter > 0 {
+		go p.svc.WatchTicks(p.runCtx, "", p.opts.TickStaleAfter, p.logger)
+	}
+	if err := p.client.Start(p.runCtx); err != nil {
+		p.cancel()
+		return fmt.Errorf("starting River: %w", err)
+	}
+	return nil
+}
+
+// Run waits until ctx is done (a signal) or the client stops by itself,
+// calls beforeStop (when non-nil), then stops the process (Stop). A client
+// that stopped by itself is an error.
+func (p *Process) Run(ctx context.Context, beforeStop func()) error {
+	select {
+	case <-ctx.Done():
+		p.logger.Info("stopping: waiting for running jobs", "timeout", p.opts.ShutdownTimeout.String())
+	case <-p.client.Stopped():
+		p.cancel()
+		return errors.New("the River client stopped unexpectedly")
+	}
+	if beforeStop != nil {
+		beforeStop()
+	}
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	p.logger.Info("stopped")
+	return nil
+}
+
+// Stop stops the process gracefully: River stops fetching and waits up to
+// ShutdownTimeout for running jobs, then cancels them (their transactions
+// roll back and River retries them); then the waker and the watchdog stop.
+// It is safe to call more than once.
+func (p *Process) Stop() error {
+	p.stop.Do(func() {
+		defer p.cancel()
+		stopCtx, cancel := context.WithTimeout(context.Background(), p.opts.ShutdownTimeout)
+		defer cancel()
+		if err := p.client.Stop(stopCtx); err != nil {
+			p.logger.Warn("running jobs did not finish in time; cancelling them", "error", err)
+			hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancelHard()
+			if err := p.client.StopAndCancel(hard); err != nil {
+				p.stopErr = fmt.Errorf("stopping River: %w", err)
+			}
+		}
+	})
+	return p.stopErr
+}
+
+// RunOptions configure Run.
+type RunOptions struct {
+	// Name of the process in its log lines ("ffscheduler started").
+	Name string
+	// Process is the process to run.
+	Process ProcessOptions
+	// Logger of the Service, the River client and the process (default:
+	// discard); it overrides Config.Logger and Process.Client.Logger.
+	Logger *slog.Logger
+	// BeforeStart, when set, runs once the River client is built and
+	// before it starts (River UI of a scheduler); the func it returns, when
+	// non-nil, runs when the process stops, before River does.
+	BeforeStart func(p *Process) (beforeStop func(), err error)
+	// Started are extra attributes of the "started" log line.
+	Started []any
+}
+
+// Run is how an ffriver process runs, the one path of ffscheduler,
+// ffworker, ffctl demo and ffctl bench: it builds the Service on pool
+// (New: verify the schema, build the pipeline, make the outbox waker),
+// builds the process's River client, starts the waker, the tick watchdog
+// and River, logs that it started, and runs until ctx is done (a signal),
+// then stops gracefully (Process.Run).
+func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, o RunOptions) error {
+	if o.Logger != nil {
+		cfg.Logger, o.Process.Client.Logger = o.Logger, o.Logger
+	}
+	f, err := New(ctx, pool, cfg)
+	if err != nil {
+		return err
+	}
+	p, err := f.NewProcess(ctx, o.Process)
+	if err != nil {
+		return err
+	}
+	var beforeStop func()
+	if o.BeforeStart != nil {
+		if beforeStop, err = o.BeforeStart(p); err != nil {
+			p.cancel()
+			return err
+		}
+	}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	pl := f.Pipeline()
+	p.logger.Info(o.Name+" started", append([]any{"schema", f.Store().Schema(), "partitions", int(f.Store().Partitions()),
+		"scan_queue", pl.ScanQueue(), "apply_queue", pl.ApplyQueue(), "scanners", pl.Registry().Names()}, o.Started...)...)
+	return p.Run(ctx, beforeStop)
+}
