@@ -1,7 +1,15 @@
 // Package executions is ffriver's hot path: create, claim, renew, complete,
-// fail, delay, cancel, revoke and reclaim executions, and the per-execution
-// actions the background scanners apply (expire an attempt, promote a delayed
-// execution, expire a deadline, cancel a sibling).
+// fail, delay, cancel, revoke and reclaim executions (create.go, lease.go,
+// operator.go), and the actions the background scanners' item jobs apply
+// (actions.go: expire an attempt, promote a delayed execution, expire a
+// deadline, trim the outbox; cancelgroups.go: dispatch and reconcile sibling
+// cancels; flow.go: advance a flow, dispatch a completion).
+//
+// Each item action is a ...Tx method run inside the transaction package
+// workers opens for the item (workers/apply.go); it locks, rechecks, writes
+// the transition and its outbox rows (package outbox), and returns an
+// Outcome. The Store is the one owner of the pipeline's clock and outbox
+// waker.
 //
 // Every operation is one transaction: it locks the execution's ff_exec_core
 // row first (the one lock order every writer follows), rechecks the state it

@@ -21,7 +21,7 @@ const DefaultBatch = 1000
 // execution_deadline (every second, batch 1,000), edge_cancel_dispatcher
 // (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50)
 // outbox_retention (every minute, batch 1,000, events older than
-// retention; 0 means DefaultRetention) and dependency (every 5 s, batch
+// retention; 0 means DefaultOutboxRetention) and dependency (every 5 s, batch
 // 1,000, completion events undispatched for DefaultDependencyStale).
 func Builtins(retention time.Duration) []Scanner {
 	return []Scanner{

@@ -11,8 +11,8 @@ import (
 	"github.com/ffriver/ffriver/jobs"
 )
 
-// DefaultRetention is how long outbox events are kept by default.
-const DefaultRetention = 7 * 24 * time.Hour
+// DefaultOutboxRetention is how long outbox events are kept by default.
+const DefaultOutboxRetention = 7 * 24 * time.Hour
 
 // OutboxRetentionScanner deletes lease and completion events older than its
 // retention, in bounded batches: its scan inserts one ff.trim_outbox job per
@@ -30,10 +30,10 @@ type OutboxRetentionScanner struct {
 }
 
 // NewOutboxRetentionScanner returns the retention scanner keeping events for
-// retention (0: DefaultRetention).
+// retention (0: DefaultOutboxRetention).
 func NewOutboxRetentionScanner(retention time.Duration) *OutboxRetentionScanner {
 	if retention <= 0 {
-		retention = DefaultRetention
+		retention = DefaultOutboxRetention
 	}
 	return &OutboxRetentionScanner{retention: retention}
 }

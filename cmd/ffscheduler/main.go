@@ -80,7 +80,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.IntVar(&o.scanConc, "scan-concurrency", 4, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	fs.IntVar(&o.applyConc, "apply-concurrency", 0, "`workers` for the apply queue (per-item actions); 0 leaves them to ffworker")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
-	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultRetention, "outbox events older than this `duration` are deleted")
+	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultOutboxRetention, "outbox events older than this `duration` are deleted")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
 	fs.DurationVar(&o.rescueAfter, "rescue-after", ffriver.DefaultRescueAfter,
 		"`duration` after which River's rescuer retries a job still running\n(a worker that died mid-job); at least --job-timeout")

@@ -9,6 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// The actions of the built-in scanners' item jobs, each one transaction's
+// worth of work run inside the item's transaction (workers/items.go wires
+// each job kind to its action): ExpireAttemptTx (attempt_timeout),
+// PromoteDelayedTx (delayed_promoter), ExpireDeadlineTx
+// (execution_deadline), TrimOutboxTx (outbox_retention). The cancel-group
+// actions (edge_cancel_dispatcher, edge_cancel_reconciler) are in
+// cancelgroups.go, the flow ones (dependency, ff.advance) in flow.go.
+
 // Outcome is what a per-execution scanner action did; workers record it as
 // River job output.
 type Outcome string
