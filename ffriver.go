@@ -85,16 +85,19 @@ type Config struct {
 	// runs no Process may run Store().Waker() itself; otherwise readers
 	// poll).
 	Waker *outbox.Waker
-	// RiverSchema holds the River tables the flow cascade inserts its
-	// ff.advance jobs into (default: Schema). Set it when a host's River
-	// client uses another schema than ffriver's tables.
+	// RiverSchema holds River's tables (default: Schema): New verifies
+	// River's migrations there, the flow cascade inserts its ff.advance
+	// jobs there, and the processes' River clients (SchedulerConfig,
+	// WorkerConfig) and LastTick use it. Set it when River's tables live in
+	// another schema than ffriver's (a host's River client keeps its own).
 	RiverSchema string
 }
 
 // Service is ffriver's pipeline configured on a verified schema, with the
 // store it acts on. It is safe for concurrent use once built.
 type Service struct {
-	ownWaker bool // the Waker is New's: every Process runs it
+	ownWaker    bool   // the Waker is New's: every Process runs it
+	riverSchema string // resolved
 	store    *executions.Store
 	pipeline *workers.Pipeline
 	periodic []*river.PeriodicJob
@@ -114,6 +117,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if riverSchema == "" {
 		riverSchema = cfg.Schema
 	}
+	rs, err := dbutil.ParseSchema(riverSchema)
+	if err != nil {
+		return nil, err
+	}
+	if rs, err = rs.Resolve(ctx, pool); err != nil {
+		return nil, err
+	}
+	riverSchema = string(rs)
 	cascader, err := workers.NewCascader(riverSchema, cfg.Filter)
 	if err != nil {
 		return nil, err
@@ -134,6 +145,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
+	// River's tables are checked here, where River is used, in their own
+	// schema.
+	if err := migrations.VerifyRiver(ctx, pool, riverSchema); err != nil {
+		return nil, err
+	}
 	var plugins []workers.Plugin
 	if !cfg.NoBuiltins {
 		plugins = workers.Builtins(cfg.OutboxRetention)
@@ -151,7 +167,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Service{ownWaker: cfg.Waker == nil, store: store, pipeline: p, periodic: periodic}, nil
+	return &Service{ownWaker: cfg.Waker == nil, riverSchema: riverSchema, store: store, pipeline: p, periodic: periodic}, nil
 }
 
 // Store returns the execution store the pipeline acts on. Its terminal
@@ -254,7 +270,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	}
 	return &river.Config{
 		ID:         o.ID,
-		Schema:     f.store.Schema(),
+		Schema:     f.riverSchema,
 		Logger:     logger,
 		Workers:    workers,
 		Queues:     qs,
@@ -264,8 +280,8 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 }
 
 // SchedulerConfig returns the River config of a scheduler: leader-eligible,
-// carrying the periodic jobs and every job kind, River's tables in ffriver's
-// schema.
+// carrying the periodic jobs and every job kind, River's tables in
+// Config.RiverSchema.
 func (f *Service) SchedulerConfig(o ClientOptions) (*river.Config, error) {
 	rc, err := f.baseConfig(o)
 	if err != nil {
@@ -300,11 +316,11 @@ func (f *Service) WorkerConfig(o ClientOptions) (*river.Config, error) {
 }
 
 // LastTick returns how long ago the last tick of this pipeline's scan queue
-// was inserted into riverSchema's river_job ("" = ffriver's schema), by the
+// was inserted into riverSchema's river_job ("" = Config.RiverSchema), by the
 // database's clock, and ok=false when there is none.
 func (f *Service) LastTick(ctx context.Context, riverSchema string) (age time.Duration, ok bool, err error) {
 	if riverSchema == "" {
-		riverSchema = f.store.Schema()
+		riverSchema = f.riverSchema
 	}
 	s, err := dbutil.ParseSchema(riverSchema)
 	if err != nil {

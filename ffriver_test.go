@@ -15,6 +15,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -190,3 +191,75 @@ type syncBuf struct {
 
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestRiverSchemaApart: River's tables in one schema, ffriver's in another
+// (Config.RiverSchema). New checks each where it lives, and the whole
+// pipeline (ticks, scans, items, their outputs) runs in River's schema while
+// the transitions and events land in ffriver's.
+func TestRiverSchemaApart(t *testing.T) {
+	ctx := context.Background()
+	ffdb := testdb.New(t, &testdb.Options{NoMigrate: true})
+	riverdb := testdb.New(t, &testdb.Options{NoMigrate: true})
+	if _, err := migrations.Migrate(ctx, ffdb.Pool, ffdb.Schema, &migrations.Options{Partitions: 8, RiverSchema: riverdb.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	var riverTables int
+	if err := ffdb.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'river%'`,
+		ffdb.Schema).Scan(&riverTables); err != nil {
+		t.Fatal(err)
+	}
+	if riverTables != 0 {
+		t.Fatalf("%d River tables in ffriver's schema; the test proves nothing", riverTables)
+	}
+	// River's tables are looked for where River is used: not in ffriver's
+	// schema.
+	if _, err := ffriver.New(ctx, ffdb.Pool, ffriver.Config{Schema: ffdb.Schema}); !errors.Is(err, ff.ErrNotMigrated) {
+		t.Errorf("River's tables missing from RiverSchema: %v", err)
+	}
+
+	clock := ff.NewManualClock(1_800_000_000_000)
+	f, err := ffriver.New(ctx, ffdb.Pool, ffriver.Config{Schema: ffdb.Schema, RiverSchema: riverdb.Schema, Clock: clock, Scanners: fastScanners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.NewProcess(ctx, ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: 10 * time.Second,
+		Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 2, TestOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+
+	st := f.Store()
+	id, err := st.Create(ctx, executions.CreateParams{Lane: "lane-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Claim(ctx, executions.ClaimParams{Lane: "lane-a", WorkerInstanceID: "w", LeaseTTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+	await(t, "expiry of "+id.String(), func() bool {
+		e, err := st.Get(ctx, id)
+		return err == nil && e.PublicState == "expired"
+	})
+	var items, events int
+	if err := riverdb.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverdb.Schema+`.river_job WHERE kind = $1 AND state = 'completed'`,
+		jobs.KindExpireAttempt).Scan(&items); err != nil {
+		t.Fatal(err)
+	}
+	if items != 1 {
+		t.Errorf("%d completed ff.expire_attempt jobs in River's schema, want 1", items)
+	}
+	if err := ffdb.Pool.QueryRow(ctx, `SELECT count(*) FROM `+ffdb.Schema+`.ff_lease_event WHERE event_type = 'expired'`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != 1 {
+		t.Errorf("%d expired events in ffriver's schema, want 1", events)
+	}
+	if _, ok, err := f.LastTick(ctx, ""); err != nil || !ok {
+		t.Errorf("LastTick in River's schema: %v, %v", ok, err)
+	}
+}

@@ -87,8 +87,9 @@ type Store struct {
 	cascader Cascader
 }
 
-// Open checks that the schema is migrated (and has the expected partition
-// count) and returns a Store on it.
+// Open checks that the schema has ffriver's tables migrated (and the
+// expected partition count) and returns a Store on it. River's tables are
+// not its concern.
 func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s, err := dbutil.ParseSchema(cfg.Schema)
 	if err != nil {
@@ -97,7 +98,8 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if s, err = s.Resolve(ctx, pool); err != nil {
 		return nil, err
 	}
-	parts, err := migrations.Verify(ctx, pool, string(s), cfg.Partitions)
+	// ffriver's own tables only: River's are checked where River is used.
+	parts, err := migrations.VerifyTables(ctx, pool, string(s), cfg.Partitions)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ type Options struct {
 	Partitions ff.Partitions
 	// Logger receives one line per applied migration (default: discard).
 	Logger *slog.Logger
+	// RiverSchema, when set, receives River's migrations instead of the
+	// schema of ffriver's tables (ffriver.Config.RiverSchema).
+	RiverSchema string
 }
 
 // Result says what a Migrate run did.
@@ -132,7 +135,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 		return nil, dbutil.MapErr(err, "migrate: creating schema "+string(s))
 	}
 
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(s), Logger: logger})
+	riverSchema := s
+	if opts.RiverSchema != "" {
+		if riverSchema, err = dbutil.ParseSchema(opts.RiverSchema); err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+riverSchema.Ident()); err != nil {
+			return nil, dbutil.MapErr(err, "migrate: creating schema "+string(riverSchema))
+		}
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(riverSchema), Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("migrate: river migrator: %w", err)
 	}
@@ -211,6 +223,22 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 // migrations) and returns its partition count. With want non-zero it also
 // checks the count. Binaries call it at start and refuse to run on error.
 func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, want ff.Partitions) (ff.Partitions, error) {
+	n, err := VerifyTables(ctx, pool, schema, want)
+	if err != nil {
+		return 0, err
+	}
+	if err := VerifyRiver(ctx, pool, schema); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// VerifyTables checks ffriver's own tables only: that schema has all of
+// ffriver's migrations and its partition config (with want non-zero, that
+// partition count). It returns the partition count; errors match
+// ff.ErrNotMigrated. River's tables may live in another schema
+// (VerifyRiver).
+func VerifyTables(ctx context.Context, pool *pgxpool.Pool, schema string, want ff.Partitions) (ff.Partitions, error) {
 	s, err := dbutil.ParseSchema(schema)
 	if err != nil {
 		return 0, err
@@ -233,18 +261,6 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, want ff.Part
 	if applied != len(all) {
 		return 0, fmt.Errorf("%w: schema %q has %d of %d ffriver migrations; run `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, applied, len(all), s)
 	}
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(s)})
-	if err != nil {
-		return 0, fmt.Errorf("verify: river migrator: %w", err)
-	}
-	vres, err := migrator.Validate(ctx, nil)
-	if err != nil {
-		return 0, dbutil.MapErr(err, "verify: River's migrations")
-	}
-	if !vres.OK {
-		return 0, fmt.Errorf("%w: schema %q: River's migrations: %s; run `ffctl migrate --schema %s`",
-			ff.ErrNotMigrated, s, strings.Join(vres.Messages, "; "), s)
-	}
 	var n int
 	err = pool.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -257,6 +273,32 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, schema string, want ff.Part
 		return 0, fmt.Errorf("%w: schema %q has %d partitions, this process expects %d", ff.ErrNotMigrated, s, n, int(want))
 	}
 	return ff.Partitions(n), nil
+}
+
+// VerifyRiver checks that River's migrations are all applied in
+// riverSchema ("" = the pool's search_path); errors match
+// ff.ErrNotMigrated.
+func VerifyRiver(ctx context.Context, pool *pgxpool.Pool, riverSchema string) error {
+	s, err := dbutil.ParseSchema(riverSchema)
+	if err != nil {
+		return err
+	}
+	if s, err = s.Resolve(ctx, pool); err != nil {
+		return err
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(s)})
+	if err != nil {
+		return fmt.Errorf("verify: river migrator: %w", err)
+	}
+	vres, err := migrator.Validate(ctx, nil)
+	if err != nil {
+		return dbutil.MapErr(err, "verify: River's migrations")
+	}
+	if !vres.OK {
+		return fmt.Errorf("%w: schema %q: River's migrations: %s; run `ffctl migrate --schema %s`",
+			ff.ErrNotMigrated, s, strings.Join(vres.Messages, "; "), s)
+	}
+	return nil
 }
 
 func versionsOf(ms []Migration) []int {
