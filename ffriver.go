@@ -98,9 +98,9 @@ type Config struct {
 type Service struct {
 	ownWaker    bool   // the Waker is New's: every Process runs it
 	riverSchema string // resolved
-	store    *executions.Store
-	pipeline *workers.Pipeline
-	periodic []*river.PeriodicJob
+	store       *executions.Store
+	pipeline    *workers.Pipeline
+	periodic    []*river.PeriodicJob
 }
 
 // Verify checks that schema is migrated (River's and ffriver's migrations)
