@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
@@ -21,17 +22,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
-
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func fastScanners() map[string]scanners.Settings {
 	m := map[string]scanners.Settings{}
@@ -45,6 +35,7 @@ func fastScanners() map[string]scanners.Settings {
 // in "default" and, after Configure, ffriver's pipeline in ff_scan and
 // ff_apply, with the pipeline's guarantees (one transition, one event set).
 func TestEmbedIntoHostRiverClient(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	ctx := context.Background()
 	clock := ff.NewManualClock(1_800_000_000_000)
@@ -102,12 +93,12 @@ func TestEmbedIntoHostRiverClient(t *testing.T) {
 	}
 	clock.Advance(2 * time.Second)
 	for _, id := range ids {
-		await(t, "expiry of "+id.String(), func() bool {
+		fftest.Await(t, 20*time.Second, "expiry of "+id.String(), func() bool {
 			e, err := st.Get(ctx, id)
 			return err == nil && e.PublicState == "expired"
 		})
 	}
-	await(t, "host jobs", func() bool { mu.Lock(); defer mu.Unlock(); return len(worked) == 20 })
+	fftest.Await(t, 20*time.Second, "host jobs", func() bool { mu.Lock(); defer mu.Unlock(); return len(worked) == 20 })
 	var events, wrongQueue int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired'`).Scan(&events); err != nil {
 		t.Fatal(err)
@@ -130,6 +121,7 @@ func TestEmbedIntoHostRiverClient(t *testing.T) {
 // TestNewRefusesWrongSchema: unmigrated schema or another partition count
 // fail with ff.ErrNotMigrated; a settings typo is a validation error.
 func TestNewRefusesWrongSchema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
 	if _, err := ffriver.New(ctx, bare.Pool, ffriver.Config{Schema: bare.Schema}); !errors.Is(err, ff.ErrNotMigrated) {
@@ -151,6 +143,7 @@ func TestNewRefusesWrongSchema(t *testing.T) {
 // TestWatchTicksWarnsWithoutScheduler: a worker with no scheduler alive
 // says so.
 func TestWatchTicksWarnsWithoutScheduler(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -162,7 +155,7 @@ func TestWatchTicksWarnsWithoutScheduler(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	done := make(chan struct{})
 	go func() { f.WatchTicks(ctx, "", 300*time.Millisecond, logger); close(done) }()
-	await(t, "the warning", func() bool { return strings.Contains(buf.String(), "no ffscheduler") })
+	fftest.Await(t, 20*time.Second, "the warning", func() bool { return strings.Contains(buf.String(), "no ffscheduler") })
 	if !strings.Contains(buf.String(), f.Pipeline().ScanQueue()) {
 		t.Errorf("warning does not name the queue: %s", buf.String())
 	}
@@ -179,7 +172,7 @@ func TestWatchTicksWarnsWithoutScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	await(t, "the all-clear", func() bool { return strings.Contains(buf.String(), "inserted again") })
+	fftest.Await(t, 20*time.Second, "the all-clear", func() bool { return strings.Contains(buf.String(), "inserted again") })
 	cancel()
 	<-done
 }
@@ -197,6 +190,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // pipeline (ticks, scans, items, their outputs) runs in River's schema while
 // the transitions and events land in ffriver's.
 func TestRiverSchemaApart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ffdb := testdb.New(t, &testdb.Options{NoMigrate: true})
 	riverdb := testdb.New(t, &testdb.Options{NoMigrate: true})
@@ -241,7 +235,7 @@ func TestRiverSchemaApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second)
-	await(t, "expiry of "+id.String(), func() bool {
+	fftest.Await(t, 20*time.Second, "expiry of "+id.String(), func() bool {
 		e, err := st.Get(ctx, id)
 		return err == nil && e.PublicState == "expired"
 	})

@@ -29,6 +29,7 @@ func (f *fixture) expireAttempt(id ff.ExecutionID, attempt int32) executions.Out
 }
 
 func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 3}, Namespace: "n"})
 	l := f.claimOne("lane-a", time.Second)
@@ -66,6 +67,7 @@ func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 }
 
 func TestExpireAttemptTerminalWhenRetriesExhausted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	f.claimOne("lane-a", time.Second)
@@ -81,6 +83,7 @@ func TestExpireAttemptTerminalWhenRetriesExhausted(t *testing.T) {
 }
 
 func TestExpireAttemptSkipsLockedRow(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	f.claimOne("lane-a", time.Second)
@@ -106,6 +109,7 @@ func TestExpireAttemptSkipsLockedRow(t *testing.T) {
 }
 
 func TestPromoteDelayed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
 	promote(t, f, id, executions.NoOp)
@@ -121,6 +125,7 @@ func TestPromoteDelayed(t *testing.T) {
 }
 
 func TestExpireDeadline(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	deadline := time.UnixMilli(t0 + 10_000)
 	leased := f.create(executions.CreateParams{Deadline: deadline, RetryPolicy: executions.RetryPolicy{MaxRetries: 5}})
@@ -155,6 +160,7 @@ func TestExpireDeadline(t *testing.T) {
 }
 
 func TestCancelSibling(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	f.claimOne("lane-a", time.Hour)

@@ -15,6 +15,7 @@ import (
 // A caller-owned transaction that rolls back leaves neither the transition
 // nor its events.
 func TestTxVariantRollsBackWithTheCaller(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", time.Minute)
@@ -41,6 +42,7 @@ func TestTxVariantRollsBackWithTheCaller(t *testing.T) {
 // INSERT is made to fail) leaves nothing behind: no state change, no lease
 // event, no attempt change.
 func TestMidOperationFailureLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", time.Minute)
@@ -72,6 +74,7 @@ func TestMidOperationFailureLeavesNothingBehind(t *testing.T) {
 // Rows written by plain SQL, the way upstream engines and operators write
 // them, work with every operation.
 func TestCompatibilityInserts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	u := "8a3c9d5e-0f1b-4c2d-9e8f-7a6b5c4d3e2f"
 	part := f.st.Partitions().ForLane("legacy")
@@ -122,6 +125,7 @@ func TestCompatibilityInserts(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", time.Minute)

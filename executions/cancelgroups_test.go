@@ -100,6 +100,7 @@ func (g *groupFixture) member(lane string) ff.ExecutionID {
 var cancelledState = state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
 
 func TestDispatchCancelGroup(t *testing.T) {
+	t.Parallel()
 	g := newGroupFixture(t)
 	leased := g.member("a")
 	lease := g.claimOne("a", time.Hour)
@@ -136,6 +137,7 @@ func TestDispatchCancelGroup(t *testing.T) {
 }
 
 func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
+	t.Parallel()
 	g := newGroupFixture(t)
 	m := g.member("a")
 	cleared := g.group(false)
@@ -177,6 +179,7 @@ func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
 }
 
 func TestReconcileCancelGroup(t *testing.T) {
+	t.Parallel()
 	g := newGroupFixture(t)
 	running := g.member("a")
 	done := g.member("b")

@@ -113,6 +113,7 @@ func (f *flowFixture) group(flow uuid.UUID, down ff.ExecutionID) (state string, 
 var stBlocked = state{"runnable", "unowned", "blocked_by_dependencies", "pending_first_attempt", "waiting_children"}
 
 func TestFlowAllOf(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "u1", "u2", "u3")
@@ -146,6 +147,7 @@ func TestFlowAllOf(t *testing.T) {
 }
 
 func TestFlowAnyOfCancelRemainingFlagsSiblings(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "a", "b", "c")
@@ -173,6 +175,7 @@ func TestFlowAnyOfCancelRemainingFlagsSiblings(t *testing.T) {
 }
 
 func TestFlowQuorumLetRun(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "a", "b", "c")
@@ -195,6 +198,7 @@ func TestFlowQuorumLetRun(t *testing.T) {
 
 // Quorum impossible skips the downstream, and the skip cascades hop by hop.
 func TestFlowImpossibleSkipCascadesThreeHops(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "a", "b", "c")
@@ -228,6 +232,7 @@ func TestFlowImpossibleSkipCascadesThreeHops(t *testing.T) {
 }
 
 func TestFlowReplayedHopIsNoOp(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "a", "b")
@@ -255,6 +260,7 @@ func TestFlowReplayedHopIsNoOp(t *testing.T) {
 // Many upstreams succeed at once; their hops run concurrently: the group
 // resolves exactly once and flags its siblings once.
 func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	lanes := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -302,6 +308,7 @@ func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
 }
 
 func TestFlowDependenciesOnFinishedUpstreams(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "a", "b")
@@ -316,6 +323,7 @@ func TestFlowDependenciesOnFinishedUpstreams(t *testing.T) {
 }
 
 func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ids := f.members(flow, "a", "b", "c")
@@ -366,6 +374,7 @@ func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 // Completion events written without a Cascader (plain SQL, or a Store
 // without one) are dispatched once by DispatchCompletionTx.
 func TestDispatchUndispatchedCompletion(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	ups := f.members(flow, "a")
@@ -402,6 +411,7 @@ func TestDispatchUndispatchedCompletion(t *testing.T) {
 // error (its job retries) while the other hops of the same completion go
 // through; once the lock is gone the stuck hop applies.
 func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	up := f.members(flow, "up")
@@ -459,6 +469,7 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 // A 50-way fan-out: each hop is its own short transaction, and none leaves
 // a lock on ff_edge_group behind.
 func TestFlowFanOutLeavesNoLocks(t *testing.T) {
+	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.flow()
 	up := f.members(flow, "up")

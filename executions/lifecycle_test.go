@@ -23,6 +23,7 @@ var (
 )
 
 func TestCreateSoloAndInFlow(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	solo := f.create(executions.CreateParams{Lane: "emails", Namespace: "tenant-a", Tags: map[string]string{"cairn.instance_id": "i-1"}})
 	if want := f.st.Partitions().ForLane("emails"); solo.Partition != want {
@@ -46,6 +47,7 @@ func TestCreateSoloAndInFlow(t *testing.T) {
 }
 
 func TestCreateDelayedThenClaimIgnoresIt(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	until := time.UnixMilli(t0 + 5000)
 	id := f.create(executions.CreateParams{DelayUntil: until})
@@ -60,6 +62,7 @@ func TestCreateDelayedThenClaimIgnoresIt(t *testing.T) {
 }
 
 func TestClaimLeasesAndWritesAcquired(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{Namespace: "ns1", Tags: map[string]string{"cairn.instance_id": "inst-7"}, Payload: []byte("hi")})
 	l := f.claimOne("lane-a", 30*time.Second)
@@ -81,6 +84,7 @@ func TestClaimLeasesAndWritesAcquired(t *testing.T) {
 }
 
 func TestClaimOrderAcrossPartitionsAndLanes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var ids []ff.ExecutionID
 	// Flows spread executions over partitions; priority first, then age.
@@ -105,6 +109,7 @@ func TestClaimOrderAcrossPartitionsAndLanes(t *testing.T) {
 }
 
 func TestClaimConcurrentWorkersGetDisjointExecutions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const n = 40
 	for range n {
@@ -146,6 +151,7 @@ func TestClaimConcurrentWorkersGetDisjointExecutions(t *testing.T) {
 }
 
 func TestClaimCapabilities(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RequiredCapabilities: []string{"gpu"}})
 	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", LeaseTTL: time.Second, Capabilities: []string{"cpu"}})
@@ -159,6 +165,7 @@ func TestClaimCapabilities(t *testing.T) {
 }
 
 func TestRenew(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", 10*time.Second)
@@ -186,6 +193,7 @@ func TestRenew(t *testing.T) {
 }
 
 func TestComplete(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", 10*time.Second)
@@ -204,6 +212,7 @@ func TestComplete(t *testing.T) {
 }
 
 func TestCompleteAfterExpiryIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", time.Second)
@@ -214,6 +223,7 @@ func TestCompleteAfterExpiryIsRefused(t *testing.T) {
 }
 
 func TestFailRetriesThenGoesTerminal(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
 	l := f.claimOne("lane-a", time.Minute)
@@ -245,6 +255,7 @@ func TestFailRetriesThenGoesTerminal(t *testing.T) {
 }
 
 func TestFailWithBackoffDelaysTheRetry(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	rp := executions.RetryPolicy{MaxRetries: 3, Backoff: &executions.Backoff{Kind: executions.BackoffExponential, InitialMs: 1000, MaxMs: 3000}}
 	id := f.create(executions.CreateParams{RetryPolicy: rp})
@@ -270,6 +281,7 @@ func TestFailWithBackoffDelaysTheRetry(t *testing.T) {
 }
 
 func TestFailPermanentSkipsRetries(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 5}})
 	l := f.claimOne("lane-a", time.Minute)
@@ -281,6 +293,7 @@ func TestFailPermanentSkipsRetries(t *testing.T) {
 }
 
 func TestDelayReleasesWithoutConsumingAnAttempt(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", time.Minute)
@@ -302,6 +315,7 @@ func TestDelayReleasesWithoutConsumingAnAttempt(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	leased := f.create(executions.CreateParams{})
 	l := f.claimOne("lane-a", time.Minute)
@@ -332,6 +346,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestRevoke(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 0}})
 	l := f.claimOne("lane-a", time.Minute)
@@ -357,6 +372,7 @@ func TestRevoke(t *testing.T) {
 }
 
 func TestReclaim(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
 	l := f.claimOne("lane-a", time.Second)

@@ -90,6 +90,7 @@ func (r ffctlResult) want(t *testing.T, code int, stdoutHas, stderrHas string) {
 }
 
 func TestFFCtlMigrate(t *testing.T) {
+	t.Parallel()
 	bin := buildFFCtl(t)
 	ctx := t.Context()
 	url := testdb.URL()

@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 
@@ -119,20 +121,13 @@ func (p *proc) wait(within time.Duration) int {
 // awaitDB polls a count query until it reaches want.
 func awaitDB(t *testing.T, db *testdb.DB, within time.Duration, what string, want int, q string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var n int
-	for {
+	fftest.Await(t, within, what+" (want "+strconv.Itoa(want)+")", func() bool {
 		if err := db.Pool.QueryRow(t.Context(), q, args...).Scan(&n); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
-		if n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %d, want %d", within, what, n, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n == want
+	})
 }
 
 func dbCount(t *testing.T, db *testdb.DB, q string, args ...any) int {
@@ -181,6 +176,7 @@ func dbArgs(db *testdb.DB) []string {
 // reconciled by ffscheduler and ffworker started with only --database-url
 // and --schema; both stop cleanly on SIGTERM.
 func TestBinariesReconcilePlainSQLRows(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	schedBin, workerBin := buildPipelineBinaries(t)
 
@@ -227,6 +223,7 @@ func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 // back its in-flight actions; River's rescuer retries their jobs and every
 // execution transitions exactly once, with exactly one set of events.
 func TestKilledWorkerLosesNothing(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	const n = 3000
@@ -262,6 +259,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 // TestSchedulerFailover: with two schedulers, killing the leader hands
 // leadership to the other, which keeps ticking; no transition happens twice.
 func TestSchedulerFailover(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	s1 := startProc(t, "ffscheduler-1", schedBin, append(dbArgs(db), "--ui-addr", "off", "--id", "sched-1")...)
@@ -303,6 +301,7 @@ func TestSchedulerFailover(t *testing.T) {
 
 // TestBinariesRefuseUnmigratedSchema: exit code 3 and one clear message.
 func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
+	t.Parallel()
 	schedBin, workerBin := buildPipelineBinaries(t)
 	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
 	migrated := testdb.New(t, &testdb.Options{Partitions: 16})
@@ -332,6 +331,7 @@ func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
 // TestSchedulerUIAuth: a non-loopback UI address needs credentials; with
 // them, River UI requires basic auth.
 func TestSchedulerUIAuth(t *testing.T) {
+	t.Parallel()
 	schedBin, _ := buildPipelineBinaries(t)
 	db := testdb.New(t, nil)
 	p := startProc(t, "ffscheduler-open", schedBin, append(dbArgs(db), "--ui-addr", "0.0.0.0:0")...)

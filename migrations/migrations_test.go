@@ -12,6 +12,7 @@ import (
 )
 
 func TestMigrateTwiceAndConcurrently(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true, MaxConns: 8})
 
@@ -68,6 +69,7 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 }
 
 func TestVerifyRefusesUnmigratedSchema(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	_, err := migrations.Verify(context.Background(), db.Pool, db.Schema, 0)
 	if !errors.Is(err, ff.ErrNotMigrated) {
@@ -76,6 +78,7 @@ func TestVerifyRefusesUnmigratedSchema(t *testing.T) {
 }
 
 func TestMigrateRejectsSchemaWithSQL(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	for _, bad := range []string{`x"; DROP TABLE y; --`, "a b", "1abc", "ünï", "waytoolongschemanamewaytoolongschemanamewaytoolong"} {
 		_, err := migrations.Migrate(context.Background(), db.Pool, bad, nil)
@@ -87,6 +90,7 @@ func TestMigrateRejectsSchemaWithSQL(t *testing.T) {
 }
 
 func TestMigrateRejectsBadPartitionCount(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	for _, n := range []ff.Partitions{-1, 40000} {
 		if _, err := migrations.Migrate(context.Background(), db.Pool, db.Schema, &migrations.Options{Partitions: n}); !errors.Is(err, ff.ErrValidation) {

@@ -18,6 +18,7 @@ var (
 )
 
 func TestAttemptTimeoutExpiresAndRetries(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	tags := map[string]string{ff.InstanceTagKey: "inst-1"}
 	last := h.create(executions.CreateParams{Lane: "l1", Namespace: "ns", Tags: tags})
@@ -46,6 +47,7 @@ func TestAttemptTimeoutExpiresAndRetries(t *testing.T) {
 }
 
 func TestDelayedPromoter(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	due := h.create(executions.CreateParams{Lane: "l1", DelayUntil: time.UnixMilli(t0 + 5_000)})
 	later := h.create(executions.CreateParams{Lane: "l2", DelayUntil: time.UnixMilli(t0 + 60_000)})
@@ -64,6 +66,7 @@ func TestDelayedPromoter(t *testing.T) {
 }
 
 func TestExecutionDeadline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	dl := time.UnixMilli(t0 + 5_000)
 	leased := h.create(executions.CreateParams{Lane: "l1", Namespace: "ns", Deadline: dl})
@@ -84,6 +87,7 @@ func TestExecutionDeadline(t *testing.T) {
 // TestFilterIsDataNotSQL: namespace and tag filters full of SQL
 // metacharacters select exactly the executions carrying those values.
 func TestFilterIsDataNotSQL(t *testing.T) {
+	t.Parallel()
 	evilNS := `ns'; DROP TABLE ff_exec_core; --`
 	evilKey := `k"') OR 1=1 --`
 	evilVal := `v'||pg_sleep(10)||'`
@@ -134,6 +138,7 @@ func TestFilterIsDataNotSQL(t *testing.T) {
 // TestScanBacklogContinues: a scan that fills its batch re-enqueues itself
 // after its last candidate; a backlog larger than the batch drains.
 func TestScanBacklogContinues(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: map[string]scanners.Settings{
 		scanners.DelayedPromoter: {Interval: time.Hour, Batch: 3}}})
 	var ids []ff.ExecutionID

@@ -61,6 +61,7 @@ func outcomeOf(t *testing.T, row *rivertype.JobRow) string {
 // elsewhere is an outcome, never an error; an invalid id is cancelled, not
 // retried; an action run twice transitions once.
 func TestItemOutcomes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: disabled()})
 	c := h.client(true, nil)
 
@@ -123,6 +124,7 @@ func TestItemOutcomes(t *testing.T) {
 // three times and every item inserted three more times (uniqueness off)
 // still give exactly one transition and one set of events per execution.
 func TestDuplicatesTransitionOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: allFast(7)})
 	var ids []ff.ExecutionID
 	for i := range 40 {
@@ -185,6 +187,7 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 // pending row is deleted, and a group whose flag is already cleared is left
 // to the reconciler, which deletes its stale pending row.
 func TestEdgeCancelPipeline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	flow := uuid.New()
 	p := h.st.Partitions().ForFlow(flow)
@@ -232,6 +235,7 @@ func TestEdgeCancelPipeline(t *testing.T) {
 
 // TestOutboxRetention deletes old events in batches and keeps recent ones.
 func TestOutboxRetention(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{OutboxRetention: time.Hour, Scanners: map[string]scanners.Settings{
 		scanners.OutboxRetention: {Interval: time.Hour, Batch: 3}}})
 	old, recent := t0-2*time.Hour.Milliseconds(), t0-time.Minute.Milliseconds()
@@ -256,6 +260,7 @@ func TestOutboxRetention(t *testing.T) {
 // TestTickWithoutScannerIsCancelled: a tick naming a scanner this process
 // does not know is cancelled with a clear error, not retried.
 func TestTickWithoutScannerIsCancelled(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: disabled()})
 	c := h.client(true, nil)
 	res, err := c.Insert(context.Background(), jobs.TickArgs{Scanner: "nope", Batch: 1}, h.ff.Pipeline().TickInsertOpts())
@@ -283,6 +288,7 @@ func count(ss []string, s string) int {
 // the same transaction) rolls back completely; River retries it, and once
 // the lock is gone the group is dispatched exactly once.
 func TestItemKilledMidTransactionLeavesNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: disabled(), JobTimeout: 300 * time.Millisecond})
 	c := h.client(true, nil)
 	flow := uuid.New()

@@ -39,6 +39,7 @@ func (h *harness) depend(flow uuid.UUID, down ff.ExecutionID, ups []ff.Execution
 // flags the siblings, the dispatcher cancels them (the running one fenced),
 // and their cancellations advance their own downstream groups.
 func TestFlowAnyOfCancelsSiblingsThroughRiver(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	flow := h.flow()
 	a := h.create(executions.CreateParams{FlowID: flow, Lane: "a", Namespace: "ns"})
@@ -85,6 +86,7 @@ func TestFlowAnyOfCancelsSiblingsThroughRiver(t *testing.T) {
 // A completion event written by plain SQL (an upstream engine) is picked up
 // by the dependency scanner once stale, and dispatched exactly once.
 func TestDependencyScannerDispatchesPlainSQLCompletions(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	flow := h.flow()
 	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})

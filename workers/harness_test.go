@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
@@ -97,16 +98,10 @@ func (h *harness) client(leader bool, mutate func(*river.Config)) *river.Client[
 	return c
 }
 
-// await polls cond until it holds or 20 s pass.
+// await waits up to 20 s for cond (fftest.Await).
 func (h *harness) await(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fftest.Await(h.t, 20*time.Second, what, cond)
 }
 
 func (h *harness) create(p executions.CreateParams) ff.ExecutionID {

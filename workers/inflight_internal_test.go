@@ -18,6 +18,7 @@ import (
 // changes how it is computed, this fails (the pre-check would silently stop
 // skipping anything).
 func TestInFlightKeyMatchesRiver(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, nil)
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
@@ -60,6 +61,7 @@ func TestInFlightKeyMatchesRiver(t *testing.T) {
 // skipInFlight drops exactly the items whose job is queued or running, and
 // keeps those whose job has finished.
 func TestSkipInFlight(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, nil)
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})

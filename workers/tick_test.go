@@ -15,6 +15,7 @@ import (
 // up on it after --rescue-after) does not stall its scanner: the next ticks
 // still run and the due work is done.
 func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: map[string]scanners.Settings{
 		scanners.AttemptTimeout: {Interval: 200 * time.Millisecond, Batch: 1000},
 	}})

@@ -18,6 +18,7 @@ import (
 )
 
 func TestDemoDuration(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{
 		"":      demo.DefaultDuration,
 		" 45 ":  45 * time.Second,
@@ -37,6 +38,7 @@ func TestDemoDuration(t *testing.T) {
 }
 
 func TestDemoUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
@@ -76,6 +78,7 @@ func TestDemoUsageErrors(t *testing.T) {
 }
 
 func TestDemoUnreachableDatabase(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	getenv := func(string) string { return "" }
 	code := runDemo(context.Background(), []string{"--database-url", "postgres://u@127.0.0.1:1/none?connect_timeout=2"}, &stdout, &stderr, getenv)
@@ -128,6 +131,7 @@ func (o *demoOutput) String() string {
 // and the cancelled and skipped outcomes (every outcome, in fact) with
 // non-zero counts from the streams, and drop its schema.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	admin := testdb.Connect(t, "") // skips without a database (fails with CI=true)
 	defer admin.Close()
 

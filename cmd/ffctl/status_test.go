@@ -16,6 +16,7 @@ import (
 )
 
 func TestStatusRefusesUnmigratedSchema(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	var stderr bytes.Buffer
 	code := runStatus(context.Background(), []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &bytes.Buffer{}, &stderr)
@@ -27,6 +28,7 @@ func TestStatusRefusesUnmigratedSchema(t *testing.T) {
 // Status shows due work per scanner with its age, River's queues, and the
 // events a still-open writer holds back.
 func TestStatusReport(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, nil)
 	// The store's clock runs an hour behind: the lease it grants below has

@@ -15,6 +15,7 @@ import (
 // The scenarios run end to end at a tiny size and produce sane rows; their
 // figures are for ffctl bench, not for assertions here.
 func TestScenariosRunSmall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	// A prefix of this run's own, so that another bench running on the same

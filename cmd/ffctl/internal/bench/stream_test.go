@@ -15,9 +15,14 @@ import (
 // rows with sane values; the figures themselves are for ffctl bench, not for
 // assertions here.
 func TestStreamScenarioRunsSmall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
-	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler)}
+	// A prefix of this run's own, so that another bench running on the same
+	// server (or TestScenariosRunSmall beside it) does not count as a
+	// leftover.
+	prefix := testdb.SchemaName("stream") + "_"
+	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler), Prefix: prefix}
 
 	results, err := bench.Stream(ctx, env, bench.StreamOptions{
 		EventsPerSec: 200, Duration: 600 * time.Millisecond, CatchUp: 3000, Writers: 2, LeasesPerWriter: 2,
@@ -59,7 +64,7 @@ func TestStreamScenarioRunsSmall(t *testing.T) {
 		t.Fatalf("table misses rows:\n%s", b.String())
 	}
 	var left int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'ffbench\_stream%'`).Scan(&left); err != nil || left != 0 {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch schemas left: %d, %v", left, err)
 	}
 }

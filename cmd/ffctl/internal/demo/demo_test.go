@@ -15,6 +15,7 @@ import (
 )
 
 func TestMissingAndLines(t *testing.T) {
+	t.Parallel()
 	s := &Snapshot{
 		Leases:      map[string]int64{ff.LeaseAcquired: 3, ff.LeaseRenewed: 2, ff.LeaseExpired: 1, ff.LeaseRevoked: 4},
 		Completions: map[string]int64{ff.OutcomeSuccess: 2, ff.OutcomeFailed: 1, ff.OutcomeExpired: 1, ff.OutcomeCancelled: 1},
@@ -81,6 +82,7 @@ func poolConfig(t *testing.T) *pgxpool.Config {
 // The demo never touches a schema it did not create: an existing schema
 // is an error, and it is left alone.
 func TestRunRefusesAnExistingSchema(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	var out bytes.Buffer
 	_, err := Run(context.Background(), Options{PoolConfig: poolConfig(t), Schema: db.Schema, Duration: time.Second, Out: &out})
@@ -95,6 +97,7 @@ func TestRunRefusesAnExistingSchema(t *testing.T) {
 // Cancelling the context ends the demo early without an error; with Keep
 // the schema stays, and the demo says how to look at it.
 func TestRunInterruptedAndKept(t *testing.T) {
+	t.Parallel()
 	admin := testdb.Connect(t, "")
 	schema := NewSchemaName()
 	t.Cleanup(func() {

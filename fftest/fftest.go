@@ -1,0 +1,83 @@
+// Package fftest is a test kit for people who write scanners, item actions
+// or applications on ffriver: a freshly migrated schema of their own on a
+// real Postgres (dropped when the test ends), an execution store on it, and
+// a wait-for-condition helper. Tests that use it can call t.Parallel(): every
+// schema is the test's own.
+//
+// The server is found through $DATABASE_URL, else DefaultURL. Without a
+// reachable server the test is skipped, except with CI=true, where it fails.
+package fftest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is the database used when $DATABASE_URL is unset.
+const DefaultURL = testdb.DefaultURL
+
+// DatabaseURL returns the database URL tests use: $DATABASE_URL, else
+// DefaultURL.
+func DatabaseURL() string { return testdb.URL() }
+
+// Schema is one test's schema, migrated (River's tables and ffriver's),
+// and a pool whose search_path is that schema.
+type Schema struct {
+	Pool       *pgxpool.Pool
+	Name       string
+	Partitions ff.Partitions
+}
+
+// Options tune NewSchema.
+type Options struct {
+	// Partitions of the schema (default ff.DefaultPartitions).
+	Partitions ff.Partitions
+	// MaxConns of the pool (default 16).
+	MaxConns int32
+}
+
+// NewSchema creates a schema named after the test, migrates it, and drops
+// it (and closes its pool) when the test ends.
+func NewSchema(tb testing.TB, opts *Options) *Schema {
+	tb.Helper()
+	o := testdb.Options{}
+	if opts != nil {
+		o.Partitions, o.MaxConns = opts.Partitions, opts.MaxConns
+	}
+	db := testdb.New(tb, &o)
+	return &Schema{Pool: db.Pool, Name: db.Schema, Partitions: db.Partitions}
+}
+
+// NewStore returns an execution store on a fresh schema (NewSchema), opened
+// with cfg (its Schema is set to the test's).
+func NewStore(tb testing.TB, cfg executions.Config) (*executions.Store, *Schema) {
+	tb.Helper()
+	s := NewSchema(tb, nil)
+	cfg.Schema = s.Name
+	st, err := executions.Open(context.Background(), s.Pool, cfg)
+	if err != nil {
+		tb.Fatalf("fftest: opening the store: %v", err)
+	}
+	return st, s
+}
+
+// Await checks cond every 10 ms until it holds, and fails the test when it
+// still does not after within.
+func Await(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		<-t.C
+	}
+}
