@@ -110,3 +110,56 @@ func databaseURL() string {
 	}
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
+
+// A process of your own, run the way ffscheduler runs (here with the apply
+// queue too): Run verifies the schema, starts the outbox waker and River,
+// and stops gracefully when its context ends.
+func ExampleRun() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	const schema = "ffriver_example_run"
+	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) //nolint:errcheck
+
+	store, err := executions.Open(ctx, pool, executions.Config{Schema: schema})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, err := store.Create(ctx, executions.CreateParams{Lane: "reports", DelayUntil: time.Now().Add(300 * time.Millisecond)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	runCtx, stop := context.WithCancel(ctx) // a signal, in a real process
+	done := make(chan error, 1)
+	go func() {
+		done <- ffriver.Run(runCtx, pool, ffriver.Config{
+			Schema:   schema,
+			Scanners: map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
+		}, ffriver.RunOptions{Name: "example", Process: ffriver.ProcessOptions{
+			Role: ffriver.Scheduler, Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 4},
+		}})
+	}()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if e, err := store.Get(ctx, id); err == nil && e.EligibilityState == "eligible_now" {
+			fmt.Println("delayed execution promoted:", e.PublicState)
+			break
+		}
+	}
+	stop()
+	fmt.Println("stopped:", <-done)
+	// Output:
+	// delayed execution promoted: waiting
+	// stopped: <nil>
+}
