@@ -35,6 +35,7 @@ import (
 // subtests run one after the other (about 2.5 minutes on 2 cores): two
 // scenarios at once would double the connections on a shared server.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	sched, worker := buildPipelineBinaries(t)
 	bins := faultBins{scheduler: sched, worker: worker, ffctl: buildFFCtl(t)}
 	sharedDB := func(t *testing.T, maxConns int32) (*testdb.DB, string) {

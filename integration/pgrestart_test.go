@@ -66,6 +66,7 @@ type writerLog struct {
 // committed event exactly once, in order. Writers retry through the outage;
 // the transactions in flight at the crash are checked against the table.
 func TestPostgresRestartMidStream(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	c := newCluster(ctx, t)
