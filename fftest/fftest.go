@@ -26,6 +26,10 @@ const DefaultURL = testdb.DefaultURL
 // DefaultURL.
 func DatabaseURL() string { return testdb.URL() }
 
+// SchemaName returns a unique, valid schema name starting with a prefix
+// derived from name, for a scratch schema of an example or a tool.
+func SchemaName(name string) string { return testdb.SchemaName(name) }
+
 // Schema is one test's schema, migrated (River's tables and ffriver's),
 // and a pool whose search_path is that schema.
 type Schema struct {

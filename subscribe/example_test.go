@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
@@ -94,11 +94,11 @@ func writeExampleEvents(ctx context.Context, pool *pgxpool.Pool, schema string) 
 
 // exampleSchema gives the example a freshly migrated schema of its own.
 func exampleSchema(ctx context.Context) (*pgxpool.Pool, string, func()) {
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}
-	schema := testdb.SchemaName("example")
+	schema := fftest.SchemaName("example")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		log.Fatal(err)
 	}
