@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/google/uuid"
@@ -115,16 +116,10 @@ func expectNone[E any](t testing.TB, s *subscribe.Stream[E], d time.Duration) {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor waits up to d for cond (fftest.Await).
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fftest.Await(t, d, what, cond)
 }
 
 // backends returns the pids of the connections named app.
