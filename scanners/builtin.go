@@ -10,6 +10,7 @@ const (
 	EdgeCancelDispatcher = "edge_cancel_dispatcher"
 	EdgeCancelReconciler = "edge_cancel_reconciler"
 	OutboxRetention      = "outbox_retention"
+	Dependency           = "dependency"
 )
 
 // DefaultBatch is the batch size of the built-in scanners but the
@@ -19,10 +20,11 @@ const DefaultBatch = 1000
 // Builtins returns the built-in scanners with their defaults, in the order
 // they are registered: attempt_timeout, delayed_promoter and
 // execution_deadline (every second, batch 1,000), edge_cancel_dispatcher
-// (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50)
+// (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50),
 // outbox_retention (every minute, batch 1,000, events older than
 // retention; 0 means DefaultOutboxRetention) and dependency (every 5 s, batch
-// 1,000, completion events undispatched for DefaultDependencyStale).
+// 1,000, completion events undispatched for DefaultDependencyStale). Their
+// item kinds and actions are registered with them by workers.Builtins.
 func Builtins(retention time.Duration) []Scanner {
 	return []Scanner{
 		AttemptTimeoutScanner{},
@@ -33,14 +35,4 @@ func Builtins(retention time.Duration) []Scanner {
 		NewOutboxRetentionScanner(retention),
 		NewDependencyScanner(0),
 	}
-}
-
-// RegisterBuiltins registers Builtins(retention) in r.
-func RegisterBuiltins(r *Registry, retention time.Duration) error {
-	for _, s := range Builtins(retention) {
-		if err := r.Register(s); err != nil {
-			return err
-		}
-	}
-	return nil
 }

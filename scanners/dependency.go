@@ -11,9 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Dependency is the name of the built-in dependency scanner.
-const Dependency = "dependency"
-
 // DefaultDependencyStale is how old an undispatched completion event must be
 // before the dependency scanner dispatches it: ffriver's own terminal
 // transitions dispatch theirs at once, so the scanner only picks up events
