@@ -1,72 +1,118 @@
 package ff
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 )
 
 // Cursor is a position in an outbox stream: everything at or before it has
-// been seen. Streams deliver events in commit-safe order, (Xact, EventID)
-// ascending, where Xact is the id of the transaction that wrote the event;
-// see package subscribe.
+// been seen. See package subscribe for the order streams deliver in.
+//
+// A stream delivers events in batches, as PgQ does: a batch is every event
+// whose writing transaction is visible in a newer snapshot and was not
+// visible in the older one, and inside a batch events come in (Xact,
+// EventID) order. A stream's cursors carry the batch (the pair of
+// snapshots, see Batch) and the position inside it, so a resumed stream
+// re-derives exactly the same batch and carries on after the position.
+//
+// Two older forms still decode and work as starting points: the ffriver v1
+// form (Xact and EventID only, from the horizon-based streams; everything
+// in (Xact, EventID) order at or before it was seen) and the upstream
+// 9-byte form (Legacy, an event id only).
 //
 // A Cursor is opaque to users: store its Bytes or its String and hand either
 // back to resume. The zero Cursor is the position before every event.
+// Cursors compare with ==: equal cursors are the same position.
 type Cursor struct {
 	// Xact is the writing transaction's id (pg_current_xact_id()).
 	Xact int64
 	// EventID is the outbox row's event_id.
 	EventID int64
 	// Legacy is true for a cursor decoded from the upstream 9-byte form,
-	// which carries only an event id. A stream resumes from it at the first
-	// event with a larger event_id, then continues in commit-safe order.
+	// which carries only an event id.
 	Legacy bool
+	// batch is the encoded snapshot pair of a batch cursor; "" for the
+	// older forms. A string keeps Cursor comparable and lets every event of
+	// a batch share one encoding.
+	batch string
 }
 
 const (
 	cursorTagLegacy = 0x02 // upstream: 0x02 ‖ event_id i64 BE
-	cursorTagV1     = 0x03 // ffriver: 0x03 ‖ xact i64 BE ‖ event_id i64 BE
+	cursorTagV1     = 0x03 // ffriver v1: 0x03 ‖ xact i64 BE ‖ event_id i64 BE
+	cursorTagBatch  = 0x04 // ffriver v2: 0x04 ‖ uvarint xact ‖ uvarint event_id ‖ snapshot pair
 )
 
 // IsZero reports whether c is the position before every event.
 func (c Cursor) IsZero() bool { return c == Cursor{} }
 
-// Bytes returns the opaque binary form: 17 bytes, or the upstream 9-byte form
-// for a legacy cursor.
+// Batch returns the snapshot pair of a batch cursor; ok is false for the
+// older forms.
+func (c Cursor) Batch() (b Batch, ok bool) {
+	if c.batch == "" {
+		return Batch{}, false
+	}
+	return Batch{enc: c.batch}, true
+}
+
+// Bytes returns the opaque binary form.
 func (c Cursor) Bytes() []byte {
-	if c.Legacy {
+	switch {
+	case c.Legacy:
 		b := make([]byte, 9)
 		b[0] = cursorTagLegacy
 		binary.BigEndian.PutUint64(b[1:], uint64(c.EventID))
 		return b
+	case c.batch != "":
+		b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(c.batch))
+		b = append(b, cursorTagBatch)
+		b = binary.AppendUvarint(b, uint64(c.Xact))
+		b = binary.AppendUvarint(b, uint64(c.EventID))
+		return append(b, c.batch...)
+	default:
+		b := make([]byte, 17)
+		b[0] = cursorTagV1
+		binary.BigEndian.PutUint64(b[1:], uint64(c.Xact))
+		binary.BigEndian.PutUint64(b[9:], uint64(c.EventID))
+		return b
 	}
-	b := make([]byte, 17)
-	b[0] = cursorTagV1
-	binary.BigEndian.PutUint64(b[1:], uint64(c.Xact))
-	binary.BigEndian.PutUint64(b[9:], uint64(c.EventID))
-	return b
 }
 
 // String returns the printable form: the binary form in lowercase hex.
 func (c Cursor) String() string { return hex.EncodeToString(c.Bytes()) }
 
-// Less reports whether c is strictly before d in stream order. Both must be
-// non-legacy.
+// Less reports whether c is strictly before d in stream order. Both must
+// come from the same stream (batch cursors of one server, or v1 cursors);
+// legacy cursors are not ordered.
 func (c Cursor) Less(d Cursor) bool {
+	if c.batch != d.batch && c.batch != "" && d.batch != "" {
+		_, ct := Batch{enc: c.batch}.Snapshots()
+		_, dt := Batch{enc: d.batch}.Snapshots()
+		if !ct.Equal(dt) {
+			return ct.Before(dt)
+		}
+	}
 	if c.Xact != d.Xact {
 		return c.Xact < d.Xact
 	}
 	return c.EventID < d.EventID
 }
 
-// DecodeCursor decodes the binary form (17-byte ffriver or 9-byte upstream).
-// An empty slice decodes to the zero Cursor.
+// DecodeCursor decodes the binary form (any of the three). An empty slice
+// decodes to the zero Cursor; callers that must not start from "now" by
+// accident reject empty input themselves.
 func DecodeCursor(b []byte) (Cursor, error) {
 	switch {
 	case len(b) == 0:
 		return Cursor{}, nil
+	case b[0] == cursorTagBatch:
+		return decodeBatchCursor(b)
 	case b[0] == cursorTagV1 && len(b) == 17:
 		c := Cursor{Xact: int64(binary.BigEndian.Uint64(b[1:])), EventID: int64(binary.BigEndian.Uint64(b[9:]))}
 		if c.Xact < 0 || c.EventID < 0 {
@@ -84,6 +130,25 @@ func DecodeCursor(b []byte) (Cursor, error) {
 	default:
 		return Cursor{}, Validationf("cursor", "unknown prefix 0x%02x", b[0])
 	}
+}
+
+func decodeBatchCursor(b []byte) (Cursor, error) {
+	r := varintReader{b: b[1:]}
+	xact, event := r.int(), r.int()
+	if r.err != nil {
+		return Cursor{}, Validationf("cursor", "batch cursor: %v", r.err)
+	}
+	rest := r.b
+	from, to, err := decodePair(rest)
+	if err != nil {
+		return Cursor{}, Validationf("cursor", "batch cursor: %v", err)
+	}
+	bt := NewBatch(from, to)
+	c := bt.Cursor(xact, event)
+	if !bytes.Equal(c.Bytes(), b) {
+		return Cursor{}, Validationf("cursor", "batch cursor: not in canonical form")
+	}
+	return c, nil
 }
 
 // ParseCursor parses the printable form (hex of the binary form, as String
@@ -112,7 +177,221 @@ func (c *Cursor) UnmarshalText(b []byte) error {
 
 // GoString makes cursors readable in test failures.
 func (c Cursor) GoString() string {
+	if b, ok := c.Batch(); ok {
+		from, to := b.Snapshots()
+		return fmt.Sprintf("ff.Cursor{Batch:%s→%s, Xact:%d, EventID:%d}", from, to, c.Xact, c.EventID)
+	}
 	return fmt.Sprintf("ff.Cursor{Xact:%d, EventID:%d, Legacy:%t}", c.Xact, c.EventID, c.Legacy)
+}
+
+// Snapshot is a transaction snapshot as Postgres's pg_current_snapshot()
+// returns it: every transaction id below Xmin had finished, none at or
+// above Xmax had started, and Xip lists those in between still running
+// (ascending). Tick numbers the stream tick that recorded it (see package
+// subscribe); 0 when none did.
+type Snapshot struct {
+	Xmin, Xmax int64
+	Xip        []int64
+	Tick       int64
+}
+
+// Visible reports whether transaction x had finished (committed or aborted)
+// when s was taken: its rows, if it committed, are visible in s.
+func (s Snapshot) Visible(x int64) bool {
+	if x < s.Xmin {
+		return true
+	}
+	if x >= s.Xmax {
+		return false
+	}
+	_, found := slices.BinarySearch(s.Xip, x)
+	return !found
+}
+
+// Equal reports whether s and t are the same snapshot (ticks aside).
+func (s Snapshot) Equal(t Snapshot) bool {
+	return s.Xmin == t.Xmin && s.Xmax == t.Xmax && slices.Equal(s.Xip, t.Xip)
+}
+
+// Before reports whether s sees fewer finished transactions than t, for two
+// snapshots of one server (one is then contained in the other).
+func (s Snapshot) Before(t Snapshot) bool {
+	if s.Xmax != t.Xmax {
+		return s.Xmax < t.Xmax
+	}
+	return len(s.Xip) > len(t.Xip)
+}
+
+// String returns Postgres's text form, xmin:xmax:xip1,xip2.
+func (s Snapshot) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatInt(s.Xmin, 10))
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(s.Xmax, 10))
+	b.WriteByte(':')
+	for i, x := range s.Xip {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(x, 10))
+	}
+	return b.String()
+}
+
+// ParseSnapshot parses Postgres's text form of a pg_snapshot.
+func ParseSnapshot(text string) (Snapshot, error) {
+	parts := strings.Split(strings.TrimSpace(text), ":")
+	if len(parts) != 3 {
+		return Snapshot{}, Validationf("snapshot", "%q: want xmin:xmax:xip", truncate(text, 40))
+	}
+	var s Snapshot
+	var err error
+	if s.Xmin, err = strconv.ParseInt(parts[0], 10, 64); err != nil {
+		return Snapshot{}, Validationf("snapshot", "%q: xmin: %v", truncate(text, 40), err)
+	}
+	if s.Xmax, err = strconv.ParseInt(parts[1], 10, 64); err != nil {
+		return Snapshot{}, Validationf("snapshot", "%q: xmax: %v", truncate(text, 40), err)
+	}
+	if parts[2] != "" {
+		for f := range strings.SplitSeq(parts[2], ",") {
+			x, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return Snapshot{}, Validationf("snapshot", "%q: xip: %v", truncate(text, 40), err)
+			}
+			s.Xip = append(s.Xip, x)
+		}
+	}
+	slices.Sort(s.Xip)
+	if err := s.check(); err != nil {
+		return Snapshot{}, Validationf("snapshot", "%q: %v", truncate(text, 40), err)
+	}
+	return s, nil
+}
+
+func (s Snapshot) check() error {
+	if s.Xmin < 0 || s.Xmax < s.Xmin {
+		return fmt.Errorf("xmin %d, xmax %d out of order", s.Xmin, s.Xmax)
+	}
+	for i, x := range s.Xip {
+		if x < s.Xmin || x >= s.Xmax || (i > 0 && x <= s.Xip[i-1]) {
+			return fmt.Errorf("in-progress ids must be ascending within [xmin, xmax)")
+		}
+	}
+	return nil
+}
+
+// Batch is the span of a stream between two snapshots, From and To: the
+// transactions visible in To and not in From. Every committed transaction
+// falls in exactly one batch of a chain of snapshots, which is what makes a
+// stream of batches exactly-once. A Batch is immutable and cheap to copy.
+type Batch struct{ enc string }
+
+// NewBatch returns the batch between from and to. to must not be older
+// than from.
+func NewBatch(from, to Snapshot) Batch {
+	b := appendSnapshot(nil, from, Snapshot{})
+	b = appendSnapshot(b, to, from)
+	return Batch{enc: string(b)}
+}
+
+// Snapshots returns the batch's two snapshots.
+func (b Batch) Snapshots() (from, to Snapshot) {
+	from, to, _ = decodePair([]byte(b.enc))
+	return from, to
+}
+
+// Cursor returns the position after the event (xact, eventID) of the batch.
+// Cursor(0, 0) is the position before the batch's first event.
+func (b Batch) Cursor(xact, eventID int64) Cursor {
+	return Cursor{Xact: xact, EventID: eventID, batch: b.enc}
+}
+
+// appendSnapshot encodes s relative to base (the zero Snapshot for the
+// first of a pair): tick, xmin delta, xmax-xmin, count, xip deltas, as
+// uvarints.
+func appendSnapshot(b []byte, s, base Snapshot) []byte {
+	b = binary.AppendUvarint(b, uint64(s.Tick))
+	b = binary.AppendUvarint(b, uint64(s.Xmin-base.Xmin))
+	b = binary.AppendUvarint(b, uint64(s.Xmax-s.Xmin))
+	b = binary.AppendUvarint(b, uint64(len(s.Xip)))
+	prev := s.Xmin
+	for _, x := range s.Xip {
+		b = binary.AppendUvarint(b, uint64(x-prev))
+		prev = x
+	}
+	return b
+}
+
+func decodePair(b []byte) (from, to Snapshot, err error) {
+	r := varintReader{b: b}
+	from = r.snapshot(Snapshot{})
+	to = r.snapshot(from)
+	switch {
+	case r.err != nil:
+		return Snapshot{}, Snapshot{}, r.err
+	case len(r.b) != 0:
+		return Snapshot{}, Snapshot{}, fmt.Errorf("%d trailing bytes", len(r.b))
+	}
+	if err := from.check(); err != nil {
+		return Snapshot{}, Snapshot{}, err
+	}
+	if err := to.check(); err != nil {
+		return Snapshot{}, Snapshot{}, err
+	}
+	if to.Xmax < from.Xmax {
+		return Snapshot{}, Snapshot{}, fmt.Errorf("the newer snapshot is older than the first")
+	}
+	return from, to, nil
+}
+
+// varintReader reads non-negative int64 uvarints, keeping the first error.
+type varintReader struct {
+	b   []byte
+	err error
+}
+
+func (r *varintReader) int() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > math.MaxInt64 {
+		r.err = fmt.Errorf("truncated or overflowing number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return int64(v)
+}
+
+func (r *varintReader) add(a, d int64) int64 {
+	if r.err == nil && a > math.MaxInt64-d {
+		r.err = fmt.Errorf("transaction id overflows")
+		return 0
+	}
+	return a + d
+}
+
+func (r *varintReader) snapshot(base Snapshot) Snapshot {
+	var s Snapshot
+	s.Tick = r.int()
+	s.Xmin = r.add(base.Xmin, r.int())
+	s.Xmax = r.add(s.Xmin, r.int())
+	n := r.int()
+	if r.err == nil && n > int64(len(r.b)) { // each id takes at least a byte
+		r.err = fmt.Errorf("truncated in-progress list")
+	}
+	if r.err != nil {
+		return Snapshot{}
+	}
+	if n > 0 {
+		s.Xip = make([]int64, n)
+	}
+	prev := s.Xmin
+	for i := range s.Xip {
+		prev = r.add(prev, r.int())
+		s.Xip[i] = prev
+	}
+	return s
 }
 
 func truncate(s string, n int) string {

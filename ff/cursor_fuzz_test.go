@@ -17,6 +17,9 @@ var cursorSeeds = []ff.Cursor{
 	{EventID: 42, Legacy: true},
 	{EventID: 0, Legacy: true},
 	{EventID: 1<<63 - 1, Legacy: true},
+	ff.NewBatch(ff.Snapshot{Xmin: 1, Xmax: 1}, ff.Snapshot{Xmin: 740, Xmax: 760, Xip: []int64{740, 755}, Tick: 3}).Cursor(0, 0),
+	ff.NewBatch(ff.Snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1 << 40}, ff.Snapshot{Xmin: 700, Xmax: 760, Xip: []int64{700}, Tick: 1<<40 + 1}).Cursor(744, 12),
+	ff.NewBatch(ff.Snapshot{Xmin: 5, Xmax: 5}, ff.Snapshot{Xmin: 5, Xmax: 5}).Cursor(5, 1<<63-1),
 }
 
 // checkRoundTrip fails unless c survives every encoding unchanged.
@@ -71,7 +74,8 @@ func FuzzDecodeCursor(f *testing.F) {
 		f.Add(c.Bytes())
 	}
 	for _, b := range [][]byte{nil, {0}, {2}, {3}, {1, 2, 3}, bytes.Repeat([]byte{0xff}, 17), bytes.Repeat([]byte{0xff}, 9),
-		append([]byte{3}, make([]byte, 17)...)} {
+		append([]byte{3}, make([]byte, 17)...), {4}, {4, 0, 0, 0, 0, 0, 0, 0, 0}, {4, 0x80, 0, 0, 0, 0, 0, 0, 0, 0},
+		{4, 1, 1, 0, 5, 0, 3, 0, 0, 0, 0}, {4, 2, 7, 9, 5, 0, 0, 9, 5, 0, 0}} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -87,4 +91,43 @@ func FuzzDecodeCursor(f *testing.F) {
 			t.Fatalf("DecodeCursor(%x) = %#v, which encodes as %x", b, c, c.Bytes())
 		}
 	})
+}
+
+func TestSnapshotVisible(t *testing.T) {
+	s, err := ff.ParseSnapshot("100:110:100,104")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for x, want := range map[int64]bool{99: true, 100: false, 101: true, 104: false, 109: true, 110: false, 200: false} {
+		if got := s.Visible(x); got != want {
+			t.Errorf("Visible(%d) = %t, want %t", x, got, want)
+		}
+	}
+	if s.String() != "100:110:100,104" {
+		t.Errorf("String() = %q", s.String())
+	}
+	for _, bad := range []string{"", "1:2", "5:4:", "1:5:7", "1:5:3,3", "a:b:"} {
+		if _, err := ff.ParseSnapshot(bad); !errors.Is(err, ff.ErrValidation) {
+			t.Errorf("ParseSnapshot(%q) = %v, want a validation error", bad, err)
+		}
+	}
+}
+
+func TestBatchCursorOrder(t *testing.T) {
+	s1 := ff.Snapshot{Xmin: 100, Xmax: 110, Xip: []int64{100, 104}}
+	s2 := ff.Snapshot{Xmin: 100, Xmax: 110, Xip: []int64{100}}
+	s3 := ff.Snapshot{Xmin: 120, Xmax: 120}
+	b1, b2 := ff.NewBatch(s1, s2), ff.NewBatch(s2, s3)
+	order := []ff.Cursor{b1.Cursor(0, 0), b1.Cursor(104, 3), b1.Cursor(104, 9), b2.Cursor(100, 1), b2.Cursor(115, 2)}
+	for i := range order {
+		for j := range order {
+			if got, want := order[i].Less(order[j]), i < j; got != want {
+				t.Errorf("%#v.Less(%#v) = %t, want %t", order[i], order[j], got, want)
+			}
+		}
+		checkRoundTrip(t, order[i])
+	}
+	if from, to := b2.Snapshots(); !from.Equal(s2) || !to.Equal(s3) {
+		t.Errorf("Snapshots() = %s, %s", from, to)
+	}
 }

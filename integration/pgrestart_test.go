@@ -228,8 +228,14 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	waitFor("200 events after the restart", 20*time.Second, func() bool { return count.Load() >= atDisc+200 })
 	stopWriters()
 
-	// The table is the truth: every row, in stream order.
-	rows, err := pool.Query(ctx, `SELECT occurred_at_ms FROM ff_lease_event ORDER BY xact_id, event_id`)
+	// The table is the truth: every row, in stream order, which is the
+	// order of the batches (the first tick that sees a row's transaction
+	// finished), then (xact_id, event_id) inside a batch.
+	rows, err := pool.Query(ctx, `
+		SELECT e.occurred_at_ms FROM ff_lease_event e,
+		LATERAL (SELECT min(t.tick_id) AS tick FROM ff_stream_tick t
+		         WHERE e.xact_id < t.snap_xmin OR (e.xact_id < t.snap_xmax AND e.xact_id <> ALL(t.snap_xip))) b
+		ORDER BY b.tick, e.xact_id, e.event_id`)
 	if err != nil {
 		t.Fatal(err)
 	}

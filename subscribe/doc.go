@@ -2,7 +2,7 @@
 // (ff_lease_event, Leases) and completions (ff_completion_event,
 // Completions). Both streams run on the same machinery.
 //
-// # Commit-safe order
+// # Order: batches between snapshots
 //
 // An outbox row's event_id is taken from a sequence at INSERT, not at COMMIT,
 // so a reader that keeps "event_id > last" loses rows: transaction A takes id
@@ -10,57 +10,77 @@
 // read. Upstream FlowFabric has this bug.
 //
 // Instead every row records the id of its writing transaction (xact_id,
-// filled by a column default with pg_current_xact_id()). A stream reads
-// only rows whose xact_id is below the horizon, pg_snapshot_xmin of a
-// snapshot (ff_xact_horizon()): every transaction below it has finished, so
-// its rows are all visible or never will be. Rows are read in (xact_id,
-// event_id) order with keyset pagination, (xact_id, event_id) > (x, e). A
-// transaction that commits later has an xid at or above the horizon of every
-// read that happened before it committed, so it always sorts after the
-// reader's position: no row is ever skipped, and every reader sees the same
-// order. The horizon is read in its own statement before the page query,
-// never inside it: ff_xact_horizon() is VOLATILE, so inside the page query
-// it would take a newer snapshot than the scan's, and could pass a
-// transaction whose rows the scan cannot see yet.
+// filled by a column default with pg_current_xact_id()), and streams deliver
+// by pairs of snapshots, as PgQ (Skype's queue) does. A tick is a snapshot
+// of the server (pg_current_snapshot(): xmin, xmax and the transactions in
+// progress) recorded in ff_stream_tick; ticks are taken one after another,
+// each containing the one before. A batch is the span between two
+// consecutive ticks: every row whose writer is visible in the newer tick
+// and was not visible in the older one. Every committed transaction becomes
+// visible in exactly one span, so every row is delivered exactly once, and
+// the stream follows commit order at the grain of the ticks: a batch's
+// transactions all committed after the previous batch's. Inside a batch,
+// rows come in (xact_id, event_id) order.
 //
-// The order is a total order that is stable across reads and subscriptions,
-// but it is neither event_id order nor exactly commit order: it is the order
-// in which writers obtained their transaction ids (roughly, of their first
-// writes), and within a transaction, event_id order.
+// A transaction still open delays only its own rows: they arrive in the
+// batch of the first tick that sees it finished. Nothing else waits for
+// it, whether it is an idle session in another database, a long migration,
+// or a long writer of this very outbox. (The design this replaces read only
+// below the oldest transaction still running anywhere on the server, so any
+// of these stalled every stream.)
 //
-// The cost: a transaction that holds an xid stays below the horizon until it
-// ends, so a long-open writing transaction anywhere on the server (any
-// database, any table, including an idle-in-transaction session or a
-// prepared transaction) holds delivery back until it commits or aborts.
-// Nothing is lost meanwhile; events are delayed, then delivered in order.
-// Read-only transactions, which have no xid, do not hold the horizon.
+// A batch is read in two parts, as PgQ does, so that an old open
+// transaction never widens a scan: first the rows of the transactions that
+// were in progress at the older tick and finished by the newer (looked up by
+// exact xact_id), then the range [xmax of the older tick, xmax of the
+// newer), less the transactions still in progress at the newer. Both are
+// index scans on (xact_id, event_id), paged by keyset.
+//
+// Readers take ticks themselves: a reader that finds no tick after its own
+// calls ff_stream_ticks, which takes one under a table lock unless nothing
+// finished since the newest. Every reader of a schema walks the same ticks,
+// so every reader delivers the same batches in the same order, and a stream
+// from the beginning starts with everything the oldest tick sees, then walks
+// the ticks. Ticks are hints, not data: they commit without waiting for the
+// WAL flush, are pruned after an hour, and a cursor carries its batch's two
+// snapshots itself, so resuming never depends on a tick still existing. (A
+// reader resuming from a cursor whose ticks were pruned, or lost in a
+// crash, delivers the same events; only its batch boundaries may differ from
+// another reader's.) Each tick takes a transaction id.
 //
 // # Cursors and start points
 //
-// Each event carries an ff.Cursor, (xact_id, event_id). A subscription
-// started after a cursor (StartAfter) delivers exactly the events that follow
-// it. StartBeginning reads the whole table. StartNow (the default) delivers
-// exactly the transactions that had not committed when the subscribe call
-// took its snapshot: it starts at that snapshot's xmin and skips the rows
-// the snapshot already saw, so a transaction that was open while the stream
-// subscribed is delivered when it commits (tailing from MAX(event_id), as
-// upstream does, would lose it).
+// Each event carries an ff.Cursor: its batch (the two snapshots) and its
+// (xact_id, event_id) inside the batch. A subscription started after a
+// cursor (StartAfter) re-derives the batch from the cursor's snapshots and
+// delivers exactly the events that follow: the rest of the batch, then the
+// batches of the following ticks. Cursors are exact across out-of-order
+// commits, long writers, restarts and reconnects. StartBeginning reads the
+// whole table. StartNow (the default) takes a tick at subscribe time and
+// delivers exactly the transactions that had not finished in it.
+//
+// A cursor names transaction ids, which are per server. A cursor whose
+// snapshots are ahead of this server (it comes from another server, or the
+// schema was restored from a dump elsewhere) fails at subscribe time with a
+// *ForeignCursorError (ErrForeignCursor); resume from the start or from a
+// time instead. A cursor from another server whose ids happen to be behind
+// this one's cannot be told apart: that is a limit.
+//
+// Cursors of the previous ffriver format (17 bytes, (xact_id, event_id)
+// only, written by streams that read below the oldest running transaction)
+// still work as starting points: the stream delivers every row after the
+// position in (xact_id, event_id) order that is visible now, then the later
+// batches.
 //
 // A legacy cursor (the upstream 9-byte form, ff.Cursor.Legacy, an event_id
-// E only) resumes at the first event whose event_id is greater than E, then
-// continues in commit-safe order. Commit-safe order interleaves event ids,
-// so this is worked out from one snapshot S at subscribe time. The legacy
-// consumer can only have seen rows committed before S; the stream skips
-// exactly the rows with event_id <= E that S sees, and delivers everything
-// else: every row with event_id > E, and rows with event_id <= E that were
-// not yet committed at S (upstream's id cursor would have lost those). It
-// starts just before the lowest position such a row can have (the lowest
-// xact_id of a visible row with event_id > E, or xmin(S) for rows not yet
-// visible), and drops the skip rule once past xmax(S). Resuming from the
-// legacy cursor itself is exact. One caveat: the events delivered while the
-// stream is still below xmax(S) carry ordinary cursors, and a new
-// subscription after one of those does not know E, so it would deliver
-// again the rows with event_id <= E that commit-safe order places after it
+// E only) resumes at the first event whose event_id is greater than E. The
+// legacy consumer can only have seen rows committed before the subscribe
+// call, so the stream's first batch, up to a tick taken then, skips the rows
+// with event_id <= E, and later batches skip nothing: rows with event_id <=
+// E that commit later are delivered (upstream's id cursor would have lost
+// those). One caveat: the events of that first batch carry ordinary cursors,
+// and a new subscription after one of those no longer knows E, so it would
+// deliver again the rows with event_id <= E that sort after it in that batch
 // (only those repeats; never fewer events).
 //
 // # Filters and partitions

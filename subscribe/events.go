@@ -86,6 +86,8 @@ type decoder[E any] interface {
 	// event builds the event of the row last scanned; ok is false for a
 	// row that is skipped (after a warning).
 	event() (ev E, ok bool)
+	// setBatch sets the batch whose rows are scanned next (their cursors).
+	setBatch(b ff.Batch)
 }
 
 var leaseTable = table[LeaseEvent]{
@@ -114,6 +116,7 @@ var completionTable = table[CompletionEvent]{
 type leaseDecoder struct {
 	logger *slog.Logger
 	dst    []any
+	batch  ff.Batch
 
 	xact, eventID int64
 	execID        pgtype.DriverBytes
@@ -135,6 +138,7 @@ type leaseDecoder struct {
 
 func (d *leaseDecoder) dest() []any              { return d.dst }
 func (d *leaseDecoder) position() (int64, int64) { return d.xact, d.eventID }
+func (d *leaseDecoder) setBatch(b ff.Batch)      { d.batch = b }
 
 func (d *leaseDecoder) event() (LeaseEvent, bool) {
 	typ := leaseType(d.eventType)
@@ -148,7 +152,7 @@ func (d *leaseDecoder) event() (LeaseEvent, bool) {
 		return LeaseEvent{}, false
 	}
 	ev := LeaseEvent{
-		Cursor:           ff.Cursor{Xact: d.xact, EventID: d.eventID},
+		Cursor:           d.batch.Cursor(d.xact, d.eventID),
 		EventID:          d.eventID,
 		Type:             typ,
 		ExecutionID:      id,
@@ -217,6 +221,7 @@ func executionID(logger *slog.Logger, tableName string, eventID, partition int64
 type completionDecoder struct {
 	logger *slog.Logger
 	dst    []any
+	batch  ff.Batch
 
 	xact, eventID int64
 	execID        pgtype.UUID
@@ -230,6 +235,7 @@ type completionDecoder struct {
 
 func (d *completionDecoder) dest() []any              { return d.dst }
 func (d *completionDecoder) position() (int64, int64) { return d.xact, d.eventID }
+func (d *completionDecoder) setBatch(b ff.Batch)      { d.batch = b }
 
 func (d *completionDecoder) event() (CompletionEvent, bool) {
 	if d.partition < 0 || !d.execID.Valid {
@@ -239,7 +245,7 @@ func (d *completionDecoder) event() (CompletionEvent, bool) {
 	}
 	id := ff.ExecutionID{Partition: d.partition, UUID: d.execID.Bytes}
 	return CompletionEvent{
-		Cursor:      ff.Cursor{Xact: d.xact, EventID: d.eventID},
+		Cursor:      d.batch.Cursor(d.xact, d.eventID),
 		EventID:     d.eventID,
 		Outcome:     outcome(d.outcome),
 		ExecutionID: id,

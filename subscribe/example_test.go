@@ -53,12 +53,14 @@ func Example() {
 			break
 		}
 	}
-	fmt.Println("resume after a cursor of", len(saved.Bytes()), "bytes")
+	// The printable form is what ffctl tail --cursor takes.
+	_, err = ff.ParseCursor(saved.String())
+	fmt.Println("resume after the saved cursor:", err == nil)
 	// Output:
 	// acquired 7 billing
 	// renewed 7 billing
 	// revoked 7 billing
-	// resume after a cursor of 17 bytes
+	// resume after the saved cursor: true
 }
 
 // writeExampleEvents records a lease's life in the outbox, and one event of

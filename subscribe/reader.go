@@ -25,29 +25,28 @@ const (
 	maxBackoff = 5 * time.Second
 )
 
-// position is a place in commit-safe order, (xact_id, event_id): the stream
-// has dealt with every row at or before it.
+// position is a place inside a batch, in (xact_id, event_id) order: the
+// stream has dealt with every row of the batch at or before it.
 type position struct{ xact, event int64 }
 
 func (p position) less(q position) bool {
 	return p.xact < q.xact || (p.xact == q.xact && p.event < q.event)
 }
 
-// below returns the position after every row whose transaction is below
-// horizon h.
-func below(h int64) position { return position{h - 1, math.MaxInt64} }
+// below returns the position after every row whose transaction id is below
+// x.
+func below(x int64) position { return position{x - 1, math.MaxInt64} }
 
-// skipRule drops rows the start point says were already seen. It only ever
-// concerns rows whose xact_id is below until; once the stream is past that,
-// the rule is dropped.
-type skipRule struct {
-	until int64
-	pred  string // SQL; its parameters are numbered after the filter's
-	args  []any
-}
-
-// reader runs one stream: it owns the connections, the position and the
-// SQL, and feeds the Stream's channel.
+// reader runs one stream: it owns the connections, the batch and the SQL,
+// and feeds the Stream's channel.
+//
+// The stream is a chain of batches: a batch (from, to) is every row whose
+// writer is visible in snapshot to and was not in snapshot from. Its rows
+// are those of the transactions that were still running in from and had
+// finished by to (done, looked up by exact id), followed by those of the
+// transactions in [from.Xmax, to.Xmax) that had finished by to (a range
+// scan): no row below from.Xmax other than done's is read again, however
+// old the oldest running transaction on the server.
 type reader[E any] struct {
 	cfg     config
 	table   table[E]
@@ -56,15 +55,29 @@ type reader[E any] struct {
 	logger  *slog.Logger
 
 	channel    string // NOTIFY channel
-	horizonSQL string
-	pageSQL    string
-	skipSQL    string // pageSQL with the skip rule's predicate
+	ticksSQL   string // ff_stream_ticks(after, lim)
+	nowSQL     string // the newest tick
+	oldestSQL  string // the oldest tick
+	heldSQL    string // rows of done's transactions
+	rangeSQL   string // rows of [from.Xmax, to.Xmax) visible in to
+	heldSkip   string // heldSQL with the legacy skip rule
+	rangeSkip  string // rangeSQL with the legacy skip rule
 	filterArgs []any
 
-	pos  position  // every row at or before pos has been dealt with
-	h    int64     // the newest horizon read; sound to reuse forever
-	skip *skipRule // nil once past it
-	last ff.Cursor // cursor of the last delivered event (or the start)
+	from, to ff.Snapshot
+	fromAtMs int64    // when from was taken (0: unknown)
+	toAtMs   int64    // when to was taken
+	ticks    []tick   // ticks after from, read ahead
+	batch    ff.Batch // NewBatch(from, to) while inBatch
+	inBatch  bool
+	done     []int64   // from.Xip \ to.Xip: finished between the snapshots
+	pos      position  // every row of the batch at or before pos is dealt with
+	last     ff.Cursor // cursor of the last delivered event (or the start)
+
+	// skipBatch, when inBatch and batch == skipBatch, drops the rows with
+	// event_id <= skipEvent (a legacy cursor's first batch).
+	skipBatch ff.Batch
+	skipEvent int64
 
 	args    []any // reused argument slice
 	scratch []E   // reused decode buffer
@@ -77,6 +90,15 @@ func newReader[E any](cfg config, t table[E], connCfg *pgx.ConnConfig) *reader[E
 	logger := cfg.logger.With("stream", t.name)
 	return &reader[E]{cfg: cfg, table: t, dec: t.newDecoder(logger), connCfg: connCfg, logger: logger}
 }
+
+// tick is a row of ff_stream_tick.
+type tick struct {
+	snap ff.Snapshot
+	atMs int64
+}
+
+// tickBatch is how many ticks one read of ff_stream_ticks returns at most.
+const tickBatch = 256
 
 // session is one pair of connections: q reads, l LISTENs.
 type session struct {
@@ -128,15 +150,12 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 		}
 	}
 
+	r.buildSQL()
 	if err := r.initPosition(ctx, s.q); err != nil {
 		return nil, err
 	}
-	r.buildSQL()
 	// Preparing checks the SQL against the schema now rather than later.
-	for _, q := range []string{r.horizonSQL, r.pageSQL, r.skipSQL} {
-		if q == "" {
-			continue
-		}
+	for _, q := range []string{r.ticksSQL, r.nowSQL, r.oldestSQL, r.heldSQL, r.rangeSQL, r.heldSkip, r.rangeSkip} {
 		if _, err := s.q.Prepare(ctx, "", q); err != nil {
 			if dbutil.IsUndefinedTable(err) {
 				return nil, fmt.Errorf("subscribe: schema %s: %w: %w", schema, ff.ErrNotMigrated, err)
@@ -150,67 +169,159 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	return s, nil
 }
 
-// initPosition sets pos, h, skip and last from the start point.
-func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
-	schema := r.cfg.schema
-	switch {
-	case r.cfg.start == StartBeginning:
-		r.pos, r.last = position{}, ff.Cursor{}
+// readTicks reads the ticks after tick id after, taking a new one when
+// there is none and a transaction finished since the newest.
+func (r *reader[E]) readTicks(ctx context.Context, q *pgx.Conn, query string, args ...any) ([]tick, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []tick
+	for rows.Next() {
+		var t tick
+		if err := rows.Scan(&t.snap.Tick, &t.snap.Xmin, &t.snap.Xmax, &t.snap.Xip, &t.atMs); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if len(t.snap.Xip) == 0 {
+			t.snap.Xip = nil
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
 
-	case r.cfg.start == StartAfter && !r.cfg.after.Legacy:
-		c := r.cfg.after
-		r.pos, r.last = position{c.Xact, c.EventID}, c
+// now returns a tick at least as new as the call: a new one, or the newest
+// when nothing finished since it was taken.
+func (r *reader[E]) now(ctx context.Context, q *pgx.Conn) (tick, error) {
+	ts, err := r.readTicks(ctx, q, r.nowSQL)
+	if err != nil {
+		return tick{}, err
+	}
+	if len(ts) == 0 {
+		return tick{}, errors.New("no stream tick")
+	}
+	return ts[0], nil
+}
+
+// nextTick returns the tick after from, or ok false when there is none yet.
+func (r *reader[E]) nextTick(ctx context.Context, q *pgx.Conn) (tick, bool, error) {
+	for {
+		if len(r.ticks) == 0 {
+			ts, err := r.readTicks(ctx, q, r.ticksSQL, r.from.Tick, tickBatch)
+			if err != nil {
+				return tick{}, false, dbutil.MapErr(err, "subscribe: reading the stream ticks")
+			}
+			if len(ts) == 0 {
+				return tick{}, false, nil
+			}
+			r.ticks = append(r.ticks[:0], ts...)
+		}
+		t := r.ticks[0]
+		r.ticks = r.ticks[1:]
+		// A tick not newer than from (from is no tick of this table's
+		// chain, say after a restore) adds nothing: skip it.
+		if r.from.Before(t.snap) {
+			return t, true, nil
+		}
+	}
+}
+
+// initPosition sets the first batch and last from the start point.
+func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
+	nt, err := r.now(ctx, q)
+	if err != nil {
+		return r.startErr(err)
+	}
+	now := nt.snap
+	r.toAtMs = nt.atMs
+	after := r.cfg.after
+	switch {
+	case r.cfg.start == StartBeginning || (r.cfg.start == StartAfter && after.IsZero()):
+		// Everything visible in the oldest tick, then on along the ticks,
+		// so the stream has the batches every reader that walked them
+		// had. (Taking the now tick first drops the ticks of another
+		// server, after a restore.)
+		ts, err := r.readTicks(ctx, q, r.oldestSQL)
+		if err != nil {
+			return r.startErr(err)
+		}
+		first := nt
+		if len(ts) > 0 {
+			first = ts[0]
+		}
+		r.toAtMs = first.atMs
+		r.begin(ff.Snapshot{}, first.snap, position{})
+		r.last = ff.Cursor{}
+
+	case r.cfg.start == StartAfter && !after.Legacy:
+		if b, ok := after.Batch(); ok {
+			from, to := b.Snapshots()
+			if to.Xmax > now.Xmax {
+				return &ForeignCursorError{Cursor: after, CursorXact: to.Xmax, ServerXact: now.Xmax}
+			}
+			r.begin(from, to, position{after.Xact, after.EventID})
+		} else {
+			// A v1 cursor: every row before (Xact, EventID) in
+			// (xact_id, event_id) order was seen, none after it. The
+			// horizon-based stream that wrote it had only read below a
+			// horizon above Xact, so Xact had finished.
+			if after.Xact >= now.Xmax {
+				return &ForeignCursorError{Cursor: after, CursorXact: after.Xact, ServerXact: now.Xmax}
+			}
+			point := ff.Snapshot{Xmin: after.Xact, Xmax: after.Xact}
+			r.begin(point, now, position{after.Xact, after.EventID})
+		}
+		r.last = after
 
 	case r.cfg.start == StartAfter:
 		// A legacy cursor says "every event_id <= E was seen", in id order.
-		// The legacy consumer can only have seen rows committed before this
-		// subscribe call, so: skip exactly the rows with event_id <= E that
-		// the snapshot S of one statement sees. Every row with event_id > E
-		// sits at or after (min(minX, xmin(S)), 0), where minX is the lowest
-		// xact_id of such rows visible in S, and rows not visible in S
-		// belong to transactions with xids >= xmin(S). Start just before
-		// that. Rows visible in S have xids below xmax(S), so past xmax(S)
-		// the rule is dropped.
-		e := r.cfg.after.EventID
-		var xmin, xmax int64
-		var snap string
+		// The legacy consumer can only have seen rows committed before now,
+		// so the first batch, up to now, skips the rows with event_id <= E,
+		// and later batches skip nothing: rows with event_id <= E that
+		// commit after now are delivered (upstream's id cursor loses them).
+		// Rows below both xmin(now) and the lowest xact_id of a row with
+		// event_id > E are all skipped: the batch starts there.
+		e := after.EventID
 		var minX *int64
-		err := q.QueryRow(ctx, schema.SQL(`
-SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, s::text,
-       (SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE event_id > $1)
-FROM pg_current_snapshot() AS s`), e).Scan(&xmin, &xmax, &snap, &minX)
+		err := q.QueryRow(ctx, r.cfg.schema.SQL(`SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE event_id > $1`), e).Scan(&minX)
 		if err != nil {
 			return r.startErr(err)
 		}
-		startX := xmin
+		startX := now.Xmin
 		if minX != nil {
 			startX = min(startX, *minX)
 		}
-		r.pos, r.last = below(startX), r.cfg.after
-		r.skip = &skipRule{until: xmax, args: []any{e, snap},
-			pred: "NOT (event_id <= $%d AND pg_visible_in_snapshot(xact_id::text::xid8, $%d::text::pg_snapshot))"}
+		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
+		r.skipBatch, r.skipEvent = r.batch, e
+		r.last = after
 
 	default: // StartNow
-		// The transactions not visible in the subscribe snapshot S are the
-		// ones that commit "after now". All of them have xids >= xmin(S);
-		// rows of xids in [xmin, xmax) that S sees committed before it and
-		// are skipped.
-		var xmin, xmax int64
-		var snap string
-		err := q.QueryRow(ctx, `
-SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, s::text
-FROM pg_current_snapshot() AS s`).Scan(&xmin, &xmax, &snap)
-		if err != nil {
-			return r.startErr(err)
-		}
-		r.pos, r.h = below(xmin), xmin
-		r.last = ff.Cursor{Xact: xmin - 1, EventID: math.MaxInt64}
-		if xmax > xmin {
-			r.skip = &skipRule{until: xmax,
-				pred: "NOT pg_visible_in_snapshot(xact_id::text::xid8, $%d::text::pg_snapshot)", args: []any{snap}}
-		}
+		// The transactions not visible now are the ones that commit
+		// "after now": the stream starts at the boundary after now.
+		r.from, r.fromAtMs = now, nt.atMs
+		r.last = ff.NewBatch(now, now).Cursor(0, 0)
 	}
 	return nil
+}
+
+// begin starts the batch (from, to) at pos.
+func (r *reader[E]) begin(from, to ff.Snapshot, pos position) {
+	r.from, r.to, r.pos, r.inBatch = from, to, pos, true
+	r.batch = ff.NewBatch(from, to)
+	r.dec.setBatch(r.batch)
+	r.done = r.done[:0]
+	for _, x := range from.Xip {
+		if to.Visible(x) {
+			r.done = append(r.done, x)
+		}
+	}
+}
+
+// finish ends the current batch: the next one starts at its newer snapshot.
+func (r *reader[E]) finish() {
+	r.from, r.fromAtMs, r.inBatch, r.pos = r.to, r.toAtMs, false, position{}
+	r.skipBatch = ff.Batch{}
 }
 
 func (r *reader[E]) startErr(err error) error {
@@ -220,50 +331,48 @@ func (r *reader[E]) startErr(err error) error {
 	return dbutil.MapErr(err, "subscribe: reading the start position")
 }
 
-// buildSQL writes the page queries: only the predicates the options need,
-// so each is a plain index range scan on (xact_id, event_id).
+// buildSQL writes the snapshot and row queries: only the predicates the
+// options need, so each row query is an index scan on (xact_id, event_id).
 func (r *reader[E]) buildSQL() {
 	schema := r.cfg.schema
-	r.horizonSQL = schema.SQL("SELECT {S}ff_xact_horizon()")
+	const tickCols = "tick_id, snap_xmin, snap_xmax, snap_xip, at_ms"
+	r.ticksSQL = schema.SQL("SELECT " + tickCols + " FROM {S}ff_stream_ticks($1, $2)")
+	r.oldestSQL = schema.SQL("SELECT " + tickCols + " FROM {S}ff_stream_tick ORDER BY tick_id LIMIT 1")
+	r.nowSQL = schema.SQL(`WITH t AS (SELECT * FROM {S}ff_stream_ticks((SELECT coalesce(max(tick_id), 0) FROM {S}ff_stream_tick), 1))
+SELECT ` + tickCols + ` FROM t
+UNION ALL (SELECT ` + tickCols + ` FROM {S}ff_stream_tick WHERE NOT EXISTS (SELECT 1 FROM t) ORDER BY tick_id DESC LIMIT 1)`)
 
-	var b strings.Builder
-	b.WriteString("SELECT xact_id, event_id, ")
-	b.WriteString(r.table.columns)
-	b.WriteString(" FROM ")
-	b.WriteString(schema.SQL("{S}" + r.table.name))
-	b.WriteString(" WHERE xact_id < $1 AND (xact_id, event_id) > ($2, $3)")
-	n := 4 // $4 is the limit
+	var filters strings.Builder
 	r.filterArgs = nil
+	n := 0
 	param := func() string {
 		n++
 		return "$" + strconv.Itoa(n)
 	}
+	// Parameters $1..$5 belong to the head of each query; filters follow.
+	n = 5
 	if len(r.cfg.partitions) > 0 {
-		b.WriteString(" AND partition_key = ANY(" + param() + "::int4[])")
+		filters.WriteString(" AND partition_key = ANY(" + param() + "::int4[])")
 		r.filterArgs = append(r.filterArgs, r.cfg.partitions)
 	}
 	if r.cfg.filter.Namespace != "" {
-		b.WriteString(" AND namespace = " + param())
+		filters.WriteString(" AND namespace = " + param())
 		r.filterArgs = append(r.filterArgs, r.cfg.filter.Namespace)
 	}
 	if r.cfg.filter.InstanceTag != nil {
 		// As upstream: only the tag's value is compared, against the
 		// instance_tag column (the value of "cairn.instance_id").
-		b.WriteString(" AND instance_tag = " + param())
+		filters.WriteString(" AND instance_tag = " + param())
 		r.filterArgs = append(r.filterArgs, r.cfg.filter.InstanceTag.Value)
 	}
-	where := b.String()
-	const tail = " ORDER BY xact_id, event_id LIMIT $4"
-	r.pageSQL = where + tail
-	r.skipSQL = ""
-	if r.skip != nil {
-		nums := make([]any, len(r.skip.args))
-		for i := range nums {
-			n++
-			nums[i] = n
-		}
-		r.skipSQL = where + " AND " + fmt.Sprintf(r.skip.pred, nums...) + tail
-	}
+	skip := " AND event_id > " + param()
+	head := "SELECT xact_id, event_id, " + r.table.columns + " FROM " + schema.SQL("{S}"+r.table.name)
+	const tail = " ORDER BY xact_id, event_id LIMIT $5"
+	// $1 ids, $2 unused bound (kept typed), $3/$4 position, $5 limit.
+	held := head + " WHERE xact_id = ANY($1::int8[]) AND xact_id < $2::int8 AND (xact_id, event_id) > ($3, $4)" + filters.String()
+	rng := head + " WHERE (xact_id, event_id) > ($3, $4) AND xact_id < $2::int8 AND xact_id <> ALL($1::int8[])" + filters.String()
+	r.heldSQL, r.heldSkip = held+tail, held+skip+tail
+	r.rangeSQL, r.rangeSkip = rng+tail, rng+skip+tail
 }
 
 // listen opens the LISTEN connection.
@@ -400,32 +509,48 @@ func (r *reader[E]) serve(ctx context.Context, s *session, healthy func()) error
 	}
 }
 
-// readPage reads one page at or below the horizon and delivers its events.
-// It reports whether the page was full (more may follow at once).
+// readPage reads one page of the current batch, or starts the next batch
+// when the current one is done, and delivers its events. It reports whether
+// more may follow at once (a full page, or the end of the batch's first
+// part).
 func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
-	if !r.pos.less(below(r.h)) {
-		// Everything below the known horizon is done: read a newer one.
-		// A horizon read in an earlier statement than the page query is
-		// sound: its transactions had all finished before the page
-		// query's snapshot was taken. (Reading it inside the page query
-		// through the VOLATILE ff_xact_horizon() would not be: that takes
-		// a newer snapshot than the scan's.)
-		var h int64
-		if err := q.QueryRow(ctx, r.horizonSQL).Scan(&h); err != nil {
-			return false, dbutil.MapErr(err, "subscribe: reading the horizon")
+	if !r.inBatch {
+		t, ok, err := r.nextTick(ctx, q)
+		if err != nil || !ok {
+			return false, err // !ok: no transaction finished since from
 		}
-		r.h = max(r.h, h)
-		if !r.pos.less(below(r.h)) {
-			return false, nil
-		}
+		r.toAtMs = t.atMs
+		r.begin(r.from, t.snap, position{})
 	}
 
-	query := r.pageSQL
-	r.args = append(r.args[:0], r.h, r.pos.xact, r.pos.event, r.cfg.pageSize)
+	// First the rows of done's transactions (all below from.Xmax), then the
+	// range [from.Xmax, to.Xmax).
+	rangeStart := below(r.from.Xmax)
+	held := len(r.done) > 0 && r.pos.less(rangeStart)
+	skip := r.skipBatch != (ff.Batch{}) && r.skipBatch == r.batch
+	var query string
+	var ids []int64
+	switch {
+	case held && skip:
+		query, ids = r.heldSkip, r.done
+	case held:
+		query, ids = r.heldSQL, r.done
+	case skip:
+		query, ids = r.rangeSkip, r.to.Xip
+	default:
+		query, ids = r.rangeSQL, r.to.Xip
+	}
+	pos := r.pos
+	if !held && pos.less(rangeStart) {
+		pos = rangeStart
+	}
+	if ids == nil {
+		ids = []int64{}
+	}
+	r.args = append(r.args[:0], ids, r.to.Xmax, pos.xact, pos.event, r.cfg.pageSize)
 	r.args = append(r.args, r.filterArgs...)
-	if r.skip != nil {
-		query = r.skipSQL
-		r.args = append(r.args, r.skip.args...)
+	if skip {
+		r.args = append(r.args, r.skipEvent)
 	}
 	rows, err := q.Query(ctx, query, r.args...)
 	if err != nil {
@@ -433,7 +558,6 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	}
 	dest := r.dec.dest()
 	n := 0
-	pos := r.pos
 	var last ff.Cursor
 	r.scratch = r.scratch[:0]
 	for rows.Next() {
@@ -445,20 +569,12 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		pos.xact, pos.event = r.dec.position()
 		if ev, ok := r.dec.event(); ok {
 			r.scratch = append(r.scratch, ev)
-			last = ff.Cursor{Xact: pos.xact, EventID: pos.event}
+			last = r.batch.Cursor(pos.xact, pos.event)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
-	}
-	full := n == r.cfg.pageSize
-	if !full {
-		// The page scanned every row below the horizon after pos, filtered
-		// or not: none is left to read there.
-		if b := below(r.h); pos.less(b) {
-			pos = b
-		}
 	}
 
 	if len(r.scratch) > 0 {
@@ -474,10 +590,20 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		r.last = last
 	}
 	r.pos = pos
-	if r.skip != nil && r.pos.xact >= r.skip.until {
-		r.skip = nil
+	full := n == r.cfg.pageSize
+	switch {
+	case full:
+		return true, nil
+	case held:
+		// The page scanned every row of done's transactions after pos,
+		// filtered or not: on to the range.
+		r.pos = rangeStart
+		return true, nil
+	default:
+		// The batch is done: the next read starts the next one.
+		r.finish()
+		return false, nil
 	}
-	return full, nil
 }
 
 // send hands d to the consumer, blocking while the buffer is full; false

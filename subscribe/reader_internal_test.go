@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
@@ -37,28 +36,6 @@ func insertRows(t *testing.T, db *testdb.DB, n int, namespace string) {
 	}
 }
 
-// awaitHorizon waits until every row's transaction is below the horizon:
-// another session's open transaction (other tests share the server) can
-// hold it back for a while.
-func awaitHorizon(t *testing.T, db *testdb.DB) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var past bool
-		if err := db.Pool.QueryRow(context.Background(),
-			`SELECT ff_xact_horizon() > (SELECT max(xact_id) FROM ff_lease_event)`).Scan(&past); err != nil {
-			t.Fatal(err)
-		}
-		if past {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the horizon did not pass the test's rows")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func maxPosition(t *testing.T, db *testdb.DB) position {
 	t.Helper()
 	var p position
@@ -69,40 +46,42 @@ func maxPosition(t *testing.T, db *testdb.DB) position {
 	return p
 }
 
-// A filtered read moves the position past the rows the filter dropped, so
-// they are never read again.
+// readAll reads pages until the reader has nothing more at once.
+func readAll(t *testing.T, r *reader[LeaseEvent], sess *session) []bool {
+	t.Helper()
+	var pages []bool
+	for {
+		more, err := r.readPage(context.Background(), sess.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, more)
+		if !more {
+			return pages
+		}
+	}
+}
+
+// A filtered read moves past the rows the filter dropped, so they are
+// never read again: the batch ends and the next one starts above them.
 func TestFilteredRowsAdvancePosition(t *testing.T) {
 	db := testdb.New(t, nil)
-	ctx := context.Background()
 	insertRows(t, db, 40, "other")
 	r, sess := newTestReader(t, db, Options{Start: StartBeginning, PageSize: 5, Filter: ff.Filter{Namespace: "mine"}})
-	awaitHorizon(t, db)
-
-	more, err := r.readPage(ctx, sess.q)
-	if err != nil || more {
-		t.Fatalf("readPage: more=%v err=%v", more, err)
+	// The first batch, up to the start snapshot, holds the 40 rows: one
+	// read scans them all and delivers nothing.
+	if pages := readAll(t, r, sess); len(pages) != 1 {
+		t.Fatalf("pages %v, want one empty read", pages)
 	}
-	if max := maxPosition(t, db); !max.less(r.pos) {
-		t.Fatalf("position %+v is not past the last filtered row %+v", r.pos, max)
+	if max := maxPosition(t, db); !r.from.Visible(max.xact) || r.inBatch {
+		t.Fatalf("the stream's snapshot %s does not cover the last filtered row %+v", r.from, max)
 	}
 	if len(r.out) != 0 {
 		t.Fatalf("%d deliveries of filtered rows", len(r.out))
 	}
 
 	insertRows(t, db, 12, "mine")
-	awaitHorizon(t, db)
-	var pages []bool
-	for {
-		more, err := r.readPage(ctx, sess.q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pages = append(pages, more)
-		if !more {
-			break
-		}
-	}
-	if len(pages) != 3 || !pages[0] || !pages[1] {
+	if pages := readAll(t, r, sess); len(pages) != 3 || !pages[0] || !pages[1] {
 		t.Fatalf("pages %v, want two full pages then a partial one", pages)
 	}
 	n := 0
@@ -128,24 +107,23 @@ func TestBuildSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newReader(cfg, leaseTable, nil)
-	r.skip = &skipRule{until: 10, pred: "(event_id > $%d OR xact_id >= $%d)", args: []any{int64(3), int64(10)}}
 	r.buildSQL()
 	for _, want := range []string{
-		`FROM "s1".ff_lease_event WHERE xact_id < $1 AND (xact_id, event_id) > ($2, $3)`,
-		`partition_key = ANY($5::int4[]) AND namespace = $6 AND instance_tag = $7`,
-		`ORDER BY xact_id, event_id LIMIT $4`,
+		`FROM "s1".ff_lease_event WHERE (xact_id, event_id) > ($3, $4) AND xact_id < $2::int8 AND xact_id <> ALL($1::int8[])`,
+		`partition_key = ANY($6::int4[]) AND namespace = $7 AND instance_tag = $8`,
+		`ORDER BY xact_id, event_id LIMIT $5`,
 	} {
-		if !strings.Contains(r.pageSQL, want) {
-			t.Errorf("page SQL lacks %q:\n%s", want, r.pageSQL)
+		if !strings.Contains(r.rangeSQL, want) {
+			t.Errorf("range SQL lacks %q:\n%s", want, r.rangeSQL)
 		}
 	}
-	if !strings.Contains(r.skipSQL, "AND (event_id > $8 OR xact_id >= $9) ORDER BY") {
-		t.Errorf("skip SQL: %s", r.skipSQL)
+	if !strings.Contains(r.heldSQL, `WHERE xact_id = ANY($1::int8[]) AND xact_id < $2::int8 AND (xact_id, event_id) > ($3, $4)`) {
+		t.Errorf("held SQL: %s", r.heldSQL)
+	}
+	if !strings.Contains(r.rangeSkip, "AND event_id > $9 ORDER BY") || !strings.Contains(r.heldSkip, "AND event_id > $9 ORDER BY") {
+		t.Errorf("skip SQL: %s\n%s", r.rangeSkip, r.heldSkip)
 	}
 	if got := r.filterArgs[0].([]int32); len(got) != 2 || got[0] != 2 || got[1] != 4 {
 		t.Errorf("partitions %v, want [2 4]", got)
-	}
-	if r.horizonSQL != `SELECT "s1".ff_xact_horizon()` {
-		t.Errorf("horizon SQL: %s", r.horizonSQL)
 	}
 }
