@@ -3,6 +3,7 @@ package executions
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
@@ -171,6 +172,13 @@ func OutboxTable(name string) (string, error) {
 // events of the outbox called table (OutboxTable) that occurred before
 // cutoffMs and match namespace and instanceTag (each nil: any), skipping
 // rows another transaction holds, and returns how many it deleted.
+//
+// It never deletes an event a named stream consumer (ff_stream_consumer)
+// has not acknowledged, unless that consumer's position is older than its
+// maximum lag. It records what it deleted in ff_outbox_trim, one row per
+// run of transaction ids that spans no transaction still running, so that
+// a stream whose position is before a deleted event gets a gap error from a
+// lookup instead of resuming past the hole in silence.
 func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutoffMs int64, namespace, instanceTag *string, limit int) (int64, error) {
 	t, err := OutboxTable(table)
 	if err != nil {
@@ -179,13 +187,26 @@ func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutof
 	if limit < 1 || limit > 100_000 {
 		return 0, ff.Validationf("limit", "%d is outside 1..100000", limit)
 	}
-	tag, err := tx.Exec(ctx, s.sql(`DELETE FROM `+t+` e USING (
-		SELECT event_id FROM `+t+` WHERE occurred_at_ms < $1
-		  AND ($2::text IS NULL OR namespace = $2::text) AND ($3::text IS NULL OR instance_tag = $3::text)
-		LIMIT $4 FOR UPDATE SKIP LOCKED) d
-		WHERE e.event_id = d.event_id`), cutoffMs, namespace, instanceTag, limit)
+	name := strings.TrimPrefix(t, "{S}")
+	var n int64
+	err = tx.QueryRow(ctx, s.sql(`WITH d AS (
+		DELETE FROM `+t+` e USING (
+			SELECT event_id FROM `+t+` x WHERE occurred_at_ms < $1
+			  AND ($2::text IS NULL OR namespace = $2::text) AND ($3::text IS NULL OR instance_tag = $3::text)
+			  AND NOT EXISTS (SELECT 1 FROM {S}ff_stream_consumer c
+			      WHERE c.stream = $5 AND c.position_at_ms >= $6 - c.max_lag_ms
+			        AND NOT (x.xact_id < c.snap_xmin OR (x.xact_id < c.snap_xmax AND x.xact_id <> ALL(c.snap_xip))))
+			LIMIT $4 FOR UPDATE SKIP LOCKED) d
+		WHERE e.event_id = d.event_id
+		RETURNING e.xact_id, e.event_id, e.occurred_at_ms),
+	running AS (SELECT ARRAY(SELECT i::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) i) AS xip),
+	runs AS (SELECT d.*, (SELECT count(*) FROM unnest(running.xip) i WHERE i < d.xact_id) AS run FROM d, running),
+	rec AS (INSERT INTO {S}ff_outbox_trim (stream, min_xact, max_xact, min_event_id, max_event_id, events, min_at_ms, max_at_ms)
+		SELECT $5, min(xact_id), max(xact_id), min(event_id), max(event_id), count(*), min(occurred_at_ms), max(occurred_at_ms)
+		FROM runs GROUP BY run)
+	SELECT count(*) FROM d`), cutoffMs, namespace, instanceTag, limit, name, s.clock.NowMs()).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "trimming "+table+" events")
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

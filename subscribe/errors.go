@@ -3,6 +3,7 @@ package subscribe
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ffriver/ffriver/ff"
 )
@@ -33,3 +34,42 @@ func (e *ForeignCursorError) Error() string {
 
 // Is makes errors.Is(err, ErrForeignCursor) true.
 func (e *ForeignCursorError) Is(target error) bool { return target == ErrForeignCursor }
+
+// ErrGap matches a *GapError with errors.Is.
+var ErrGap = errors.New("subscribe: events deleted before the stream read them")
+
+// GapError reports that events the stream had not delivered yet were
+// deleted (by outbox retention, or by hand when the deleter recorded it in
+// ff_outbox_trim): resuming would skip them. It is terminal; the stream
+// never carries on past the hole. Start again from the beginning, or from a
+// time, to read what is left.
+//
+// The figures come from the retention's records of what it deleted, which
+// are kept per run of transaction ids: Events is an upper bound (a run may
+// also hold events the stream had delivered before they were deleted), and
+// the ranges cover the runs.
+type GapError struct {
+	// Stream is the outbox table, ff_lease_event or ff_completion_event.
+	Stream string
+	// Cursor is the stream's position: the cursor of the last delivered
+	// event, or the start.
+	Cursor ff.Cursor
+	// Events deleted after Cursor, at most.
+	Events int64
+	// FirstEventID and LastEventID bound the deleted events' ids;
+	// FirstAtMs and LastAtMs their occurred_at_ms.
+	FirstEventID, LastEventID int64
+	FirstAtMs, LastAtMs       int64
+}
+
+// Error implements error.
+func (e *GapError) Error() string {
+	return fmt.Sprintf("subscribe: %s: up to %d events after cursor %s were deleted before the stream read them "+
+		"(event ids %d..%d, occurred %s..%s); start again from the beginning or from a time",
+		e.Stream, e.Events, e.Cursor, e.FirstEventID, e.LastEventID, msTime(e.FirstAtMs), msTime(e.LastAtMs))
+}
+
+// Is makes errors.Is(err, ErrGap) true.
+func (e *GapError) Is(target error) bool { return target == ErrGap }
+
+func msTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) }

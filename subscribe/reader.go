@@ -58,6 +58,7 @@ type reader[E any] struct {
 	ticksSQL   string // ff_stream_ticks(after, lim)
 	nowSQL     string // the newest tick
 	oldestSQL  string // the oldest tick
+	gapSQL     string // ff_outbox_trim runs not visible in a snapshot
 	heldSQL    string // rows of done's transactions
 	rangeSQL   string // rows of [from.Xmax, to.Xmax) visible in to
 	heldSkip   string // heldSQL with the legacy skip rule
@@ -155,7 +156,7 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 		return nil, err
 	}
 	// Preparing checks the SQL against the schema now rather than later.
-	for _, q := range []string{r.ticksSQL, r.nowSQL, r.oldestSQL, r.heldSQL, r.rangeSQL, r.heldSkip, r.rangeSkip} {
+	for _, q := range []string{r.ticksSQL, r.nowSQL, r.oldestSQL, r.gapSQL, r.heldSQL, r.rangeSQL, r.heldSkip, r.rangeSkip} {
 		if _, err := s.q.Prepare(ctx, "", q); err != nil {
 			if dbutil.IsUndefinedTable(err) {
 				return nil, fmt.Errorf("subscribe: schema %s: %w: %w", schema, ff.ErrNotMigrated, err)
@@ -163,10 +164,56 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 			return nil, dbutil.MapErr(err, "subscribe: preparing the stream query")
 		}
 	}
+	if err := r.checkGap(ctx, s.q, true); err != nil {
+		return nil, err
+	}
 	if s.l, err = r.listen(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkGap fails with a *GapError when retention deleted events after
+// the stream's position. exact says the position inside the batch is
+// exact (a cursor to resume after): rows of the batch before it were
+// delivered. Otherwise every row of the batch counts, except in a batch
+// from the table's beginning (the older snapshot sees nothing), whose
+// rows before the position were there to read: the beginning of the table
+// is wherever retention left it.
+func (r *reader[E]) checkGap(ctx context.Context, q *pgx.Conn, exact bool) error {
+	if r.from.Xmax == 0 {
+		if r.pos == (position{}) {
+			return nil // the start of the table
+		}
+		exact = true
+	}
+	minEvent := int64(-1)
+	if r.skipBatch != (ff.Batch{}) && r.skipBatch == r.batch {
+		minEvent = r.skipEvent // a legacy cursor saw every event_id <= skipEvent
+	}
+	to := r.from
+	if r.inBatch {
+		to = r.to
+	}
+	orEmpty := func(x []int64) []int64 {
+		if x == nil {
+			return []int64{}
+		}
+		return x
+	}
+	var runs int
+	g := &GapError{Stream: r.table.name, Cursor: r.last}
+	err := q.QueryRow(ctx, r.gapSQL, r.table.name, r.from.Xmax, orEmpty(r.from.Xip), minEvent,
+		to.Xmax, orEmpty(to.Xip), r.pos.xact, r.pos.event, exact).
+		Scan(&runs, &g.Events, &g.FirstEventID, &g.LastEventID, &g.FirstAtMs, &g.LastAtMs)
+	if err != nil {
+		return dbutil.MapErr(err, "subscribe: reading the outbox trim records")
+	}
+	if runs > 0 {
+		r.logger.Error("subscribe: events were deleted before the stream read them", "error", g)
+		return g
+	}
+	return nil
 }
 
 // readTicks reads the ticks after tick id after, taking a new one when
@@ -337,6 +384,17 @@ func (r *reader[E]) buildSQL() {
 	schema := r.cfg.schema
 	const tickCols = "tick_id, snap_xmin, snap_xmax, snap_xip, at_ms"
 	r.ticksSQL = schema.SQL("SELECT " + tickCols + " FROM {S}ff_stream_ticks($1, $2)")
+	// A run is lost when it may hold a row after the position: a row of a
+	// transaction not visible in the batch's newer snapshot ($5, $6), or
+	// one not visible in the older ($2, $3) that is, with $9, after the
+	// position ($7, $8) inside the batch.
+	r.gapSQL = schema.SQL(`SELECT count(*), coalesce(sum(events), 0)::bigint,
+	coalesce(min(min_event_id), 0), coalesce(max(max_event_id), 0), coalesce(min(min_at_ms), 0), coalesce(max(max_at_ms), 0)
+FROM {S}ff_outbox_trim
+WHERE stream = $1 AND max_event_id > $4
+  AND (max_xact >= $5 OR EXISTS (SELECT 1 FROM unnest($6::int8[]) i WHERE i BETWEEN min_xact AND max_xact)
+       OR ((max_xact >= $2 OR EXISTS (SELECT 1 FROM unnest($3::int8[]) i WHERE i BETWEEN min_xact AND max_xact))
+           AND (NOT $9::bool OR (max_xact, max_event_id) > ($7::int8, $8::int8))))`)
 	r.oldestSQL = schema.SQL("SELECT " + tickCols + " FROM {S}ff_stream_tick ORDER BY tick_id LIMIT 1")
 	r.nowSQL = schema.SQL(`WITH t AS (SELECT * FROM {S}ff_stream_ticks((SELECT coalesce(max(tick_id), 0) FROM {S}ff_stream_tick), 1))
 SELECT ` + tickCols + ` FROM t
@@ -600,7 +658,11 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		r.pos = rangeStart
 		return true, nil
 	default:
-		// The batch is done: the next read starts the next one.
+		// The batch is done: the next read starts the next one. Retention
+		// may have deleted some of its rows before they were read.
+		if err := r.checkGap(ctx, q, false); err != nil {
+			return false, err
+		}
 		r.finish()
 		return false, nil
 	}

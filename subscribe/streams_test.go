@@ -1,0 +1,343 @@
+package subscribe_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/subscribe"
+	"github.com/jackc/pgx/v5"
+)
+
+// openElsewhere opens a transaction that holds a transaction id in another
+// database of the same server (postgres): the oldest running transaction of
+// the whole server, which the stream must not wait for.
+func openElsewhere(t *testing.T, cfg *pgx.ConnConfig) (xid int64, end func()) {
+	t.Helper()
+	ctx := context.Background()
+	c := cfg.Copy()
+	c.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, c)
+	if err != nil {
+		t.Fatalf("connecting to the postgres database: %v", err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text::bigint").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	end = func() {
+		if !done {
+			done = true
+			_ = tx.Rollback(ctx)
+			_ = conn.Close(ctx)
+		}
+	}
+	t.Cleanup(end)
+	return xid, end
+}
+
+// An idle transaction holding an xid in another database stalls nothing:
+// events written after it began arrive while it is still open.
+func TestIdleTransactionElsewhereDoesNotStall(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	idle, end := openElsewhere(t, db.Pool.Config().ConnConfig)
+	defer end()
+
+	var ids []int64
+	for range 5 {
+		ids = append(ids, insertLease(t, db.Pool, row{}))
+	}
+	got := collect(t, s, len(ids), wait)
+	if !slices.Equal(eventIDs(got), ids) {
+		t.Fatalf("got %v, want %v", eventIDs(got), ids)
+	}
+	// The idle transaction is still open, and older than every event.
+	var open bool
+	if err := db.Pool.QueryRow(ctx, `SELECT NOT pg_visible_in_snapshot($1::bigint::text::xid8, pg_current_snapshot())`, idle).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if !open {
+		t.Fatal("the idle transaction ended before the events arrived")
+	}
+	for _, ev := range got {
+		if ev.Cursor.Xact <= idle {
+			t.Fatalf("event %d has xid %d, not after the idle transaction's %d", ev.EventID, ev.Cursor.Xact, idle)
+		}
+	}
+}
+
+// A long writer of the same outbox delays only its own events, which arrive
+// once it commits, after the events committed before it; many writers
+// committing out of order each arrive exactly once; and resuming after any
+// cursor of the run yields exactly the events that followed it.
+func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	live, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning, PageSize: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+
+	long, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Rollback(ctx)
+	longIDs := []int64{insertLease(t, long, row{}), insertLease(t, long, row{})}
+
+	// Out-of-order commits: open several transactions, commit them in
+	// reverse, each with one to three events.
+	var order []int64
+	for round := range 4 {
+		var txs []pgx.Tx
+		var ids [][]int64
+		for k := range 4 {
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var mine []int64
+			for range 1 + (round+k)%3 {
+				mine = append(mine, insertLease(t, tx, row{}))
+			}
+			txs, ids = append(txs, tx), append(ids, mine)
+		}
+		for k := len(txs) - 1; k >= 0; k-- {
+			if err := txs[k].Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := collect(t, live, len(slices.Concat(ids...)), wait)
+		// Each transaction's events together, in event order.
+		want := map[int64]bool{}
+		for _, id := range slices.Concat(ids...) {
+			want[id] = true
+		}
+		for _, ev := range got {
+			if !want[ev.EventID] {
+				t.Fatalf("round %d: unexpected event %d", round, ev.EventID)
+			}
+			delete(want, ev.EventID)
+			order = append(order, ev.EventID)
+		}
+	}
+	expectNone(t, live, 100*time.Millisecond) // the long writer's events wait
+	if err := long.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tail := collect(t, live, 2, wait)
+	if !slices.Equal(eventIDs(tail), longIDs) {
+		t.Fatalf("the long writer's events came as %v, want %v", eventIDs(tail), longIDs)
+	}
+	order = append(order, longIDs...)
+	expectNone(t, live, 100*time.Millisecond)
+
+	// Replay the whole run from the start to get every cursor.
+	all, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	run := collect(t, all, len(order), wait)
+	if !slices.Equal(eventIDs(run), order) {
+		t.Fatalf("a second reader saw %v, the live one %v", eventIDs(run), order)
+	}
+	for i, ev := range run {
+		for _, c := range []ff.Cursor{ev.Cursor, mustParse(t, ev.Cursor.String())} {
+			r, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
+			if err != nil {
+				t.Fatalf("resuming after event %d: %v", i, err)
+			}
+			rest := collect(t, r, len(run)-i-1, wait)
+			if !slices.Equal(eventIDs(rest), order[i+1:]) {
+				t.Fatalf("resuming after event %d (%d) gave %v, want %v", i, ev.EventID, eventIDs(rest), order[i+1:])
+			}
+			expectNone(t, r, 20*time.Millisecond)
+			r.Close()
+		}
+	}
+}
+
+func mustParse(t *testing.T, s string) ff.Cursor {
+	t.Helper()
+	c, err := ff.ParseCursor(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// trim runs the retention action as the outbox_retention job does, deleting
+// every event that occurred before cutoffMs.
+func trim(t *testing.T, st *executions.Store, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, cutoffMs int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	n, err := st.TrimOutboxTx(ctx, tx, executions.OutboxLease, cutoffMs, nil, nil, 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A consumer whose cursor is before events retention deleted gets a typed
+// gap error saying what was lost, never a silent resume past the hole; a
+// consumer whose cursor is after them does not.
+func TestGapAfterRetention(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	st, err := executions.Open(ctx, db.Pool, executions.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total, read = 200, 50
+	at := time.Now().Add(-time.Hour).UnixMilli()
+	for i := range total {
+		insertLease(t, db.Pool, row{atMs: at + int64(i)})
+	}
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, s, total, wait)
+	s.Close()
+	stopped, end := got[read-1].Cursor, got[total-1].Cursor
+
+	if n := trim(t, st, db.Pool, at+total); n != total {
+		t.Fatalf("trimmed %d events, want %d", n, total)
+	}
+	_, err = subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: stopped}))
+	var gap *subscribe.GapError
+	if !errors.As(err, &gap) || !errors.Is(err, subscribe.ErrGap) {
+		t.Fatalf("resuming before deleted events: %v, want a *GapError", err)
+	}
+	if gap.Events < total-read || gap.Events > total || gap.LastEventID != got[total-1].EventID ||
+		gap.FirstAtMs != at || gap.LastAtMs != at+total-1 || gap.Cursor != stopped || gap.Stream != "ff_lease_event" {
+		t.Fatalf("gap %+v: want %d..%d events up to event %d", gap, total-read, total, got[total-1].EventID)
+	}
+
+	// After the last event, nothing was lost: the stream carries on.
+	after, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: end}))
+	if err != nil {
+		t.Fatalf("resuming after every deleted event: %v", err)
+	}
+	defer after.Close()
+	id := insertLease(t, db.Pool, row{})
+	if ev := next(t, after, wait); ev.EventID != id {
+		t.Fatalf("got %d, want %d", ev.EventID, id)
+	}
+	// From the start is whatever is left.
+	fromStart, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromStart.Close()
+	if ev := next(t, fromStart, wait); ev.EventID != id {
+		t.Fatalf("got %d, want %d", ev.EventID, id)
+	}
+}
+
+// A running stream that falls behind retention stops with the gap error
+// instead of skipping what was deleted under it.
+func TestGapUnderARunningStream(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	st, err := executions.Open(ctx, db.Pool, executions.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Now().Add(-time.Hour).UnixMilli()
+	// The writer is still open when retention deletes its neighbours.
+	long, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Rollback(ctx)
+	insertLease(t, long, row{atMs: at})
+	first := insertLease(t, db.Pool, row{atMs: at + 1})
+	if ev := next(t, s, wait); ev.EventID != first {
+		t.Fatalf("got %d, want %d", ev.EventID, first)
+	}
+	// Delete the long writer's event before the stream can read it: no
+	// tick can be taken while the trim's transaction holds the tick lock,
+	// so the stream cannot see the commit before the trim's.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE ff_stream_tick IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.TrimOutboxTx(ctx, tx, executions.OutboxLease, at+1, nil, nil, 10); err != nil || n != 1 {
+		t.Fatalf("trim: %d, %v", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, err = s.Next(nctx)
+	var gap *subscribe.GapError
+	if !errors.As(err, &gap) || gap.Events != 1 {
+		t.Fatalf("Next: %v, want a gap of 1 event", err)
+	}
+	if _, err := s.Next(nctx); !errors.As(err, &gap) {
+		t.Fatalf("Next after the gap: %v, want the same terminal error", err)
+	}
+}
+
+// A cursor naming transactions this server has not reached (a restored
+// copy, another server) fails at subscribe time and says so.
+func TestForeignCursor(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	var xmax int64
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
+		t.Fatal(err)
+	}
+	ahead := xmax + 1_000_000
+	for _, c := range []ff.Cursor{
+		ff.NewBatch(ff.Snapshot{Xmin: ahead, Xmax: ahead}, ff.Snapshot{Xmin: ahead, Xmax: ahead + 10, Tick: 5}).Cursor(ahead+2, 7),
+		{Xact: ahead, EventID: 3},
+	} {
+		_, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
+		var fe *subscribe.ForeignCursorError
+		if !errors.As(err, &fe) || !errors.Is(err, subscribe.ErrForeignCursor) || fe.ServerXact < xmax || fe.CursorXact < ahead {
+			t.Fatalf("cursor %#v: %v, want a *ForeignCursorError", c, err)
+		}
+	}
+}
