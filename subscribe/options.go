@@ -45,6 +45,10 @@ const (
 	// resumes at the first event whose event_id is greater; see the package
 	// documentation.
 	StartAfter
+	// StartSince delivers the events that occurred (occurred_at_ms) at or
+	// after Options.Since and are in the table now, then every event
+	// committed later, whenever it occurred.
+	StartSince
 )
 
 // String returns the name of the start point.
@@ -56,6 +60,8 @@ func (s Start) String() string {
 		return "beginning"
 	case StartAfter:
 		return "after-cursor"
+	case StartSince:
+		return "since"
 	default:
 		return fmt.Sprintf("Start(%d)", int(s))
 	}
@@ -75,6 +81,8 @@ type Options struct {
 	// After is the cursor to resume after, with Start == StartAfter. It must
 	// be zero otherwise.
 	After ff.Cursor
+	// Since is the time to start at, with Start == StartSince.
+	Since time.Time
 	// Filter narrows the stream to one namespace and/or instance tag. It is
 	// applied in SQL; rows it drops still advance the stream's position.
 	Filter ff.Filter
@@ -102,6 +110,7 @@ type config struct {
 	partitions   []int32       // sorted, unique; nil = all
 	start        Start
 	after        ff.Cursor
+	sinceMs      int64
 	filter       ff.Filter
 	bufferSize   int
 	pollInterval time.Duration
@@ -135,10 +144,19 @@ func (o Options) validate() (config, error) {
 	slices.Sort(c.partitions)
 	c.partitions = slices.Compact(c.partitions)
 
+	if !o.Since.IsZero() && o.Start != StartSince {
+		return config{}, ff.Validationf("since", "a time was given but Start is %s; use StartSince", o.Start)
+	}
 	switch o.Start {
-	case StartNow, StartBeginning:
+	case StartNow, StartBeginning, StartSince:
 		if !o.After.IsZero() {
 			return config{}, ff.Validationf("cursor", "a cursor was given but Start is %s; use StartAfter", o.Start)
+		}
+		if o.Start == StartSince {
+			if o.Since.IsZero() {
+				return config{}, ff.Validationf("since", "StartSince needs a time")
+			}
+			c.sinceMs = o.Since.UnixMilli()
 		}
 	case StartAfter:
 		if err := checkCursor(o.After); err != nil {

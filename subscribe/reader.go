@@ -75,10 +75,11 @@ type reader[E any] struct {
 	pos      position  // every row of the batch at or before pos is dealt with
 	last     ff.Cursor // cursor of the last delivered event (or the start)
 
-	// skipBatch, when inBatch and batch == skipBatch, drops the rows with
-	// event_id <= skipEvent (a legacy cursor's first batch).
+	// skipBatch, when inBatch and batch == skipBatch, drops the rows a
+	// start point excludes: event_id <= skipArg (a legacy cursor's first
+	// batch), or occurred_at_ms < skipArg (StartSince's).
 	skipBatch ff.Batch
-	skipEvent int64
+	skipArg   int64
 
 	args    []any // reused argument slice
 	scratch []E   // reused decode buffer
@@ -188,8 +189,8 @@ func (r *reader[E]) checkGap(ctx context.Context, q *pgx.Conn, exact bool) error
 		exact = true
 	}
 	minEvent := int64(-1)
-	if r.skipBatch != (ff.Batch{}) && r.skipBatch == r.batch {
-		minEvent = r.skipEvent // a legacy cursor saw every event_id <= skipEvent
+	if r.skipBatch != (ff.Batch{}) && r.skipBatch == r.batch && r.cfg.start == StartAfter {
+		minEvent = r.skipArg // a legacy cursor saw every event_id <= skipArg
 	}
 	to := r.from
 	if r.inBatch {
@@ -210,7 +211,6 @@ func (r *reader[E]) checkGap(ctx context.Context, q *pgx.Conn, exact bool) error
 		return dbutil.MapErr(err, "subscribe: reading the outbox trim records")
 	}
 	if runs > 0 {
-		r.logger.Error("subscribe: events were deleted before the stream read them", "error", g)
 		return g
 	}
 	return nil
@@ -321,6 +321,25 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		}
 		r.last = after
 
+	case r.cfg.start == StartSince:
+		// The events in the table now that occurred at or after since:
+		// the first batch, up to now, keeps those; later batches keep
+		// everything. Rows below both xmin(now) and the lowest xact_id of
+		// such an event are all dropped: the batch starts there.
+		var minX *int64
+		err := q.QueryRow(ctx, r.cfg.schema.SQL(`SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE occurred_at_ms >= $1`),
+			r.cfg.sinceMs).Scan(&minX)
+		if err != nil {
+			return r.startErr(err)
+		}
+		startX := now.Xmin
+		if minX != nil {
+			startX = min(startX, *minX)
+		}
+		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
+		r.skipBatch, r.skipArg = r.batch, r.cfg.sinceMs
+		r.last = r.batch.Cursor(0, 0)
+
 	case r.cfg.start == StartAfter:
 		// A legacy cursor says "every event_id <= E was seen", in id order.
 		// The legacy consumer can only have seen rows committed before now,
@@ -340,7 +359,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 			startX = min(startX, *minX)
 		}
 		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
-		r.skipBatch, r.skipEvent = r.batch, e
+		r.skipBatch, r.skipArg = r.batch, e
 		r.last = after
 
 	default: // StartNow
@@ -424,6 +443,9 @@ UNION ALL (SELECT ` + tickCols + ` FROM {S}ff_stream_tick WHERE NOT EXISTS (SELE
 		r.filterArgs = append(r.filterArgs, r.cfg.filter.InstanceTag.Value)
 	}
 	skip := " AND event_id > " + param()
+	if r.cfg.start == StartSince {
+		skip = " AND occurred_at_ms >= " + strings.TrimPrefix(skip, " AND event_id > ")
+	}
 	head := "SELECT xact_id, event_id, " + r.table.columns + " FROM " + schema.SQL("{S}"+r.table.name)
 	const tail = " ORDER BY xact_id, event_id LIMIT $5"
 	// $1 ids, $2 unused bound (kept typed), $3/$4 position, $5 limit.
@@ -608,7 +630,7 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	r.args = append(r.args[:0], ids, r.to.Xmax, pos.xact, pos.event, r.cfg.pageSize)
 	r.args = append(r.args, r.filterArgs...)
 	if skip {
-		r.args = append(r.args, r.skipEvent)
+		r.args = append(r.args, r.skipArg)
 	}
 	rows, err := q.Query(ctx, query, r.args...)
 	if err != nil {

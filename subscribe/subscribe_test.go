@@ -856,6 +856,8 @@ func TestValidation(t *testing.T) {
 		{"cursor_without_start_after", subscribe.Options{After: ff.Cursor{Xact: 5, EventID: 1}}},
 		{"negative_cursor", subscribe.Options{Start: subscribe.StartAfter, After: ff.Cursor{Xact: -1, EventID: 1}}},
 		{"legacy_with_xact", subscribe.Options{Start: subscribe.StartAfter, After: ff.Cursor{Xact: 4, EventID: 1, Legacy: true}}},
+		{"since_without_start_since", subscribe.Options{Since: time.Now()}},
+		{"start_since_without_time", subscribe.Options{Start: subscribe.StartSince}},
 		{"unknown_start", subscribe.Options{Start: subscribe.Start(9)}},
 		{"namespace_nul", subscribe.Options{Filter: ff.Filter{Namespace: "a\x00b"}}},
 		{"tag_empty_key", subscribe.Options{Filter: ff.Filter{InstanceTag: &ff.Tag{Value: "v"}}}},

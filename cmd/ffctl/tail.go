@@ -33,6 +33,8 @@ type tailFlags struct {
 	fromStart  bool
 	cursor     string
 	cursorFile string
+	since      string
+	now        func() time.Time
 	partitions string
 	filter     *ff.Filter
 	format     string
@@ -44,15 +46,21 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("ffctl tail", "",
 		"Streams the lease history (--stream leases) or completions (--stream completions) in\n"+
 			"commit-safe order, one line per event, until interrupted, --max-events or --idle-exit.\n"+
-			"Without --from-start or --cursor it starts from now. With --cursor-file it resumes after\n"+
-			"the cursor stored there, and stores each printed event's cursor, so a restart neither\n"+
-			"skips nor repeats events (at most the last line printed before a crash comes again).")
+			"Without --from-start, --cursor or --since it starts from now. With --cursor-file it resumes\n"+
+			"after the cursor stored there, and stores each printed event's cursor, so a restart neither\n"+
+			"skips nor repeats events (at most the last line printed before a crash comes again).\n"+
+			"A cursor before events retention deleted, or from another server, is an error (exit 1)\n"+
+			"that says so: resume with --from-start or --since. An empty --cursor or cursor file is a\n"+
+			"usage error, never \"now\".")
 	fs.Stdout = stdout
 	common := cli.AddCommon(fs)
 	var f tailFlags
 	fs.StringVar(&f.stream, "stream", "leases", "`stream` to tail: leases or completions")
 	fs.BoolVar(&f.fromStart, "from-start", false, "start from the first event still in the table")
 	fs.StringVar(&f.cursor, "cursor", "", "start after this `cursor` (a cursor printed by tail, or an upstream one)")
+	fs.StringVar(&f.since, "since", "",
+		"start at the events that occurred at or after this `time` (RFC 3339, or a duration ago such as 15m),\n"+
+			"then every event committed later")
 	fs.StringVar(&f.cursorFile, "cursor-file", "",
 		"`file` holding the resume cursor: read at start if it exists (it then wins over --from-start\n"+
 			"and --cursor), and replaced atomically after each printed event")
@@ -64,7 +72,11 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never)")
 
 	var opts subscribe.Options
+	f.now = time.Now
 	fs.AfterParse(func() (err error) {
+		if fs.Explicit("cursor") && strings.TrimSpace(f.cursor) == "" {
+			return cli.Usagef("--cursor is empty: give a cursor printed by tail, or use --from-start or --since")
+		}
 		opts, err = f.options()
 		return err
 	})
@@ -133,9 +145,21 @@ func (f tailFlags) options() (subscribe.Options, error) {
 	if f.idleExit < 0 {
 		return o, cli.Usagef("--idle-exit %s is negative", f.idleExit)
 	}
+	starts := 0
+	for _, set := range []bool{f.fromStart, f.cursor != "", f.since != ""} {
+		if set {
+			starts++
+		}
+	}
 	switch {
-	case f.fromStart && f.cursor != "":
-		return o, cli.Usagef("--from-start and --cursor exclude each other")
+	case starts > 1:
+		return o, cli.Usagef("--from-start, --cursor and --since exclude each other")
+	case f.since != "":
+		t, err := parseSince(f.since, f.now())
+		if err != nil {
+			return o, &cli.UsageError{Err: fmt.Errorf("--since: %w", err)}
+		}
+		o.Start, o.Since = subscribe.StartSince, t
 	case f.fromStart:
 		o.Start = subscribe.StartBeginning
 	case f.cursor != "":
@@ -151,6 +175,20 @@ func (f tailFlags) options() (subscribe.Options, error) {
 	}
 	o.Filter = *f.filter
 	return o, nil
+}
+
+// parseSince parses --since: an RFC 3339 time, or a positive duration
+// before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, ff.Validationf("since", "%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a positive duration ago (15m)", s)
+	}
+	return now.Add(-d), nil
 }
 
 // parsePartitions parses a list of partition numbers and inclusive ranges,
@@ -361,7 +399,9 @@ func tail[E any](ctx context.Context, t *tailer, s *subscribe.Stream[E], toLine 
 }
 
 // readCursorFile returns the cursor stored in path; ok is false when the
-// file does not exist or is empty.
+// file does not exist. An empty file is a usage error: tail never leaves
+// one (it replaces the file atomically), so it is a mistake, and starting
+// from now would skip everything in between.
 func readCursorFile(path string) (c ff.Cursor, ok bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -371,7 +411,7 @@ func readCursorFile(path string) (c ff.Cursor, ok bool, err error) {
 		return ff.Cursor{}, false, fmt.Errorf("reading --cursor-file: %w", err)
 	}
 	if strings.TrimSpace(string(b)) == "" {
-		return ff.Cursor{}, false, nil
+		return ff.Cursor{}, false, cli.Usagef("--cursor-file %s is empty: remove it to start afresh, or put a cursor in it", path)
 	}
 	if c, err = ff.ParseCursor(string(b)); err != nil {
 		return ff.Cursor{}, false, fmt.Errorf("--cursor-file %s: %w", path, err)

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
@@ -52,6 +54,12 @@ func TestTailUsageErrors(t *testing.T) {
 		{"--instance-tag", "novalue"},
 		{"--max-events", "-1"},
 		{"--idle-exit", "-1s"},
+		{"--cursor", ""},
+		{"--cursor", "  "},
+		{"--since", "yesterday"},
+		{"--since", "-5m"},
+		{"--since", "5m", "--from-start"},
+		{"--since", "5m", "--cursor", ff.Cursor{Xact: 5, EventID: 2}.String()},
 	} {
 		var stderr bytes.Buffer
 		args = append(args, "--database-url", "postgres://u@127.0.0.1:1/none")
@@ -167,5 +175,74 @@ func TestTail(t *testing.T) {
 	code = runTail(ctx, []string{"--cursor-file", file, "--database-url", testdb.URL(), "--schema", db.Schema}, &stdout, &stderr)
 	if code != cli.ExitUsage {
 		t.Fatalf("corrupt cursor file: exit %d, want %d", code, cli.ExitUsage)
+	}
+}
+
+func TestParseSince(t *testing.T) {
+	now := time.Date(2026, 11, 23, 4, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"15m":                  now.Add(-15 * time.Minute),
+		" 2h ":                 now.Add(-2 * time.Hour),
+		"2026-11-22T10:00:00Z": time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
+	} {
+		if got, err := parseSince(in, now); err != nil || !got.Equal(want) {
+			t.Errorf("parseSince(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+// --since starts at the events that occurred at or after the time; an
+// empty cursor file is a usage error; a cursor before deleted events exits
+// 1 with one sentence saying what was lost.
+func TestTailSinceEmptyCursorFileAndGap(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	var ids []int64
+	for i := range 6 {
+		var id int64
+		if err := db.Pool.QueryRow(ctx,
+			`INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key)
+			 VALUES ($1, 'L', 'acquired', $2, 0) RETURNING event_id`, uuid.NewString(), int64(1000*(i+1))).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	since := time.UnixMilli(4000).UTC().Format(time.RFC3339Nano)
+	if got := tailedIDs(runTailJSON(t, db, "--since", since, "--idle-exit", "300ms")); !slices.Equal(got, ids[3:]) {
+		t.Fatalf("--since %s: %v, want %v", since, got, ids[3:])
+	}
+
+	file := filepath.Join(t.TempDir(), "cursor")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := runTail(ctx, []string{"--cursor-file", file, "--database-url", testdb.URL(), "--schema", db.Schema}, &stdout, &stderr)
+	if code != cli.ExitUsage || !strings.Contains(stderr.String(), "is empty") {
+		t.Fatalf("empty cursor file: exit %d, %s", code, stderr.String())
+	}
+
+	first := runTailJSON(t, db, "--from-start", "--max-events", "2")
+	st, err := executions.Open(ctx, db.Pool, executions.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if n, err := st.TrimOutboxTx(ctx, tx, executions.OutboxLease, 10_000, nil, nil, 100); err != nil || n != 6 {
+		t.Fatalf("trim: %d, %v", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	code = runTail(ctx, []string{"--cursor", first[1].Cursor, "--idle-exit", "300ms",
+		"--database-url", testdb.URL(), "--schema", db.Schema}, &stdout, &stderr)
+	if code != cli.ExitFailure || !strings.Contains(stderr.String(), "were deleted before the stream read them") ||
+		strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
+		t.Fatalf("cursor before deleted events: exit %d, stderr %q", code, stderr.String())
 	}
 }
