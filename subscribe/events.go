@@ -73,6 +73,8 @@ type table[E any] struct {
 	columns string
 	// newDecoder returns a decoder with its own scan destinations.
 	newDecoder func(logger *slog.Logger) decoder[E]
+	// cursor returns an event's cursor.
+	cursor func(E) ff.Cursor
 }
 
 // decoder turns scanned rows into events without per-row maps or
@@ -91,7 +93,8 @@ type decoder[E any] interface {
 }
 
 var leaseTable = table[LeaseEvent]{
-	name: "ff_lease_event",
+	cursor: func(ev LeaseEvent) ff.Cursor { return ev.Cursor },
+	name:   "ff_lease_event",
 	columns: "execution_id, lease_id, event_type, occurred_at_ms, partition_key, " +
 		"namespace, instance_tag, attempt_index, lease_epoch, worker_instance_id",
 	newDecoder: func(logger *slog.Logger) decoder[LeaseEvent] {
@@ -103,6 +106,7 @@ var leaseTable = table[LeaseEvent]{
 }
 
 var completionTable = table[CompletionEvent]{
+	cursor:  func(ev CompletionEvent) ff.Cursor { return ev.Cursor },
 	name:    "ff_completion_event",
 	columns: "execution_id, flow_id, outcome, occurred_at_ms, partition_key, namespace, instance_tag",
 	newDecoder: func(logger *slog.Logger) decoder[CompletionEvent] {

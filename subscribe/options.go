@@ -102,6 +102,17 @@ type Options struct {
 	// Logger receives warnings (skipped rows, lost connections); default
 	// slog.Default().
 	Logger *slog.Logger
+	// Consumer names a durable consumer (see "Named consumers" in the
+	// package documentation): its acknowledged position is stored in the
+	// database, outbox retention keeps what it has not acknowledged, and a
+	// new subscription with the same name resumes after it (the stored
+	// position then wins over Start). "" (the default) is an anonymous
+	// stream. At most MaxConsumerName bytes, printable, no spaces.
+	Consumer string
+	// ConsumerMaxLag is how old the consumer's position may grow before
+	// retention stops waiting for it (default DefaultConsumerMaxLag). Only
+	// with Consumer.
+	ConsumerMaxLag time.Duration
 }
 
 // config is Options validated and with defaults applied.
@@ -117,6 +128,8 @@ type config struct {
 	pageSize     int
 	appName      string
 	logger       *slog.Logger
+	consumer     string
+	maxLag       time.Duration
 }
 
 // validate checks everything that can be checked without a database.
@@ -195,6 +208,21 @@ func (o Options) validate() (config, error) {
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
+	}
+	c.consumer, c.maxLag = o.Consumer, o.ConsumerMaxLag
+	switch {
+	case c.consumer == "" && c.maxLag != 0:
+		return config{}, ff.Validationf("consumer_max_lag", "given without a consumer name")
+	case c.consumer != "":
+		if err := checkConsumerName(c.consumer); err != nil {
+			return config{}, err
+		}
+		if c.maxLag < 0 {
+			return config{}, ff.Validationf("consumer_max_lag", "%s is negative", c.maxLag)
+		}
+		if c.maxLag == 0 {
+			c.maxLag = DefaultConsumerMaxLag
+		}
 	}
 	return c, nil
 }

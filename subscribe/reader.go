@@ -81,6 +81,11 @@ type reader[E any] struct {
 	skipBatch ff.Batch
 	skipArg   int64
 
+	// startFrom is the older snapshot of the first batch.
+	startFrom ff.Snapshot
+	// consumer is the named consumer's state; nil for an anonymous stream.
+	consumer *consumerState
+
 	args    []any // reused argument slice
 	scratch []E   // reused decode buffer
 
@@ -153,9 +158,16 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	}
 
 	r.buildSQL()
+	if r.consumer != nil {
+		r.prepareConsumer()
+		if err := r.loadConsumer(ctx, s.q); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.initPosition(ctx, s.q); err != nil {
 		return nil, err
 	}
+	r.startFrom = r.from
 	// Preparing checks the SQL against the schema now rather than later.
 	for _, q := range []string{r.ticksSQL, r.nowSQL, r.oldestSQL, r.gapSQL, r.heldSQL, r.rangeSQL, r.heldSkip, r.rangeSkip} {
 		if _, err := s.q.Prepare(ctx, "", q); err != nil {
@@ -167,6 +179,13 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	}
 	if err := r.checkGap(ctx, s.q, true); err != nil {
 		return nil, err
+	}
+	if r.consumer != nil {
+		// Stored now, the position holds retention back from the start.
+		r.consumer.saved = r.last
+		if err := r.saveConsumer(ctx, s.q, true); err != nil {
+			return nil, err
+		}
 	}
 	if s.l, err = r.listen(ctx); err != nil {
 		return nil, err
@@ -474,6 +493,12 @@ func (r *reader[E]) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, dbutil.MapErr(err, "subscribe: reconnecting")
 	}
+	if r.consumer != nil {
+		if err := r.attach(ctx, q); err != nil {
+			_ = q.Close(ctx)
+			return nil, err
+		}
+	}
 	l, err := r.listen(ctx)
 	if err != nil {
 		_ = q.Close(ctx)
@@ -492,6 +517,7 @@ func (r *reader[E]) run(ctx context.Context, sess *session) error {
 		retry := true
 		if sess == nil {
 			sess, err = r.connect(ctx)
+			retry = !errors.Is(err, ErrConsumerBusy)
 		}
 		if sess != nil {
 			err = r.serve(ctx, sess, func() {
@@ -501,6 +527,9 @@ func (r *reader[E]) run(ctx context.Context, sess *session) error {
 				outage, backoff = false, minBackoff
 			})
 			retry = dbutil.IsTransient(err) || sess.q.IsClosed() || sess.l.IsClosed()
+			if ctx.Err() != nil || !retry {
+				r.saveFinal(sess.q)
+			}
 			sess.close()
 			sess = nil
 		}
@@ -563,6 +592,9 @@ func (r *reader[E]) serve(ctx context.Context, s *session, healthy func()) error
 	for {
 		more, err := r.readPage(ctx, s.q)
 		if err != nil {
+			return err
+		}
+		if err := r.saveConsumer(ctx, s.q, false); err != nil {
 			return err
 		}
 		if first {
@@ -665,6 +697,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 			if !r.send(ctx, delivery[E]{events: events[:k:k]}) {
 				return false, ctx.Err()
 			}
+			if r.consumer != nil {
+				r.consumer.sent += int64(k)
+			}
 			events = events[k:]
 		}
 		r.last = last
@@ -686,6 +721,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 			return false, err
 		}
 		r.finish()
+		if r.consumer != nil {
+			r.consumer.finished(ff.NewBatch(r.from, r.from).Cursor(0, 0))
+		}
 		return false, nil
 	}
 }

@@ -56,6 +56,13 @@ type Stream[E any] struct {
 	cur  []E
 	next int
 	term error
+
+	// ack, for a named consumer, receives what Next acknowledged: every
+	// event returned before the current call.
+	ack      *ackState
+	cursorOf func(E) ff.Cursor
+	returned int64
+	lastRet  ff.Cursor
 }
 
 // delivery is what the reader hands the consumer: a chunk of events, or an
@@ -97,6 +104,9 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 	connCfg.RuntimeParams["application_name"] = cfg.appName
 
 	r := newReader(cfg, t, connCfg)
+	if cfg.consumer != "" {
+		r.consumer = &consumerState{name: cfg.consumer, maxLag: cfg.maxLag, ack: &ackState{}}
+	}
 	sess, err := r.start(ctx)
 	if err != nil {
 		return nil, err
@@ -108,6 +118,9 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 		done: make(chan struct{}),
 	}
 	r.out, r.chunk = s.out, chunk
+	if r.consumer != nil {
+		s.ack, s.cursorOf = r.consumer.ack, t.cursor
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	go func() {
@@ -131,9 +144,13 @@ func (s *Stream[E]) Next(ctx context.Context) (E, error) {
 	if s.closed.Load() {
 		return zero, ErrClosed
 	}
+	if s.ack != nil && s.returned > 0 {
+		s.ack.set(s.lastRet, s.returned)
+	}
 	if s.next < len(s.cur) {
 		ev := s.cur[s.next]
 		s.next++
+		s.countReturned(ev)
 		return ev, nil
 	}
 	if s.term != nil {
@@ -152,9 +169,18 @@ func (s *Stream[E]) Next(ctx context.Context) (E, error) {
 			return zero, d.err
 		}
 		s.cur, s.next = d.events, 1
+		s.countReturned(d.events[0])
 		return d.events[0], nil
 	case <-ctx.Done():
 		return zero, ctx.Err()
+	}
+}
+
+// returned_ counts ev as returned, for a named consumer's acknowledgements.
+func (s *Stream[E]) countReturned(ev E) {
+	if s.ack != nil {
+		s.returned++
+		s.lastRet = s.cursorOf(ev)
 	}
 }
 
@@ -183,9 +209,14 @@ func (s *Stream[E]) All(ctx context.Context) iter.Seq2[E, error] {
 
 // Close stops the stream's goroutines and closes its connections; it
 // returns once they are closed. It is safe to call more than once and from
-// any goroutine.
+// any goroutine, but for a named consumer it must be called by the
+// consumer's goroutine (or after it stopped calling Next): it acknowledges
+// every event Next returned and stores the consumer's position.
 func (s *Stream[E]) Close() {
 	s.once.Do(func() {
+		if s.ack != nil && s.returned > 0 {
+			s.ack.set(s.lastRet, s.returned)
+		}
 		s.closed.Store(true)
 		s.cancel()
 		<-s.done

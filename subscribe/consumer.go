@@ -1,0 +1,260 @@
+package subscribe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5"
+)
+
+// Named consumers.
+//
+// A named consumer (Options.Consumer) keeps its position in the database,
+// in ff_stream_consumer, one row per stream and name. An event is
+// acknowledged when the consumer asks for the next one (Next, or the next
+// turn of an All loop), and when it closes the stream: Close acknowledges
+// every event Next returned. The stream stores the acknowledged position
+// with each batch the consumer has acknowledged, at most every
+// ConsumerSaveInterval, and once more at Close; a consumer that crashes
+// gets again, on its next subscription, the events after its last stored
+// position (at least once across crashes, exactly once across Close).
+//
+// While a consumer's position is younger than its maximum lag
+// (Options.ConsumerMaxLag), outbox retention keeps every event it has not
+// acknowledged. Past that, retention deletes as usual, and the consumer's
+// next subscription (or its running stream, at the end of a batch) fails
+// with a *GapError.
+//
+// A name is attached to at most one stream at a time (a session advisory
+// lock on the stream's reading connection): a second subscription with the
+// same name fails with ErrConsumerBusy.
+
+// ErrConsumerBusy is returned when a stream subscribes with the name of a
+// consumer another stream is attached to.
+var ErrConsumerBusy = errors.New("subscribe: consumer already attached to another stream")
+
+// Defaults of named consumers.
+const (
+	// DefaultConsumerMaxLag is how old a named consumer's position may grow
+	// before retention stops waiting for it.
+	DefaultConsumerMaxLag = 7 * 24 * time.Hour
+	// ConsumerSaveInterval is the least time between two stores of a named
+	// consumer's position.
+	ConsumerSaveInterval = 100 * time.Millisecond
+	// MaxConsumerName is the longest consumer name, in bytes.
+	MaxConsumerName = 63
+)
+
+// ackState is what the consumer has acknowledged, shared by the Stream
+// (which writes it in Next and Close) and the reader (which stores it).
+type ackState struct {
+	mu     sync.Mutex
+	cursor ff.Cursor // the last acknowledged event
+	count  int64     // events acknowledged
+}
+
+func (a *ackState) set(c ff.Cursor, count int64) {
+	a.mu.Lock()
+	a.cursor, a.count = c, count
+	a.mu.Unlock()
+}
+
+func (a *ackState) get() (ff.Cursor, int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cursor, a.count
+}
+
+// consumerState is the reader's side of a named consumer.
+type consumerState struct {
+	name    string
+	maxLag  time.Duration
+	ack     *ackState
+	lockSQL string
+	saveSQL string
+	sent    int64     // events handed to the Stream
+	saved   ff.Cursor // the position last stored
+	savedAt time.Time
+	// ends are the ends of the batches the reader finished and the
+	// consumer has not acknowledged entirely, oldest first: once it has
+	// acknowledged sent events, it is past the batch.
+	ends []batchEnd
+	// past is the newest batch end the consumer is past.
+	past    ff.Cursor
+	pastAck int64
+}
+
+// batchEnd is the end of a finished batch: the boundary cursor after it,
+// and how many events had been sent by then.
+type batchEnd struct {
+	cursor ff.Cursor
+	sent   int64
+}
+
+// finished records the end of the batch the reader just finished.
+func (c *consumerState) finished(boundary ff.Cursor) {
+	if n := len(c.ends); n > 0 && c.ends[n-1].sent == c.sent {
+		c.ends[n-1].cursor = boundary
+		return
+	}
+	c.ends = append(c.ends, batchEnd{cursor: boundary, sent: c.sent})
+}
+
+func checkConsumerName(name string) error {
+	if len(name) > MaxConsumerName {
+		return ff.Validationf("consumer", "%q is longer than %d bytes", name, MaxConsumerName)
+	}
+	for _, r := range name {
+		if r < 0x21 || r == 0x7f {
+			return ff.Validationf("consumer", "%q: use printable characters without spaces", name)
+		}
+	}
+	return nil
+}
+
+// prepareConsumer builds the consumer's SQL.
+func (r *reader[E]) prepareConsumer() {
+	c := r.consumer
+	schema := r.cfg.schema
+	// The lock key names the schema, stream and consumer.
+	c.lockSQL = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
+	c.saveSQL = schema.SQL(`INSERT INTO {S}ff_stream_consumer AS c
+	(stream, name, cursor, snap_xmin, snap_xmax, snap_xip, position_at_ms, max_lag_ms)
+VALUES ($1, $2, $3, $4, $5, $6,
+	coalesce((SELECT at_ms FROM {S}ff_stream_tick WHERE tick_id = $7), (extract(epoch FROM clock_timestamp()) * 1000)::bigint), $8)
+ON CONFLICT (stream, name) DO UPDATE SET cursor = excluded.cursor,
+	snap_xmin = excluded.snap_xmin, snap_xmax = excluded.snap_xmax, snap_xip = excluded.snap_xip,
+	position_at_ms = coalesce((SELECT at_ms FROM {S}ff_stream_tick WHERE tick_id = $7),
+	                          CASE WHEN c.snap_xmax = excluded.snap_xmax AND c.snap_xip = excluded.snap_xip
+	                               THEN c.position_at_ms ELSE excluded.position_at_ms END),
+	max_lag_ms = excluded.max_lag_ms,
+	updated_at_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint`)
+}
+
+func (r *reader[E]) lockKey() string {
+	return string(r.cfg.schema) + "." + r.table.name + "." + r.consumer.name
+}
+
+// attach takes the consumer's lock on q, the reading connection.
+func (r *reader[E]) attach(ctx context.Context, q *pgx.Conn) error {
+	var ok bool
+	if err := q.QueryRow(ctx, r.consumer.lockSQL, r.lockKey()).Scan(&ok); err != nil {
+		return dbutil.MapErr(err, "subscribe: attaching consumer "+r.consumer.name)
+	}
+	if !ok {
+		return fmt.Errorf("%w: consumer %q of %s in schema %s", ErrConsumerBusy, r.consumer.name, r.table.name, r.cfg.schema)
+	}
+	return nil
+}
+
+// loadConsumer attaches the consumer and, when it has a stored position,
+// makes the stream start after it.
+func (r *reader[E]) loadConsumer(ctx context.Context, q *pgx.Conn) error {
+	if err := r.attach(ctx, q); err != nil {
+		return err
+	}
+	var raw []byte
+	err := q.QueryRow(ctx, r.cfg.schema.SQL(`SELECT cursor FROM {S}ff_stream_consumer WHERE stream = $1 AND name = $2`),
+		r.table.name, r.consumer.name).Scan(&raw)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // a new consumer: Start says where it begins
+	case err != nil:
+		return r.startErr(err)
+	}
+	c, err := ff.DecodeCursor(raw)
+	if err != nil {
+		return fmt.Errorf("subscribe: consumer %q: stored position: %w", r.consumer.name, err)
+	}
+	r.cfg.start, r.cfg.after, r.cfg.sinceMs = StartAfter, c, 0
+	r.logger.Info("subscribe: consumer resumes after its stored position", "consumer", r.consumer.name, "cursor", c.String())
+	return nil
+}
+
+// ackedPosition returns the consumer's acknowledged position: the end of
+// the newest batch it acknowledged entirely, or its last acknowledged
+// event when that is further on.
+func (r *reader[E]) ackedPosition() ff.Cursor {
+	c := r.consumer
+	cur, count := c.ack.get()
+	k := 0
+	for k < len(c.ends) && c.ends[k].sent <= count {
+		c.past, c.pastAck = c.ends[k].cursor, c.ends[k].sent
+		k++
+	}
+	c.ends = c.ends[:copy(c.ends, c.ends[k:])]
+	switch {
+	case count > c.pastAck:
+		return cur
+	case c.past != (ff.Cursor{}):
+		return c.past
+	default:
+		return c.saved
+	}
+}
+
+// saveConsumer stores the acknowledged position when it moved, at most
+// every ConsumerSaveInterval unless force.
+func (r *reader[E]) saveConsumer(ctx context.Context, q *pgx.Conn, force bool) error {
+	c := r.consumer
+	if c == nil {
+		return nil
+	}
+	pos := r.ackedPosition()
+	if pos == c.saved && !c.savedAt.IsZero() {
+		return nil
+	}
+	if !force && time.Since(c.savedAt) < ConsumerSaveInterval {
+		return nil
+	}
+	var from ff.Snapshot
+	if b, ok := pos.Batch(); ok {
+		from, _ = b.Snapshots()
+	} else if pos == r.cfg.after && r.cfg.start == StartAfter {
+		// The start cursor of an older form: the reader's first batch
+		// begins at the snapshot it stands for.
+		from = r.startFrom
+	}
+	xip := from.Xip
+	if xip == nil {
+		xip = []int64{}
+	}
+	var raw []byte
+	if !pos.IsZero() {
+		raw = pos.Bytes()
+	} else {
+		raw = []byte{}
+	}
+	if _, err := q.Exec(ctx, c.saveSQL, r.table.name, c.name, raw, from.Xmin, from.Xmax, xip, from.Tick,
+		c.maxLag.Milliseconds()); err != nil {
+		return dbutil.MapErr(err, "subscribe: storing consumer "+c.name+"'s position")
+	}
+	c.saved, c.savedAt = pos, time.Now()
+	return nil
+}
+
+// saveFinal stores the position when the stream stops, on q when it is
+// still usable, else on a connection of its own.
+func (r *reader[E]) saveFinal(q *pgx.Conn) {
+	if r.consumer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if q == nil || q.IsClosed() {
+		var err error
+		if q, err = pgx.ConnectConfig(ctx, r.connCfg); err != nil {
+			r.logger.Warn("subscribe: could not store the consumer's last position", "consumer", r.consumer.name, "error", err)
+			return
+		}
+		defer func() { _ = q.Close(ctx) }()
+	}
+	if err := r.saveConsumer(ctx, q, true); err != nil {
+		r.logger.Warn("subscribe: could not store the consumer's last position", "consumer", r.consumer.name, "error", err)
+	}
+}
