@@ -113,6 +113,11 @@ type Options struct {
 	// retention stops waiting for it (default DefaultConsumerMaxLag). Only
 	// with Consumer.
 	ConsumerMaxLag time.Duration
+	// OnWait, when set, hears about each transaction that wrote to the
+	// stream's outbox and has stayed open for WaitNoticeAfter (its events
+	// wait for it), and again when it ends; see Wait. It is called from
+	// the stream's goroutine and must return quickly.
+	OnWait func(Wait)
 }
 
 // config is Options validated and with defaults applied.
@@ -130,6 +135,14 @@ type config struct {
 	logger       *slog.Logger
 	consumer     string
 	maxLag       time.Duration
+	onWait       func(Wait)
+}
+
+// Validate checks everything that can be checked without a database, as
+// Leases and Completions do first; errors match ff.ErrValidation.
+func (o Options) Validate() error {
+	_, err := o.validate()
+	return err
 }
 
 // validate checks everything that can be checked without a database.
@@ -209,7 +222,7 @@ func (o Options) validate() (config, error) {
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	c.consumer, c.maxLag = o.Consumer, o.ConsumerMaxLag
+	c.consumer, c.maxLag, c.onWait = o.Consumer, o.ConsumerMaxLag, o.OnWait
 	switch {
 	case c.consumer == "" && c.maxLag != 0:
 		return config{}, ff.Validationf("consumer_max_lag", "given without a consumer name")

@@ -85,6 +85,9 @@ type reader[E any] struct {
 	startFrom ff.Snapshot
 	// consumer is the named consumer's state; nil for an anonymous stream.
 	consumer *consumerState
+	// waits are the open writers OnWait was told about.
+	waits   map[waitKey]Wait
+	waitsAt time.Time
 
 	args    []any // reused argument slice
 	scratch []E   // reused decode buffer
@@ -95,7 +98,7 @@ type reader[E any] struct {
 
 func newReader[E any](cfg config, t table[E], connCfg *pgx.ConnConfig) *reader[E] {
 	logger := cfg.logger.With("stream", t.name)
-	return &reader[E]{cfg: cfg, table: t, dec: t.newDecoder(logger), connCfg: connCfg, logger: logger}
+	return &reader[E]{cfg: cfg, table: t, dec: t.newDecoder(logger), connCfg: connCfg, logger: logger, waits: map[waitKey]Wait{}}
 }
 
 // tick is a row of ff_stream_tick.
@@ -608,6 +611,9 @@ func (r *reader[E]) serve(ctx context.Context, s *session, healthy func()) error
 			default:
 			}
 			continue
+		}
+		if err := r.checkWaits(ctx, s.q); err != nil {
+			return err
 		}
 		timer.Reset(r.cfg.pollInterval)
 		select {

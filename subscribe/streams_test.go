@@ -341,3 +341,52 @@ func TestForeignCursor(t *testing.T) {
 		}
 	}
 }
+
+// A stream says which open writer of its outbox it waits for, and when
+// that writer ends.
+func TestOnWaitNamesTheOpenWriter(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	waits := make(chan subscribe.Wait, 16)
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{OnWait: func(w subscribe.Wait) { waits <- w }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pid := int(conn.Conn().PgConn().PID())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	id := insertLease(t, tx, row{})
+
+	recv := func() subscribe.Wait {
+		t.Helper()
+		select {
+		case w := <-waits:
+			return w
+		case <-time.After(wait):
+			t.Fatal("no wait notice")
+			return subscribe.Wait{}
+		}
+	}
+	w := recv()
+	if w.PID != pid || w.Done || w.Stream != "ff_lease_event" || w.Age < subscribe.WaitNoticeAfter {
+		t.Fatalf("notice %+v, want the open writer, pid %d", w, pid)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, s, wait); ev.EventID != id {
+		t.Fatalf("got %d, want %d", ev.EventID, id)
+	}
+	if w := recv(); w.PID != pid || !w.Done {
+		t.Fatalf("notice %+v, want the writer's end", w)
+	}
+}

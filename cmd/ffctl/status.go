@@ -12,15 +12,17 @@ import (
 
 var statusCommand = command{
 	name:    "status",
-	summary: "show each scanner's backlog, River's queues and the streams' lag",
+	summary: "show each scanner's backlog, River's queues, the streams' open writers and consumers",
 	run:     func(ctx context.Context, args []string) int { return runStatus(ctx, args, os.Stdout, os.Stderr) },
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("ffctl status", "",
 		"Shows, per scanner, the due backlog and how long its oldest item has been overdue;\n"+
-			"River's jobs per queue and state; per stream, the newest event, the committed events\n"+
-			"held back behind a transaction still open, and the oldest open writer on the server.\n"+
+			"River's jobs per queue and state; per stream, the newest event and the open transactions\n"+
+			"that wrote to it (their events wait for them to commit; nothing else waits); the named\n"+
+			"stream consumers with their lag, whether they hold retention back and whether a tail is\n"+
+			"attached; and the oldest open writer on the server.\n"+
 			"Exits 3 when the schema is not migrated. River's tables are read in the same schema.")
 	common := cli.AddCommon(fs)
 	format := fs.String("format", "text", "output `format`: text or json")

@@ -11,8 +11,10 @@ import (
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/subscribe"
 )
 
 func TestStatusRefusesUnmigratedSchema(t *testing.T) {
@@ -61,14 +63,41 @@ func TestStatusReport(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A named consumer, attached.
+	consumer, err := subscribe.Leases(ctx, db.Pool, subscribe.Options{Consumer: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+
 	var out, stderr bytes.Buffer
-	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema, "--format", "json"}, &out, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+	report := func() status.Report {
+		t.Helper()
+		out.Reset()
+		if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema, "--format", "json"}, &out, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		var r status.Report
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		return r
 	}
+	leasesOf := func(r status.Report) *status.Stream {
+		for i := range r.Streams {
+			if r.Streams[i].Name == "leases" {
+				return &r.Streams[i]
+			}
+		}
+		return nil
+	}
+	// The open writer shows once it has been open for a second.
 	var r status.Report
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
+	fftest.Await(t, 30*time.Second, "the open writer in the report", func() bool {
+		r = report()
+		l := leasesOf(r)
+		return l != nil && len(l.Waiting) > 0
+	})
 	due := map[string]status.Scanner{}
 	for _, s := range r.Scanners {
 		due[s.Name] = s
@@ -82,15 +111,17 @@ func TestStatusReport(t *testing.T) {
 	if d := due["execution_deadline"]; d.Due != 0 {
 		t.Errorf("execution_deadline = %+v, want nothing due", d)
 	}
-	var leases *status.Stream
-	for i := range r.Streams {
-		if r.Streams[i].Name == "leases" {
-			leases = &r.Streams[i]
-		}
-	}
 	// acquired (claim) + the committed plain row; the open one is invisible.
-	if leases == nil || leases.Events != 2 || leases.HeldBack < 1 {
-		t.Errorf("leases stream = %+v, want 2 events, at least the plain row held back", leases)
+	openPID := 0
+	if err := open.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&openPID); err != nil {
+		t.Fatal(err)
+	}
+	if leases := leasesOf(r); leases == nil || leases.Events != 2 || len(leases.Waiting) != 1 || leases.Waiting[0].PID != openPID {
+		t.Errorf("leases stream = %+v, want 2 events and the open writer, pid %d", leases, openPID)
+	}
+	if len(r.Consumers) != 1 || r.Consumers[0].Name != "audit" || !r.Consumers[0].Attached || !r.Consumers[0].HoldsRetention ||
+		r.Consumers[0].Stream != "ff_lease_event" {
+		t.Errorf("consumers = %+v, want audit, attached", r.Consumers)
 	}
 	if r.OldestWriter == nil || r.OldestWriter.Age <= 0 {
 		t.Errorf("oldest writer = %+v, want the open transaction", r.OldestWriter)
@@ -100,7 +131,7 @@ func TestStatusReport(t *testing.T) {
 	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &out, &stderr); code != 0 {
 		t.Fatalf("text: exit %d: %s", code, stderr.String())
 	}
-	for _, want := range []string{"attempt_timeout", "delayed_promoter", "dependency", "held back", "oldest open writer: pid"} {
+	for _, want := range []string{"attempt_timeout", "delayed_promoter", "dependency", "waiting on open writers", "1 (oldest: pid", "audit", "oldest open writer: pid"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}

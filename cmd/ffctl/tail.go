@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -35,6 +36,8 @@ type tailFlags struct {
 	cursorFile string
 	since      string
 	now        func() time.Time
+	consumer   string
+	maxLag     time.Duration
 	partitions string
 	filter     *ff.Filter
 	format     string
@@ -64,6 +67,12 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.cursorFile, "cursor-file", "",
 		"`file` holding the resume cursor: read at start if it exists (it then wins over --from-start\n"+
 			"and --cursor), and replaced atomically after each printed event")
+	fs.StringVar(&f.consumer, "consumer", "",
+		"tail as the named durable consumer `name`: its position is stored in the database after the\n"+
+			"events it printed, retention keeps what it has not printed, and the next tail with the same name\n"+
+			"resumes after it (its stored position wins over --from-start and --since); one tail per name at a time")
+	fs.DurationVar(&f.maxLag, "consumer-max-lag", 0,
+		"how old the --consumer's position may grow before retention stops waiting for it (default 168h)")
 	fs.StringVar(&f.partitions, "partitions", "", "partitions to tail, as a `list` of numbers and ranges, e.g. 0-15,42 (default all)")
 	f.filter = cli.AddFilter(fs, "only events of this `namespace`",
 		"only events whose instance tag has this value, given as `key=value` (only the value is compared)")
@@ -85,6 +94,15 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger := common.Logger(stderr)
 	opts.Schema, opts.Logger, opts.ApplicationName = common.Schema, logger, "ffctl tail"
+	waiting := &waitLog{}
+	opts.OnWait = func(w subscribe.Wait) {
+		waiting.note(w)
+		if w.Done {
+			logger.Info("the open writer ended", "writer", w.String())
+		} else {
+			logger.Warn("waiting for an open writer", "writer", w.String())
+		}
+	}
 
 	if f.cursorFile != "" {
 		c, ok, err := readCursorFile(f.cursorFile)
@@ -104,7 +122,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer pool.Close()
 
 	out := bufio.NewWriter(stdout)
-	t := &tailer{flags: f, out: out, logger: logger}
+	t := &tailer{flags: f, out: out, logger: logger, waiting: waiting}
 	switch f.stream {
 	case "leases":
 		s, err := subscribe.Leases(ctx, pool, opts)
@@ -145,6 +163,15 @@ func (f tailFlags) options() (subscribe.Options, error) {
 	if f.idleExit < 0 {
 		return o, cli.Usagef("--idle-exit %s is negative", f.idleExit)
 	}
+	switch {
+	case f.consumer == "" && f.maxLag != 0:
+		return o, cli.Usagef("--consumer-max-lag needs --consumer")
+	case f.consumer != "" && (f.cursor != "" || f.cursorFile != ""):
+		return o, cli.Usagef("--consumer keeps its position in the database: it excludes --cursor and --cursor-file")
+	case f.maxLag < 0:
+		return o, cli.Usagef("--consumer-max-lag %s is negative", f.maxLag)
+	}
+	o.Consumer, o.ConsumerMaxLag = f.consumer, f.maxLag
 	starts := 0
 	for _, set := range []bool{f.fromStart, f.cursor != "", f.since != ""} {
 		if set {
@@ -174,6 +201,9 @@ func (f tailFlags) options() (subscribe.Options, error) {
 		return o, &cli.UsageError{Err: fmt.Errorf("--partitions: %w", err)}
 	}
 	o.Filter = *f.filter
+	if err := o.Validate(); err != nil {
+		return o, &cli.UsageError{Err: err}
+	}
 	return o, nil
 }
 
@@ -236,9 +266,43 @@ func parsePartition(s, item string) (int, error) {
 
 // tailer prints events and keeps the cursor file.
 type tailer struct {
-	flags  tailFlags
-	out    *bufio.Writer
-	logger *slog.Logger
+	flags   tailFlags
+	out     *bufio.Writer
+	logger  *slog.Logger
+	waiting *waitLog
+}
+
+// waitLog is the open writers the stream last said it waits for.
+type waitLog struct {
+	mu   sync.Mutex
+	open map[int64]subscribe.Wait
+}
+
+func (l *waitLog) note(w subscribe.Wait) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == nil {
+		l.open = map[int64]subscribe.Wait{}
+	}
+	if w.Done {
+		delete(l.open, w.Xact)
+	} else {
+		l.open[w.Xact] = w
+	}
+}
+
+// oldest returns the longest-open writer still open, if any.
+func (l *waitLog) oldest() (subscribe.Wait, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var o subscribe.Wait
+	found := false
+	for _, w := range l.open {
+		if !found || w.Age > o.Age {
+			o, found = w, true
+		}
+	}
+	return o, found
 }
 
 // eventJSON holds what every printed event carries.
@@ -370,6 +434,11 @@ func tail[E any](ctx context.Context, t *tailer, s *subscribe.Stream[E], toLine 
 			}
 			return err
 		case errors.Is(err, context.DeadlineExceeded):
+			if w, ok := t.waiting.oldest(); ok {
+				t.logger.Warn("no event for the idle time; exiting while events still wait for an open writer",
+					"idle_exit", t.flags.idleExit, "events", n, "writer", w.String())
+				return nil
+			}
 			t.logger.Info("no event for the idle time; exiting", "idle_exit", t.flags.idleExit, "events", n)
 			return nil
 		case err != nil:

@@ -59,6 +59,10 @@ func TestTailUsageErrors(t *testing.T) {
 		{"--since", "yesterday"},
 		{"--since", "-5m"},
 		{"--since", "5m", "--from-start"},
+		{"--consumer-max-lag", "1h"},
+		{"--consumer", "c", "--cursor-file", "/tmp/x"},
+		{"--consumer", "c", "--consumer-max-lag", "-1h"},
+		{"--consumer", "has space"},
 		{"--since", "5m", "--cursor", ff.Cursor{Xact: 5, EventID: 2}.String()},
 	} {
 		var stderr bytes.Buffer
@@ -244,5 +248,32 @@ func TestTailSinceEmptyCursorFileAndGap(t *testing.T) {
 	if code != cli.ExitFailure || !strings.Contains(stderr.String(), "were deleted before the stream read them") ||
 		strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
 		t.Fatalf("cursor before deleted events: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// A named consumer resumes where the last tail with its name stopped, and
+// a second tail with the same name at the same time is refused.
+func TestTailConsumer(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	var ids []int64
+	for range 5 {
+		var id int64
+		if err := db.Pool.QueryRow(ctx,
+			`INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key)
+			 VALUES ($1, 'L', 'acquired', 1, 0) RETURNING event_id`, uuid.NewString()).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	first := tailedIDs(runTailJSON(t, db, "--consumer", "ops", "--from-start", "--max-events", "2"))
+	rest := tailedIDs(runTailJSON(t, db, "--consumer", "ops", "--from-start", "--idle-exit", "300ms"))
+	if got := append(first, rest...); !slices.Equal(got, ids) {
+		t.Fatalf("tailed %v then %v, want %v", first, rest, ids)
+	}
+	var lag int64
+	if err := db.Pool.QueryRow(ctx, `SELECT max_lag_ms FROM ff_stream_consumer WHERE name = 'ops'`).Scan(&lag); err != nil ||
+		lag != (7*24*time.Hour).Milliseconds() {
+		t.Fatalf("stored max lag %d, %v", lag, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -28,9 +29,29 @@ type Report struct {
 	Scanners   []Scanner `json:"scanners"`
 	Queues     []Queue   `json:"queues"`
 	Streams    []Stream  `json:"streams"`
+	// Consumers are the named stream consumers (subscribe.Options.Consumer).
+	Consumers []Consumer `json:"consumers"`
 	// OldestWriter is the longest-open transaction holding a transaction id
-	// on the server (any database): it holds stream delivery back.
+	// on the server (any database). Streams do not wait for it unless it
+	// wrote to their outbox (Stream.Waiting); it holds back VACUUM.
 	OldestWriter *Writer `json:"oldest_writer,omitempty"`
+}
+
+// Consumer is one named stream consumer.
+type Consumer struct {
+	Stream string `json:"stream"`
+	Name   string `json:"name"`
+	// Lag is how old the consumer's acknowledged position is: every event
+	// committed before then was acknowledged.
+	Lag time.Duration `json:"lag_ns"`
+	// MaxLag is how old it may grow before retention stops waiting for it;
+	// HoldsRetention says it is younger than that.
+	MaxLag         time.Duration `json:"max_lag_ns"`
+	HoldsRetention bool          `json:"holds_retention"`
+	// Attached says a stream is attached to the consumer now.
+	Attached bool `json:"attached"`
+	// UpdatedAt is when the position was last stored.
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Scanner is one scanner's backlog.
@@ -60,10 +81,10 @@ type Stream struct {
 	Events        int64  `json:"events"`
 	NewestEventID *int64 `json:"newest_event_id,omitempty"`
 	NewestAtMs    *int64 `json:"newest_at_ms,omitempty"`
-	// HeldBack counts committed events a stream cannot deliver yet: their
-	// writer's transaction id is at or above the horizon, the oldest
-	// transaction still open on the server.
-	HeldBack int64 `json:"held_back"`
+	// Waiting are the transactions that wrote to the outbox and have been
+	// open for a second or more: their events reach streams once they
+	// commit. Nothing else waits for them.
+	Waiting []subscribe.Wait `json:"waiting"`
 }
 
 // Writer is an open transaction with a transaction id.
@@ -126,22 +147,41 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Repo
 
 	for _, t := range []struct{ name, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
 		st := Stream{Name: t.name}
-		// The horizon is read first: rows at or above it, committed now,
-		// wait for the transactions below it.
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var h int64
-			if err := tx.QueryRow(ctx, s.SQL(`SELECT {S}ff_xact_horizon()`)).Scan(&h); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, s.SQL(`SELECT count(*), max(event_id),
-				(SELECT occurred_at_ms FROM {S}`+t.table+` ORDER BY event_id DESC LIMIT 1),
-				count(*) FILTER (WHERE xact_id >= $1) FROM {S}`+t.table), h).
-				Scan(&st.Events, &st.NewestEventID, &st.NewestAtMs, &st.HeldBack)
-		})
+		err := pool.QueryRow(ctx, s.SQL(`SELECT count(*), max(event_id),
+			(SELECT occurred_at_ms FROM {S}`+t.table+` ORDER BY event_id DESC LIMIT 1) FROM {S}`+t.table)).
+			Scan(&st.Events, &st.NewestEventID, &st.NewestAtMs)
 		if err != nil {
 			return nil, dbutil.MapErr(err, "status: reading "+t.table)
 		}
+		if st.Waiting, err = subscribe.OpenWriters(ctx, pool, string(s), t.table, subscribe.WaitNoticeAfter); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
 		r.Streams = append(r.Streams, st)
+	}
+
+	rows, err = pool.Query(ctx, s.SQL(`SELECT c.stream, c.name, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - c.position_at_ms,
+		c.max_lag_ms, c.updated_at_ms,
+		EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+		        AND l.classid::bigint = ((k.key >> 32) & 4294967295) AND l.objid::bigint = (k.key & 4294967295) AND l.objsubid = 1)
+		FROM {S}ff_stream_consumer c,
+		LATERAL (SELECT hashtextextended($1 || '.' || c.stream || '.' || c.name, 0) AS key) k
+		ORDER BY c.stream, c.name`), string(s))
+	if err != nil {
+		return nil, dbutil.MapErr(err, "status: reading the stream consumers")
+	}
+	for rows.Next() {
+		var c Consumer
+		var lagMs, maxMs, updMs int64
+		if err := rows.Scan(&c.Stream, &c.Name, &lagMs, &maxMs, &updMs, &c.Attached); err != nil {
+			rows.Close()
+			return nil, dbutil.MapErr(err, "status: reading the stream consumers")
+		}
+		c.Lag, c.MaxLag = time.Duration(max(lagMs, 0))*time.Millisecond, time.Duration(maxMs)*time.Millisecond
+		c.HoldsRetention, c.UpdatedAt = lagMs <= maxMs, time.UnixMilli(updMs)
+		r.Consumers = append(r.Consumers, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbutil.MapErr(err, "status: reading the stream consumers")
 	}
 
 	var w Writer
@@ -191,7 +231,7 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "stream\tevents\tnewest event\tnewest at\theld back")
+	fmt.Fprintln(tw, "stream\tevents\tnewest event\tnewest at\twaiting on open writers")
 	for _, s := range r.Streams {
 		id, at := "-", "-"
 		if s.NewestEventID != nil {
@@ -200,7 +240,25 @@ func WriteText(w io.Writer, r *Report) error {
 		if s.NewestAtMs != nil {
 			at = time.UnixMilli(*s.NewestAtMs).UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\n", s.Name, s.Events, id, at, s.HeldBack)
+		waiting := "none"
+		if len(s.Waiting) > 0 {
+			o := s.Waiting[0]
+			who := fmt.Sprintf("pid %d", o.PID)
+			if o.Prepared != "" {
+				who = "prepared " + o.Prepared
+			}
+			waiting = fmt.Sprintf("%d (oldest: %s, %s, open for %s)", len(s.Waiting), who, o.Application, age(o.Age))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.Name, s.Events, id, at, waiting)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "consumer\tstream\tlag\tmax lag\tholds retention\tattached\tstored at")
+	if len(r.Consumers) == 0 {
+		fmt.Fprintln(tw, "(no named consumers)")
+	}
+	for _, c := range r.Consumers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%t\t%s\n", c.Name, c.Stream, age(c.Lag), c.MaxLag, c.HoldsRetention, c.Attached,
+			c.UpdatedAt.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintln(tw)
 	if o := r.OldestWriter; o != nil {
