@@ -66,20 +66,31 @@ type reader[E any] struct {
 	filterArgs []any
 
 	from, to ff.Snapshot
-	fromAtMs int64    // when from was taken (0: unknown)
-	toAtMs   int64    // when to was taken
-	ticks    []tick   // ticks after from, read ahead
-	batch    ff.Batch // NewBatch(from, to) while inBatch
-	inBatch  bool
-	done     []int64   // from.Xip \ to.Xip: finished between the snapshots
-	pos      position  // every row of the batch at or before pos is dealt with
-	last     ff.Cursor // cursor of the last delivered event (or the start)
+	fromAtMs int64  // when from was taken (0: unknown)
+	toAtMs   int64  // when to was taken
+	ticks    []tick // ticks after from, read ahead
+	// ticksFull says the last read of ticks was full: more may follow.
+	ticksFull bool
+	batch     ff.Batch // NewBatch(from, to) while inBatch
+	inBatch   bool
+	done      []int64   // from.Xip \ to.Xip: finished between the snapshots
+	pos       position  // every row of the batch at or before pos is dealt with
+	last      ff.Cursor // cursor of the last delivered event (or the start)
 
-	// skipBatch, when inBatch and batch == skipBatch, drops the rows a
-	// start point excludes: event_id <= skipArg (a legacy cursor's first
-	// batch), or occurred_at_ms < skipArg (StartSince's).
-	skipBatch ff.Batch
-	skipArg   int64
+	// span is the ticks of the current read, oldest first (to is the last):
+	// consecutive batches read together, see begin. batches[k] is the
+	// batch of span[k], built when first needed.
+	span    []tick
+	batches []ff.Batch
+	// excl are the transactions of the run's range that were still in
+	// progress at the tick whose span they fall in: their rows belong to
+	// a later batch.
+	excl []int64
+	// skip, while inBatch, drops the rows a start point excludes:
+	// event_id <= skipArg (a legacy cursor's first batch), or
+	// occurred_at_ms < skipArg (StartSince's).
+	skip    bool
+	skipArg int64
 
 	// startFrom is the older snapshot of the first batch.
 	startFrom ff.Snapshot
@@ -211,7 +222,7 @@ func (r *reader[E]) checkGap(ctx context.Context, q *pgx.Conn, exact bool) error
 		exact = true
 	}
 	minEvent := int64(-1)
-	if r.skipBatch != (ff.Batch{}) && r.skipBatch == r.batch && r.cfg.start == StartAfter {
+	if r.inBatch && r.skip && r.cfg.start == StartAfter {
 		minEvent = r.skipArg // a legacy cursor saw every event_id <= skipArg
 	}
 	to := r.from
@@ -281,6 +292,7 @@ func (r *reader[E]) nextTick(ctx context.Context, q *pgx.Conn) (tick, bool, erro
 			if err != nil {
 				return tick{}, false, dbutil.MapErr(err, "subscribe: reading the stream ticks")
 			}
+			r.ticksFull = len(ts) == tickBatch
 			if len(ts) == 0 {
 				return tick{}, false, nil
 			}
@@ -296,8 +308,29 @@ func (r *reader[E]) nextTick(ctx context.Context, q *pgx.Conn) (tick, bool, erro
 	}
 }
 
+// adoptRestoredRows gives the rows whose xact_id this server has not
+// reached (the schema was restored from another server's dump) the id of a
+// transaction of this server, so that streams deliver them now rather than
+// when this server's ids catch up with the other's. Such rows cannot exist
+// otherwise: a transaction id at or above a snapshot's xmax has not started.
+func (r *reader[E]) adoptRestoredRows(ctx context.Context, q *pgx.Conn) error {
+	tag, err := q.Exec(ctx, r.cfg.schema.SQL(`UPDATE {S}`+r.table.name+` SET xact_id = pg_current_xact_id()::text::bigint
+WHERE xact_id >= pg_snapshot_xmax(pg_current_snapshot())::text::bigint`))
+	if err != nil {
+		return r.startErr(err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		r.logger.Warn("subscribe: the outbox holds rows of another server's transactions (a restored dump?); "+
+			"they are delivered as this server's now", "rows", n)
+	}
+	return nil
+}
+
 // initPosition sets the first batch and last from the start point.
 func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
+	if err := r.adoptRestoredRows(ctx, q); err != nil {
+		return err
+	}
 	nt, err := r.now(ctx, q)
 	if err != nil {
 		return r.startErr(err)
@@ -359,7 +392,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 			startX = min(startX, *minX)
 		}
 		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
-		r.skipBatch, r.skipArg = r.batch, r.cfg.sinceMs
+		r.skip, r.skipArg = true, r.cfg.sinceMs
 		r.last = r.batch.Cursor(0, 0)
 
 	case r.cfg.start == StartAfter:
@@ -381,7 +414,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 			startX = min(startX, *minX)
 		}
 		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
-		r.skipBatch, r.skipArg = r.batch, e
+		r.skip, r.skipArg = true, e
 		r.last = after
 
 	default: // StartNow
@@ -395,21 +428,75 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 
 // begin starts the batch (from, to) at pos.
 func (r *reader[E]) begin(from, to ff.Snapshot, pos position) {
-	r.from, r.to, r.pos, r.inBatch = from, to, pos, true
-	r.batch = ff.NewBatch(from, to)
+	r.beginRun(from, []tick{{snap: to, atMs: r.toAtMs}}, pos)
+}
+
+// beginRun starts reading the batches of the ticks run, which follow from,
+// at pos. Consecutive batches are read together when none but the first
+// has transactions that were in progress at the tick before and finished
+// by its own (those are looked up by exact id, first): then the rows of
+// the run's batches are the first batch's held transactions followed by
+// the range [from.Xmax, last.Xmax) less excl, and (xact_id, event_id)
+// order over that range is the order of the batches, each batch's rows
+// lying in its own span [previous Xmax, Xmax). Each row still carries the
+// cursor of its own batch, so a reader that walked the ticks one by one
+// and one that read them together deliver the same events in the same
+// order with the same cursors.
+func (r *reader[E]) beginRun(from ff.Snapshot, run []tick, pos position) {
+	r.from, r.span, r.pos, r.inBatch = from, run, pos, true
+	r.to, r.toAtMs = run[len(run)-1].snap, run[len(run)-1].atMs
+	r.batches = append(r.batches[:0], make([]ff.Batch, len(run))...)
+	r.batch = r.batchOf(0)
 	r.dec.setBatch(r.batch)
 	r.done = r.done[:0]
 	for _, x := range from.Xip {
-		if to.Visible(x) {
+		if run[0].snap.Visible(x) {
 			r.done = append(r.done, x)
 		}
 	}
+	r.excl = r.excl[:0]
+	lo := from.Xmax
+	for _, t := range run {
+		for _, x := range t.snap.Xip {
+			if x >= lo {
+				r.excl = append(r.excl, x)
+			}
+		}
+		lo = t.snap.Xmax
+	}
 }
 
-// finish ends the current batch: the next one starts at its newer snapshot.
+// batchOf returns the batch of the run's k-th tick.
+func (r *reader[E]) batchOf(k int) ff.Batch {
+	if r.batches[k] == (ff.Batch{}) {
+		prev := r.from
+		if k > 0 {
+			prev = r.span[k-1].snap
+		}
+		r.batches[k] = ff.NewBatch(prev, r.span[k].snap)
+	}
+	return r.batches[k]
+}
+
+// tickOf returns the index in the run of the batch of a row of transaction
+// x: the first tick whose span holds x (x below from.Xmax: the first).
+func (r *reader[E]) tickOf(x int64) int {
+	lo, hi := 0, len(r.span)-1
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if x < r.span[mid].snap.Xmax {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// finish ends the current run: the next one starts at its newest snapshot.
 func (r *reader[E]) finish() {
 	r.from, r.fromAtMs, r.inBatch, r.pos = r.to, r.toAtMs, false, position{}
-	r.skipBatch = ff.Batch{}
+	r.skip = false
 }
 
 func (r *reader[E]) startErr(err error) error {
@@ -637,15 +724,25 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		if err != nil || !ok {
 			return false, err // !ok: no transaction finished since from
 		}
-		r.toAtMs = t.atMs
-		r.begin(r.from, t.snap, position{})
+		// Read on with the following ticks already known, while none of
+		// them needs an exact-id lookup of its own.
+		run := append(r.span[:0], t)
+		for len(r.ticks) > 0 && len(run) < tickBatch {
+			next, prev := r.ticks[0], run[len(run)-1].snap
+			if !prev.Before(next.snap) || slices.ContainsFunc(prev.Xip, next.snap.Visible) {
+				break
+			}
+			run = append(run, next)
+			r.ticks = r.ticks[1:]
+		}
+		r.beginRun(r.from, run, position{})
 	}
 
 	// First the rows of done's transactions (all below from.Xmax), then the
 	// range [from.Xmax, to.Xmax).
 	rangeStart := below(r.from.Xmax)
 	held := len(r.done) > 0 && r.pos.less(rangeStart)
-	skip := r.skipBatch != (ff.Batch{}) && r.skipBatch == r.batch
+	skip := r.skip
 	var query string
 	var ids []int64
 	switch {
@@ -654,9 +751,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	case held:
 		query, ids = r.heldSQL, r.done
 	case skip:
-		query, ids = r.rangeSkip, r.to.Xip
+		query, ids = r.rangeSkip, r.excl
 	default:
-		query, ids = r.rangeSQL, r.to.Xip
+		query, ids = r.rangeSQL, r.excl
 	}
 	pos := r.pos
 	if !held && pos.less(rangeStart) {
@@ -685,9 +782,14 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		}
 		n++
 		pos.xact, pos.event = r.dec.position()
+		b := r.batch
+		if len(r.span) > 1 {
+			b = r.batchOf(r.tickOf(pos.xact))
+			r.dec.setBatch(b)
+		}
 		if ev, ok := r.dec.event(); ok {
 			r.scratch = append(r.scratch, ev)
-			last = r.batch.Cursor(pos.xact, pos.event)
+			last = b.Cursor(pos.xact, pos.event)
 		}
 	}
 	rows.Close()
@@ -730,7 +832,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		if r.consumer != nil {
 			r.consumer.finished(ff.NewBatch(r.from, r.from).Cursor(0, 0))
 		}
-		return false, nil
+		// Ticks already taken are read at once (a stream catching up);
+		// otherwise the stream waits for a wake-up or its poll.
+		return len(r.ticks) > 0 || r.ticksFull, nil
 	}
 }
 

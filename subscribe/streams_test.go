@@ -103,6 +103,7 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 	// Out-of-order commits: open several transactions, commit them in
 	// reverse, each with one to three events.
 	var order []int64
+	cursors := map[int64]ff.Cursor{}
 	for round := range 4 {
 		var txs []pgx.Tx
 		var ids [][]int64
@@ -135,6 +136,7 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 			}
 			delete(want, ev.EventID)
 			order = append(order, ev.EventID)
+			cursors[ev.EventID] = ev.Cursor
 		}
 	}
 	expectNone(t, live, 100*time.Millisecond) // the long writer's events wait
@@ -146,6 +148,9 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 		t.Fatalf("the long writer's events came as %v, want %v", eventIDs(tail), longIDs)
 	}
 	order = append(order, longIDs...)
+	for _, ev := range tail {
+		cursors[ev.EventID] = ev.Cursor
+	}
 	expectNone(t, live, 100*time.Millisecond)
 
 	// Replay the whole run from the start to get every cursor.
@@ -157,6 +162,13 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 	run := collect(t, all, len(order), wait)
 	if !slices.Equal(eventIDs(run), order) {
 		t.Fatalf("a second reader saw %v, the live one %v", eventIDs(run), order)
+	}
+	// It read the ticks the live reader walked one by one in runs, yet
+	// every event carries the same cursor.
+	for _, ev := range run {
+		if ev.Cursor != cursors[ev.EventID] {
+			t.Fatalf("event %d: cursor %#v, the live reader's %#v", ev.EventID, ev.Cursor, cursors[ev.EventID])
+		}
 	}
 	for i, ev := range run {
 		for _, c := range []ff.Cursor{ev.Cursor, mustParse(t, ev.Cursor.String())} {

@@ -11,7 +11,7 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 
-// The stream scenario runs end to end at a tiny size and yields its five
+// The stream scenario runs end to end at a tiny size and yields its nine
 // rows with sane values; the figures themselves are for ffctl bench, not for
 // assertions here.
 func TestStreamScenarioRunsSmall(t *testing.T) {
@@ -30,8 +30,8 @@ func TestStreamScenarioRunsSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	if len(results) != 5 {
-		t.Fatalf("%d rows, want 5: %+v", len(results), results)
+	if len(results) != 9 {
+		t.Fatalf("%d rows, want 9: %+v", len(results), results)
 	}
 	for _, r := range results {
 		if r.Scenario != "stream" || r.Figure == "" || r.Unit == "" {
@@ -49,10 +49,18 @@ func TestStreamScenarioRunsSmall(t *testing.T) {
 	if r := results[0]; r.Met == nil || r.Target == "" || !strings.Contains(r.Note, "poll only") {
 		t.Errorf("p50 row lacks its target or note: %+v", r)
 	}
-	if r := results[3]; r.Unit != "events/s" || r.Value <= 0 || r.Met == nil || !strings.Contains(r.Figure, "3000 events") {
+	for i, r := range results[3:7] { // with an idle transaction: p50 then p99, against the run without
+		if r.Unit != "ms" || r.BaselineValue <= 0 || r.Met == nil || !strings.Contains(r.Figure, "idle transaction") {
+			t.Errorf("idle row %d: %+v", i, r)
+		}
+	}
+	if !strings.Contains(results[3].Figure, "another database") || !strings.Contains(results[5].Figure, "outbox") {
+		t.Errorf("idle rows: %q, %q", results[3].Figure, results[5].Figure)
+	}
+	if r := results[7]; r.Unit != "events/s" || r.Value <= 0 || r.Met == nil || !strings.Contains(r.Figure, "3000 events") {
 		t.Errorf("catch-up row: %+v", r)
 	}
-	if r := results[4]; r.Unit != "MiB" || r.Value < 0 || r.BaselineValue <= 0 || r.Met == nil {
+	if r := results[8]; r.Unit != "MiB" || r.Value < 0 || r.BaselineValue <= 0 || r.Met == nil {
 		t.Errorf("heap row: %+v", r)
 	}
 

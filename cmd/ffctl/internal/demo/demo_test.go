@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -59,6 +60,17 @@ func TestMissingAndLines(t *testing.T) {
 	if want := "\x1b[" + strconv.Itoa(lines) + "F\x1b[J"; !strings.HasPrefix(b.String(), want) {
 		t.Errorf("the redraw starts %q, want %q", b.String()[:min(12, b.Len())], want)
 	}
+
+	// What the streams wait for shows in both forms.
+	s.Waiting = []subscribe.Wait{{Stream: "ff_lease_event", PID: 4242, Xact: 917, Database: "app", Application: "psql",
+		State: "idle in transaction", Age: 25 * time.Second}}
+	if line := compactLine(s, time.Second); !strings.Contains(line, "| waiting on pid 4242 (xid 917, open 25s)") {
+		t.Errorf("compact line %q does not say what the streams wait for", line)
+	}
+	if page := v.page(s, time.Second); !strings.Contains(page, "waiting: pid 4242 (xid 917, psql, database app, idle in transaction) has written to ff_lease_event") {
+		t.Errorf("the view does not say what the streams wait for:\n%s", page)
+	}
+	s.Waiting = nil
 
 	sum := &Summary{Schema: "ffdemo_x", Elapsed: time.Second, Snapshot: *s, Missing: s.Missing()}
 	b.Reset()

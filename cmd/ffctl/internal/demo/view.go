@@ -74,6 +74,9 @@ func (v *view) page(s *Snapshot, elapsed time.Duration) string {
 	for i := range lt {
 		fmt.Fprintf(&b, "  %-12s%8d%14s  %-12s%8d\n", lt[i], s.Leases[lt[i]], "", oc[i], s.Completions[oc[i]])
 	}
+	for _, w := range s.Waiting {
+		fmt.Fprintf(&b, "  waiting: %s\n", w)
+	}
 	b.WriteString("\n")
 	writeScanners(&b, s)
 	b.WriteString("\n")
@@ -96,6 +99,10 @@ func compactLine(s *Snapshot, elapsed time.Duration) string {
 	var backlog int64
 	for _, sc := range s.Scanners {
 		backlog += sc.Backlog
+	}
+	if len(s.Waiting) > 0 {
+		w := s.Waiting[0]
+		fmt.Fprintf(&b, " | waiting on pid %d (xid %d, open %s)", w.PID, w.Xact, w.Age.Round(time.Second))
 	}
 	fmt.Fprintf(&b, " | backlog=%d | processed", backlog)
 	for _, sc := range s.Scanners {

@@ -1,9 +1,11 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +45,9 @@ type Snapshot struct {
 	States map[string]int64
 	// Workload is what the simulated workers did.
 	Workload WorkloadStats
+	// Waiting are the open transactions that wrote to an outbox and whose
+	// events the streams wait for (subscribe.Options.OnWait).
+	Waiting []subscribe.Wait
 }
 
 // ScannerStats is one scanner's backlog and what its River jobs did.
@@ -110,6 +115,26 @@ type watcher struct {
 	mu          sync.Mutex
 	leaseN      map[string]int64
 	completionN map[string]int64
+	waiting     map[waitKey]subscribe.Wait
+}
+
+// waitKey identifies an open writer in the watcher's waiting set.
+type waitKey struct {
+	stream string
+	pid    int
+	xact   int64
+}
+
+// onWait records what the streams say they wait for.
+func (w *watcher) onWait(wt subscribe.Wait) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := waitKey{wt.Stream, wt.PID, wt.Xact}
+	if wt.Done {
+		delete(w.waiting, k)
+	} else {
+		w.waiting[k] = wt
+	}
 }
 
 // newWatcher subscribes to both streams from the beginning of the outbox
@@ -119,9 +144,9 @@ func newWatcher(ctx context.Context, d *demo, c *cluster) (*watcher, error) {
 	// summary.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &watcher{d: d, c: c, cancel: cancel, failed: make(chan error, 2),
-		leaseN: map[string]int64{}, completionN: map[string]int64{}}
+		leaseN: map[string]int64{}, completionN: map[string]int64{}, waiting: map[waitKey]subscribe.Wait{}}
 	opts := subscribe.Options{Schema: string(d.schema), Start: subscribe.StartBeginning, Logger: d.opts.RiverLogger,
-		ApplicationName: "ffctl demo stream"}
+		ApplicationName: "ffctl demo stream", OnWait: w.onWait}
 	var err error
 	if w.leases, err = subscribe.Leases(sctx, d.admin, opts); err != nil {
 		cancel()
@@ -224,6 +249,12 @@ func sum(m map[string]int64) int64 {
 func (w *watcher) snapshot(ctx context.Context) (*Snapshot, error) {
 	snap := &Snapshot{States: map[string]int64{}}
 	snap.Leases, snap.Completions = w.counts()
+	w.mu.Lock()
+	for _, wt := range w.waiting {
+		snap.Waiting = append(snap.Waiting, wt)
+	}
+	w.mu.Unlock()
+	slices.SortFunc(snap.Waiting, func(a, b subscribe.Wait) int { return cmp.Compare(b.Age, a.Age) })
 
 	p := w.c.scheduler.ff.Pipeline()
 	byName := map[string]*ScannerStats{}
