@@ -12,27 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Named consumers.
-//
-// A named consumer (Options.Consumer) keeps its position in the database,
-// in ff_stream_consumer, one row per stream and name. An event is
-// acknowledged when the consumer asks for the next one (Next, or the next
-// turn of an All loop), and when it closes the stream: Close acknowledges
-// every event Next returned. The stream stores the acknowledged position
-// with each batch the consumer has acknowledged, at most every
-// ConsumerSaveInterval, and once more at Close; a consumer that crashes
-// gets again, on its next subscription, the events after its last stored
-// position (at least once across crashes, exactly once across Close).
-//
-// While a consumer's position is younger than its maximum lag
-// (Options.ConsumerMaxLag), outbox retention keeps every event it has not
-// acknowledged. Past that, retention deletes as usual, and the consumer's
-// next subscription (or its running stream, at the end of a batch) fails
-// with a *GapError.
-//
-// A name is attached to at most one stream at a time (a session advisory
-// lock on the stream's reading connection): a second subscription with the
-// same name fails with ErrConsumerBusy.
+// Named consumers: see the package documentation.
 
 // ErrConsumerBusy is returned when a stream subscribes with the name of a
 // consumer another stream is attached to.

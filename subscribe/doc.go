@@ -83,6 +83,65 @@
 // deliver again the rows with event_id <= E that sort after it in that batch
 // (only those repeats; never fewer events).
 //
+// A stream catching up does not pay a query per tick: it reads a run of
+// consecutive ticks together when none but the first has transactions that
+// were in progress at the tick before and finished by its own. The run's
+// rows are then the first batch's finished transactions (by exact id) and
+// one range, [xmax of the older snapshot, xmax of the run's last tick),
+// less the transactions each tick saw in progress within its own span; in
+// (xact_id, event_id) order that range is the order of the batches, since
+// each batch's rows lie in its own span. Each row still carries its own
+// batch's cursor: a stream that reads ticks in runs and one that walked them
+// one by one deliver the same events in the same order with the same
+// cursors.
+//
+// # Gaps
+//
+// Outbox retention (executions.Store.TrimOutboxTx) records what it deletes
+// in ff_outbox_trim: per trimming transaction, runs of the deleted rows'
+// transaction ids that span no transaction still running then, with the
+// count and the ranges of event ids and times. A stream checks them when it
+// subscribes and at the end of each run of batches: a run holding a
+// transaction the stream's position has not seen means events were
+// deleted before the stream read them, and the stream fails with a
+// *GapError (ErrGap) saying how many (at most) and which. It is terminal:
+// the stream never carries on past the hole. A stream from the beginning
+// has no gap by definition (its beginning is wherever retention left it).
+// The check is conservative: a consumer whose position is inside a batch
+// that retention trimmed after it read part of it gets the error too.
+//
+// # Named consumers
+//
+// A named consumer (Options.Consumer) keeps its position in the database,
+// in ff_stream_consumer, one row per stream and name. An event is
+// acknowledged when the consumer asks for the next one (Next, or the next
+// turn of an All loop), and when it closes the stream: Close acknowledges
+// every event Next returned. The stream stores the acknowledged position
+// (the end of the newest batch acknowledged entirely, or the last
+// acknowledged event) at most every ConsumerSaveInterval and once more at
+// Close; a consumer that crashes gets again, on its next subscription, the
+// events after its last stored position: exactly once across Close, at
+// least once across a crash. A new subscription with the name resumes
+// after the stored position, whatever Start says.
+//
+// While a consumer's position is younger than its maximum lag
+// (Options.ConsumerMaxLag), outbox retention keeps every event it has not
+// acknowledged (every row not visible in the position's older snapshot).
+// Past that, retention deletes as usual, and the consumer's next
+// subscription, or its running stream, fails with a *GapError.
+//
+// A name is attached to at most one stream at a time (a session advisory
+// lock on the stream's reading connection, taken again on reconnect): a
+// second subscription with the same name fails with ErrConsumerBusy.
+//
+// # Saying why a stream waits
+//
+// A transaction that wrote to the outbox and stays open holds back its own
+// events, nothing else. Options.OnWait hears about each such writer once it
+// has been open for WaitNoticeAfter, naming the session (pid, application,
+// database, state, age; or a prepared transaction's gid), and again when it
+// ends. OpenWriters is the same lookup for other tools (ffctl status).
+//
 // # Filters and partitions
 //
 // Options.Partitions restricts a stream to a set of partitions (all by

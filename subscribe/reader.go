@@ -82,6 +82,13 @@ type reader[E any] struct {
 	// batch of span[k], built when first needed.
 	span    []tick
 	batches []ff.Batch
+	// laterIDs are the transactions that finished at a later tick of the
+	// run than its first, having been in progress at the tick before;
+	// laterTick their tick's index in the run. heldRows are their rows,
+	// read ahead in batch order, not yet delivered.
+	laterIDs  []int64
+	laterTick []int
+	heldRows  []heldRow[E]
 	// excl are the transactions of the run's range that were still in
 	// progress at the tick whose span they fall in: their rows belong to
 	// a later batch.
@@ -724,18 +731,45 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		if err != nil || !ok {
 			return false, err // !ok: no transaction finished since from
 		}
-		// Read on with the following ticks already known, while none of
-		// them needs an exact-id lookup of its own.
+		// Read on with the following ticks already known. The rows of the
+		// transactions that finished at a later tick of the run, having
+		// been in progress at the one before, are read first and held
+		// in memory to be slotted in before their batch's range rows;
+		// when there are more than a page of them, the run stops before
+		// the first such tick.
 		run := append(r.span[:0], t)
+		later := r.laterIDs[:0]
+		r.laterTick = r.laterTick[:0]
+		cut := 0
 		for len(r.ticks) > 0 && len(run) < tickBatch {
 			next, prev := r.ticks[0], run[len(run)-1].snap
-			if !prev.Before(next.snap) || slices.ContainsFunc(prev.Xip, next.snap.Visible) {
+			if !prev.Before(next.snap) {
 				break
+			}
+			for _, x := range prev.Xip {
+				if next.snap.Visible(x) {
+					later = append(later, x)
+					r.laterTick = append(r.laterTick, len(run))
+				}
+			}
+			if cut == 0 && len(later) > 0 {
+				cut = len(run)
 			}
 			run = append(run, next)
 			r.ticks = r.ticks[1:]
 		}
+		r.laterIDs = later
 		r.beginRun(r.from, run, position{})
+		if len(later) > 0 {
+			ok, err := r.loadHeld(ctx, q)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				r.ticks = append(slices.Clone(run[cut:]), r.ticks...)
+				r.beginRun(r.from, run[:cut], position{})
+			}
+		}
 	}
 
 	// First the rows of done's transactions (all below from.Xmax), then the
@@ -784,13 +818,20 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		pos.xact, pos.event = r.dec.position()
 		b := r.batch
 		if len(r.span) > 1 {
-			b = r.batchOf(r.tickOf(pos.xact))
+			k := r.tickOf(pos.xact)
+			if !held {
+				r.flushHeld(k, &last)
+			}
+			b = r.batchOf(k)
 			r.dec.setBatch(b)
 		}
 		if ev, ok := r.dec.event(); ok {
 			r.scratch = append(r.scratch, ev)
 			last = b.Cursor(pos.xact, pos.event)
 		}
+	}
+	if !held && n < r.cfg.pageSize {
+		r.flushHeld(len(r.span), &last) // the range is done: the rest
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -835,6 +876,75 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		// Ticks already taken are read at once (a stream catching up);
 		// otherwise the stream waits for a wake-up or its poll.
 		return len(r.ticks) > 0 || r.ticksFull, nil
+	}
+}
+
+// heldRow is a decoded row of a transaction that finished at a later tick
+// of the run, waiting for its place.
+type heldRow[E any] struct {
+	k   int
+	ev  E
+	cur ff.Cursor
+}
+
+// loadHeld reads the rows of laterIDs into heldRows, in batch order; ok is
+// false (and nothing is kept) when there are more than a page of them.
+func (r *reader[E]) loadHeld(ctx context.Context, q *pgx.Conn) (ok bool, err error) {
+	query := r.heldSQL
+	r.args = append(r.args[:0], r.laterIDs, r.to.Xmax, int64(0), int64(0), r.cfg.pageSize+1)
+	r.args = append(r.args, r.filterArgs...)
+	if r.skip {
+		query = r.heldSkip
+		r.args = append(r.args, r.skipArg)
+	}
+	tickOf := make(map[int64]int, len(r.laterIDs))
+	for i, x := range r.laterIDs {
+		tickOf[x] = r.laterTick[i]
+	}
+	rows, err := q.Query(ctx, query, r.args...)
+	if err != nil {
+		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
+	}
+	defer rows.Close()
+	r.heldRows = r.heldRows[:0]
+	dest := r.dec.dest()
+	n := 0
+	for rows.Next() {
+		if n++; n > r.cfg.pageSize {
+			clear(r.heldRows)
+			r.heldRows = r.heldRows[:0]
+			return false, nil
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return false, dbutil.MapErr(err, "subscribe: decoding "+r.table.name)
+		}
+		x, e := r.dec.position()
+		k := tickOf[x]
+		b := r.batchOf(k)
+		r.dec.setBatch(b)
+		if ev, ok := r.dec.event(); ok {
+			r.heldRows = append(r.heldRows, heldRow[E]{k: k, ev: ev, cur: b.Cursor(x, e)})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
+	}
+	slices.SortStableFunc(r.heldRows, func(a, b heldRow[E]) int { return a.k - b.k })
+	return true, nil
+}
+
+// flushHeld moves the held rows of the run's ticks up to k into the page
+// being delivered: within a batch they precede the range rows.
+func (r *reader[E]) flushHeld(k int, last *ff.Cursor) {
+	i := 0
+	for i < len(r.heldRows) && r.heldRows[i].k <= k {
+		r.scratch = append(r.scratch, r.heldRows[i].ev)
+		*last = r.heldRows[i].cur
+		i++
+	}
+	if i > 0 {
+		clear(r.heldRows[:i])
+		r.heldRows = r.heldRows[:copy(r.heldRows, r.heldRows[i:])]
 	}
 }
 

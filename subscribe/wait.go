@@ -9,16 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Saying why a stream waits.
-//
-// A stream delivers a transaction's events once it has finished, and only
-// then: a transaction that wrote to the outbox and stays open holds back its
-// own events (nothing else). Options.OnWait hears about each such writer
-// that has been open for WaitNoticeAfter, once when the stream notices it
-// and once when it ends (Wait.Done), so a consumer can say what it waits
-// for. The stream looks at most every WaitNoticeAfter, and only while it
-// has nothing to read.
-
 // WaitNoticeAfter is how long a writer of the outbox must have been open
 // before a stream reports it, and how often an idle stream looks.
 const WaitNoticeAfter = time.Second
