@@ -131,8 +131,11 @@
 // subscription, or its running stream, fails with a *GapError.
 //
 // A name is attached to at most one stream at a time (a session advisory
-// lock on the stream's reading connection, taken again on reconnect): a
-// second subscription with the same name fails with ErrConsumerBusy.
+// lock on the stream's reading connection): a second subscription with the
+// same name fails with ErrConsumerBusy. A stream that lost its connection
+// takes the lock again when it reconnects, and keeps retrying while the
+// name is still held (the server may not have noticed the lost session
+// yet).
 //
 // # Saying why a stream waits
 //

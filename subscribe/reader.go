@@ -61,8 +61,8 @@ type reader[E any] struct {
 	gapSQL     string // ff_outbox_trim runs not visible in a snapshot
 	heldSQL    string // rows of done's transactions
 	rangeSQL   string // rows of [from.Xmax, to.Xmax) visible in to
-	heldSkip   string // heldSQL with the legacy skip rule
-	rangeSkip  string // rangeSQL with the legacy skip rule
+	heldSkip   string // heldSQL with the start point's skip rule
+	rangeSkip  string // rangeSQL with the start point's skip rule
 	filterArgs []any
 
 	from, to ff.Snapshot
@@ -71,14 +71,14 @@ type reader[E any] struct {
 	ticks    []tick // ticks after from, read ahead
 	// ticksFull says the last read of ticks was full: more may follow.
 	ticksFull bool
-	batch     ff.Batch // NewBatch(from, to) while inBatch
+	batch     ff.Batch // the batch of the span's first tick, while inBatch
 	inBatch   bool
-	done      []int64   // from.Xip \ to.Xip: finished between the snapshots
+	done      []int64   // the transactions of from.Xip finished by the span's first tick
 	pos       position  // every row of the batch at or before pos is dealt with
 	last      ff.Cursor // cursor of the last delivered event (or the start)
 
 	// span is the ticks of the current read, oldest first (to is the last):
-	// consecutive batches read together, see begin. batches[k] is the
+	// consecutive batches read together, see beginRun. batches[k] is the
 	// batch of span[k], built when first needed.
 	span    []tick
 	batches []ff.Batch
@@ -613,8 +613,10 @@ func (r *reader[E]) run(ctx context.Context, sess *session) error {
 		var err error
 		retry := true
 		if sess == nil {
+			// A named consumer whose name is still held (by the server
+			// session of the connection just lost, until the server
+			// notices) keeps trying like any failed reconnect.
 			sess, err = r.connect(ctx)
-			retry = !errors.Is(err, ErrConsumerBusy)
 		}
 		if sess != nil {
 			err = r.serve(ctx, sess, func() {
