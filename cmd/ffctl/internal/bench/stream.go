@@ -151,6 +151,13 @@ func Stream(ctx context.Context, env *Env, o StreamOptions) ([]Result, error) {
 		idle[where] = stats
 	}
 
+	// Replay of what the latency runs wrote: events committed live by
+	// concurrent writers, across thousands of ticks.
+	rp, err := streamReplay(ctx, env, pool, schema)
+	if err != nil {
+		return nil, fmt.Errorf("stream bench (replay): %w", err)
+	}
+
 	env.Logger.InfoContext(ctx, "bench stream: catch-up", "events", o.CatchUp)
 	cu, err := streamCatchUp(ctx, env, pool, schema, o.CatchUp)
 	if err != nil {
@@ -188,6 +195,9 @@ func Stream(ctx context.Context, env *Env, o StreamOptions) ([]Result, error) {
 				Target: "≤ 50 ms", Met: met(st.p99 <= streamP99Target)})
 	}
 	results = append(results, []Result{
+		{Scenario: "stream", Figure: fmt.Sprintf("replay from the start of the %d events the latency runs committed live, over %d ticks", rp.events, rp.ticks),
+			Value: rp.rate, Unit: "events/s", Baseline: "the bulk catch-up below", BaselineValue: cu.rate, Ratio: ratioF(rp.rate, cu.rate),
+			Note: fmt.Sprintf("%d events over %d ticks in %.2f s.", rp.events, rp.ticks, rp.elapsed.Seconds())},
 		{Scenario: "stream", Figure: fmt.Sprintf("catch-up of %d events", o.CatchUp), Value: cu.rate, Unit: "events/s",
 			Target: fmt.Sprintf("≥ %d", catchUpTarget), Met: met(cu.rate >= catchUpTarget), Note: cu.note()},
 		{Scenario: "stream", Figure: "reader peak heap growth while catching up", Value: cu.peakGrowthMiB, Unit: "MiB",
@@ -611,6 +621,34 @@ FROM generate_series($1::int, $2::int) g`, lo, hi, time.Now().UnixMilli()); err 
 		live1MiB: growth(live1), live2MiB: growth(live2),
 		allocMiB: mib(allocs1 - allocs0), gcs: gcs1 - gcs0, samples: nsamples,
 	}, nil
+}
+
+// replayStats summarises the replay run.
+type replayStats struct {
+	events, ticks int
+	elapsed       time.Duration
+	rate          float64
+}
+
+// streamReplay drains, from the beginning, the events the latency runs
+// wrote: committed live by concurrent writers while streams took ticks, so
+// the reader walks thousands of ticks, most with transactions that were in
+// progress at the tick before.
+func streamReplay(ctx context.Context, env *Env, pool *pgxpool.Pool, schema string) (replayStats, error) {
+	var st replayStats
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_lease_event), (SELECT count(*) FROM ff_stream_tick)`).
+		Scan(&st.events, &st.ticks); err != nil {
+		return st, fmt.Errorf("counting: %w", err)
+	}
+	env.Logger.InfoContext(ctx, "bench stream: replay of the latency runs' events", "events", st.events, "ticks", st.ticks)
+	var consumed atomic.Int64
+	start := time.Now()
+	if err := drain(ctx, pool, schema, st.events, env, &consumed); err != nil {
+		return st, err
+	}
+	st.elapsed = time.Since(start)
+	st.rate = float64(st.events) / st.elapsed.Seconds()
+	return st, nil
 }
 
 // drain reads n events from the beginning of the lease stream, checking

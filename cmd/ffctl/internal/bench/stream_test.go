@@ -11,7 +11,7 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 
-// The stream scenario runs end to end at a tiny size and yields its nine
+// The stream scenario runs end to end at a tiny size and yields its ten
 // rows with sane values; the figures themselves are for ffctl bench, not for
 // assertions here.
 func TestStreamScenarioRunsSmall(t *testing.T) {
@@ -30,8 +30,8 @@ func TestStreamScenarioRunsSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	if len(results) != 9 {
-		t.Fatalf("%d rows, want 9: %+v", len(results), results)
+	if len(results) != 10 {
+		t.Fatalf("%d rows, want 10: %+v", len(results), results)
 	}
 	for _, r := range results {
 		if r.Scenario != "stream" || r.Figure == "" || r.Unit == "" {
@@ -57,10 +57,13 @@ func TestStreamScenarioRunsSmall(t *testing.T) {
 	if !strings.Contains(results[3].Figure, "another database") || !strings.Contains(results[5].Figure, "outbox") {
 		t.Errorf("idle rows: %q, %q", results[3].Figure, results[5].Figure)
 	}
-	if r := results[7]; r.Unit != "events/s" || r.Value <= 0 || r.Met == nil || !strings.Contains(r.Figure, "3000 events") {
+	if r := results[7]; r.Unit != "events/s" || r.Value <= 0 || !strings.Contains(r.Figure, "replay") {
+		t.Errorf("replay row: %+v", r)
+	}
+	if r := results[8]; r.Unit != "events/s" || r.Value <= 0 || r.Met == nil || !strings.Contains(r.Figure, "3000 events") {
 		t.Errorf("catch-up row: %+v", r)
 	}
-	if r := results[8]; r.Unit != "MiB" || r.Value < 0 || r.BaselineValue <= 0 || r.Met == nil {
+	if r := results[9]; r.Unit != "MiB" || r.Value < 0 || r.BaselineValue <= 0 || r.Met == nil {
 		t.Errorf("heap row: %+v", r)
 	}
 
