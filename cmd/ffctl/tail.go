@@ -48,7 +48,9 @@ type tailFlags struct {
 func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("ffctl tail", "",
 		"Streams the lease history (--stream leases) or completions (--stream completions) in\n"+
-			"commit-safe order, one line per event, until interrupted, --max-events or --idle-exit.\n"+
+			"commit order, one line per event, until interrupted, --max-events or --idle-exit. A\n"+
+			"transaction that wrote events and stays open delays only its own; after a second tail\n"+
+			"says on stderr which session it is.\n"+
 			"Without --from-start, --cursor or --since it starts from now. With --cursor-file it resumes\n"+
 			"after the cursor stored there, and stores each printed event's cursor, so a restart neither\n"+
 			"skips nor repeats events (at most the last line printed before a crash comes again).\n"+
@@ -78,7 +80,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"only events whose instance tag has this value, given as `key=value` (only the value is compared)")
 	fs.StringVar(&f.format, "format", "text", "output `format`: text or json (one object per line)")
 	fs.IntVar(&f.maxEvents, "max-events", 0, "exit after `n` events (0: no limit)")
-	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never)")
+	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never), saying so when events still wait for an open writer")
 
 	var opts subscribe.Options
 	f.now = time.Now
