@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +276,37 @@ func TestTailConsumer(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT max_lag_ms FROM ff_stream_consumer WHERE name = 'ops'`).Scan(&lag); err != nil ||
 		lag != (7*24*time.Hour).Milliseconds() {
 		t.Fatalf("stored max lag %d, %v", lag, err)
+	}
+}
+
+// While a transaction that wrote an event stays open, tail says on stderr
+// which session its event waits for, and --idle-exit says so when it exits.
+func TestTailSaysWhatItWaitsFor(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
+		VALUES ($1, 'acquired', 1, 0)`, uuid.NewString()); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := runTail(ctx, []string{"--from-start", "--idle-exit", "4s", "--database-url", testdb.URL(), "--schema", db.Schema},
+		&stdout, &stderr)
+	if code != cli.ExitOK || stdout.Len() != 0 {
+		t.Fatalf("exit %d, stdout %q", code, stdout.String())
+	}
+	who := "pid " + strconv.Itoa(pid) + " (xid "
+	for _, want := range []string{"waiting for an open writer", "exiting while events still wait for an open writer", who} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
 	}
 }
