@@ -30,6 +30,11 @@ const (
 	MaxConsumerName = 63
 )
 
+// idleSaveInterval is the least time between two stores of a consumer's
+// position when it only moved from one batch end to a later one, with no
+// event acknowledged in between.
+const idleSaveInterval = time.Second
+
 // ackState is what the consumer has acknowledged, shared by the Stream
 // (which writes it in Next and Close) and the reader (which stores it).
 type ackState struct {
@@ -60,6 +65,8 @@ type consumerState struct {
 	sent    int64     // events handed to the Stream
 	saved   ff.Cursor // the position last stored
 	savedAt time.Time
+	// savedCount is how many events were acknowledged when it was.
+	savedCount int64
 	// ends are the ends of the batches the reader finished and the
 	// consumer has not acknowledged entirely, oldest first: once it has
 	// acknowledged sent events, it is past the batch.
@@ -185,12 +192,18 @@ func (r *reader[E]) saveConsumer(ctx context.Context, q *pgx.Conn, force bool) e
 	if c == nil {
 		return nil
 	}
+	_, count := c.ack.get() // before the position: never more than it covers
 	pos := r.ackedPosition()
 	if pos == c.saved && !c.savedAt.IsZero() {
 		return nil
 	}
-	if !force && time.Since(c.savedAt) < ConsumerSaveInterval {
-		return nil
+	if !force {
+		since := time.Since(c.savedAt)
+		// A caught-up consumer's position moves with every tick; storing
+		// that once a second is enough (its lag stays under a second).
+		if since < ConsumerSaveInterval || (since < idleSaveInterval && count == c.savedCount) {
+			return nil
+		}
 	}
 	var from ff.Snapshot
 	if b, ok := pos.Batch(); ok {
@@ -214,7 +227,7 @@ func (r *reader[E]) saveConsumer(ctx context.Context, q *pgx.Conn, force bool) e
 		c.maxLag.Milliseconds()); err != nil {
 		return dbutil.MapErr(err, "subscribe: storing consumer "+c.name+"'s position")
 	}
-	c.saved, c.savedAt = pos, time.Now()
+	c.saved, c.savedAt, c.savedCount = pos, time.Now(), count
 	return nil
 }
 

@@ -118,7 +118,8 @@
 // turn of an All loop), and when it closes the stream: Close acknowledges
 // every event Next returned. The stream stores the acknowledged position
 // (the end of the newest batch acknowledged entirely, or the last
-// acknowledged event) at most every ConsumerSaveInterval and once more at
+// acknowledged event) at most every ConsumerSaveInterval (every second
+// while it only moves over batches without events) and once more at
 // Close; a consumer that crashes gets again, on its next subscription, the
 // events after its last stored position: exactly once across Close, at
 // least once across a crash. A new subscription with the name resumes
