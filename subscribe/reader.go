@@ -99,6 +99,9 @@ type reader[E any] struct {
 	skip    bool
 	skipArg int64
 
+	// maxSQLExcl is maxSQLExcl (tests lower it).
+	maxSQLExcl int
+
 	// startFrom is the older snapshot of the first batch.
 	startFrom ff.Snapshot
 	// consumer is the named consumer's state; nil for an anonymous stream.
@@ -116,7 +119,8 @@ type reader[E any] struct {
 
 func newReader[E any](cfg config, t table[E], connCfg *pgx.ConnConfig) *reader[E] {
 	logger := cfg.logger.With("stream", t.name)
-	return &reader[E]{cfg: cfg, table: t, dec: t.newDecoder(logger), connCfg: connCfg, logger: logger, waits: map[waitKey]Wait{}}
+	return &reader[E]{cfg: cfg, table: t, dec: t.newDecoder(logger), connCfg: connCfg, logger: logger,
+		waits: map[waitKey]Wait{}, maxSQLExcl: maxSQLExcl}
 }
 
 // tick is a row of ff_stream_tick.
@@ -471,6 +475,28 @@ func (r *reader[E]) beginRun(from ff.Snapshot, run []tick, pos position) {
 		}
 		lo = t.snap.Xmax
 	}
+	// excl is ascending: each tick's span lies above the one before.
+}
+
+// maxSQLExcl is the most exclusions the range query takes as a parameter.
+// Postgres compares each row with every element of a parameter array (it
+// hashes only constant arrays), so a long run's exclusions are applied by
+// the reader instead: their rows are few, since only the transactions
+// that committed between the tick and the query have visible rows.
+const maxSQLExcl = 32
+
+// sqlExcl returns the exclusions the range query applies itself.
+func (r *reader[E]) sqlExcl() []int64 {
+	if len(r.excl) > r.maxSQLExcl {
+		return []int64{}
+	}
+	return r.excl
+}
+
+// excluded reports whether x is one of the run's exclusions.
+func (r *reader[E]) excluded(x int64) bool {
+	_, found := slices.BinarySearch(r.excl, x)
+	return found
 }
 
 // batchOf returns the batch of the run's k-th tick.
@@ -787,9 +813,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	case held:
 		query, ids = r.heldSQL, r.done
 	case skip:
-		query, ids = r.rangeSkip, r.excl
+		query, ids = r.rangeSkip, r.sqlExcl()
 	default:
-		query, ids = r.rangeSQL, r.excl
+		query, ids = r.rangeSQL, r.sqlExcl()
 	}
 	pos := r.pos
 	if !held && pos.less(rangeStart) {
@@ -818,6 +844,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		}
 		n++
 		pos.xact, pos.event = r.dec.position()
+		if !held && r.excluded(pos.xact) {
+			continue // it belongs to a later batch
+		}
 		b := r.batch
 		if len(r.span) > 1 {
 			k := r.tickOf(pos.xact)

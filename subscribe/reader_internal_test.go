@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/jackc/pgx/v5"
 )
 
 // newTestReader starts a reader on db without its goroutine, so a test can
@@ -128,5 +129,86 @@ func TestBuildSQL(t *testing.T) {
 	}
 	if got := r.filterArgs[0].([]int32); len(got) != 2 || got[0] != 2 || got[1] != 4 {
 		t.Errorf("partitions %v, want [2 4]", got)
+	}
+}
+
+// A reader that reads ticks in runs and applies the exclusions itself
+// (more than the range query takes) delivers what a reader that walked
+// the ticks one by one delivered, with the same cursors.
+func TestRunsWithExclusionsInTheReader(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	live, lsess := newTestReader(t, db, Options{Start: StartBeginning})
+	var got []LeaseEvent
+	step := func() {
+		t.Helper()
+		for {
+			more, err := live.readPage(ctx, lsess.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for len(live.out) > 0 {
+				got = append(got, (<-live.out).events...)
+			}
+			if !more {
+				return
+			}
+		}
+	}
+	begin := func() pgx.Tx {
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if _, err := tx.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key, namespace)
+			SELECT gen_random_uuid()::text, 'renewed', g, 0, 'mine' FROM generate_series(1, 3) g`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	var open []pgx.Tx
+	for range 6 {
+		open = append(open, begin(), begin())
+		insertRows(t, db, 2, "mine")
+		step() // a tick while the round's transactions are open
+		// Commit an older one and a newer one, out of order.
+		for _, i := range []int{len(open) - 1, 0} {
+			if err := open[i].Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			open = slices.Delete(open, i, i+1)
+		}
+		step()
+	}
+	for _, tx := range open {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step()
+	step()
+	if want := 6 * (2*3 + 2); len(got) != want {
+		t.Fatalf("the live reader got %d events, want %d", len(got), want)
+	}
+
+	again, asess := newTestReader(t, db, Options{Start: StartBeginning})
+	again.maxSQLExcl = 0
+	var replay []LeaseEvent
+	for reads := 0; len(replay) < len(got) && reads < 1000; reads++ {
+		if _, err := again.readPage(ctx, asess.q); err != nil {
+			t.Fatal(err)
+		}
+		for len(again.out) > 0 {
+			replay = append(replay, (<-again.out).events...)
+		}
+	}
+	if len(replay) != len(got) {
+		t.Fatalf("second reader: %d events, want %d", len(replay), len(got))
+	}
+	for i := range got {
+		if replay[i].EventID != got[i].EventID || replay[i].Cursor != got[i].Cursor {
+			t.Fatalf("event %d: %d %#v, the live reader's %d %#v", i, replay[i].EventID, replay[i].Cursor, got[i].EventID, got[i].Cursor)
+		}
 	}
 }
