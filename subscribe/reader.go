@@ -71,11 +71,14 @@ type reader[E any] struct {
 	ticks    []tick // ticks after from, read ahead
 	// ticksFull says the last read of ticks was full: more may follow.
 	ticksFull bool
-	batch     ff.Batch // the batch of the span's first tick, while inBatch
-	inBatch   bool
-	done      []int64   // the transactions of from.Xip finished by the span's first tick
-	pos       position  // every row of the batch at or before pos is dealt with
-	last      ff.Cursor // cursor of the last delivered event (or the start)
+	// started says the current batch is the start point's (not one read
+	// from the ticks): later ticks may already wait.
+	started bool
+	batch   ff.Batch // the batch of the span's first tick, while inBatch
+	inBatch bool
+	done    []int64   // the transactions of from.Xip finished by the span's first tick
+	pos     position  // every row of the batch at or before pos is dealt with
+	last    ff.Cursor // cursor of the last delivered event (or the start)
 
 	// span is the ticks of the current read, oldest first (to is the last):
 	// consecutive batches read together, see beginRun. batches[k] is the
@@ -440,6 +443,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 // begin starts the batch (from, to) at pos.
 func (r *reader[E]) begin(from, to ff.Snapshot, pos position) {
 	r.beginRun(from, []tick{{snap: to, atMs: r.toAtMs}}, pos)
+	r.started = true
 }
 
 // beginRun starts reading the batches of the ticks run, which follow from,
@@ -904,9 +908,12 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		if r.consumer != nil {
 			r.consumer.finished(ff.NewBatch(r.from, r.from).Cursor(0, 0))
 		}
-		// Ticks already taken are read at once (a stream catching up);
+		// Ticks already taken, or not looked for yet after the start
+		// point's batch, are read at once (a stream catching up);
 		// otherwise the stream waits for a wake-up or its poll.
-		return len(r.ticks) > 0 || r.ticksFull, nil
+		more := len(r.ticks) > 0 || r.ticksFull || r.started
+		r.started = false
+		return more, nil
 	}
 }
 
