@@ -18,8 +18,9 @@
 //     AddWorkers, PeriodicJobs and Queues merged into the application's own
 //     river.Config (or Configure, which does the three). The guarantees are
 //     the binaries': ffriver's jobs use their own queues (ff_scan, ff_apply),
-//     never River's "default", and every item action commits its transition,
-//     its outbox rows and its job's completion in one transaction.
+//     never River's "default", and every item action commits its transition
+//     and its outbox rows in one transaction (River completes the job after
+//     it, with its batch completer).
 //
 // When embedding, register ffriver's workers on every River client that can
 // become leader (River's rescuer discards stuck jobs of kinds its leader
@@ -75,6 +76,13 @@ type Config struct {
 	OutboxRetention time.Duration
 	// JobTimeout of ffriver's jobs (default 30 s).
 	JobTimeout time.Duration
+	// GroupSize is the most item jobs of one grouped kind (the built-in
+	// expire, promote and deadline) a process applies in one transaction
+	// (default workers.DefaultGroupSize; 1 applies every item alone).
+	GroupSize int
+	// GroupLanes is how many such group transactions per kind a process
+	// runs at once (default workers.DefaultGroupLanes).
+	GroupLanes int
 	// Clock for every *_ms timestamp (default ff.SystemClock).
 	Clock ff.Clock
 	// Logger for the pipeline's warnings (default: discard).
@@ -158,6 +166,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	env := workers.NewEnv(store, cfg.Logger)
 	if cfg.JobTimeout > 0 {
 		env.JobTimeout = cfg.JobTimeout
+	}
+	if cfg.GroupSize < 0 || cfg.GroupLanes < 0 {
+		return nil, ff.Validationf("group", "GroupSize %d and GroupLanes %d must not be negative", cfg.GroupSize, cfg.GroupLanes)
+	}
+	if cfg.GroupSize > 0 {
+		env.GroupSize = cfg.GroupSize
+	}
+	if cfg.GroupLanes > 0 {
+		env.GroupLanes = cfg.GroupLanes
 	}
 	p, err := workers.NewPipeline(env, plugins, cfg.Filter, cfg.Scanners)
 	if err != nil {

@@ -11,23 +11,28 @@
 //	    SQL); items already in flight skipped (inflight.go); one item job
 //	    each, unique while in flight; a partition that filled the batch
 //	    re-enqueues its scan after its last candidate
-//	item job (ff.expire_attempt, …) apply.go    queue ff_apply
-//	  └ Apply: one transaction: lock and recheck, transition, outbox rows
-//	    (the action, items.go → package executions), river.JobCompleteTx,
-//	    commit; then the outbox waker is poked
+//	item job (ff.expire_attempt, …) engine.go   queue ff_apply
+//	  └ the kind's engine: one transaction (shared by up to a group of
+//	    concurrent jobs of a grouped kind): lock and recheck, transition,
+//	    outbox rows (the action, items.go → package executions), commit;
+//	    the outbox waker is poked; River's batch completer completes the
+//	    job after Work returns
 //	ff.advance {hop}                cascader.go one hop of a flow's cascade,
 //	                                inserted by the terminal transition itself
 //
 // Files: pipeline.go (workers, periodic jobs, queues, backlog), plugin.go
 // (Plugin, Item: a scanner and its item kinds as one value), items.go (each
-// built-in item kind wired to its executions action), apply.go (the one
-// per-item execution path every item kind goes through), outputs.go (River
+// built-in item kind wired to its executions action), apply.go (the item
+// worker), engine.go (the apply engine: the one execution path every item
+// kind goes through, group apply), outputs.go (River
 // job outputs), inflight.go (the in-flight check mirroring River's unique
 // key), cascader.go (the insert-only River client of executions.Store).
 //
-// Every level inserts the next and completes its own River job in one
-// transaction, so a process killed anywhere leaves nothing half-done and
-// River retries the job. Each action rechecks its row under a lock, so a
+// Ticks and scans insert the next level and complete their own River job
+// in one transaction; an item commits its transition and outbox rows, and
+// River completes its job afterwards (a job re-run after a crash between
+// the two finds its row already changed: no_op). A process killed anywhere
+// leaves nothing half-done and River retries the job. Each action rechecks its row under a lock, so a
 // duplicate job, a rescued job or a second scheduler changes nothing the
 // second time: the action reports no_op, orphaned or skipped_locked as its
 // River job output (visible in River UI) instead of failing.
@@ -45,11 +50,10 @@
 //
 // # The apply engine
 //
-// Today each item is its own transaction that also completes its River job
-// (JobCompleteTx). DESIGN §2 moves to group apply: several items of one
-// kind share one transaction, a failing item rolls back and retries alone,
-// and River's batch completer completes the jobs after the commit; the
-// transition and its outbox rows still commit together. That engine
-// replaces Apply; every item kind reaches it through the same Action
-// signature.
+// engine.go: items of grouped kinds (the built-in expire, promote and
+// deadline) share transactions, a failing item rolls back to its savepoint
+// and is retried alone, and River's batch completer completes the jobs
+// after the commit; the transition and its outbox rows still commit
+// together. Group size and lanes are explained there (DefaultGroupSize,
+// DefaultGroupLanes).
 package workers

@@ -23,6 +23,12 @@ type Env struct {
 	// after it; River's rescuer re-runs a job stuck longer than the
 	// client's RescueStuckJobsAfter).
 	JobTimeout time.Duration
+	// GroupSize is the most item jobs of one grouped kind applied in one
+	// transaction (default DefaultGroupSize; 1 disables grouping).
+	GroupSize int
+	// GroupLanes is how many group transactions of one kind a process runs
+	// at once (default DefaultGroupLanes).
+	GroupLanes int
 }
 
 // DefaultJobTimeout is Env.JobTimeout unless set.
@@ -33,7 +39,7 @@ func NewEnv(store *executions.Store, logger *slog.Logger) *Env {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Env{Store: store, Logger: logger, JobTimeout: DefaultJobTimeout}
+	return &Env{Store: store, Logger: logger, JobTimeout: DefaultJobTimeout, GroupSize: DefaultGroupSize, GroupLanes: DefaultGroupLanes}
 }
 
 // Pool is the store's pool.

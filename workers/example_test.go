@@ -58,8 +58,8 @@ ORDER BY c.created_at_ms, c.execution_id
 LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs { return boostArgs{ID: id} })
 }
 
-// boost is the item's action, run by workers.Apply in the transaction that
-// completes its job.
+// boost is the item's action, run by the apply engine in the item's
+// transaction.
 func (s starvationBoost) boost(ctx context.Context, tx pgx.Tx, env *workers.Env, a boostArgs) (workers.Output, error) {
 	// Lock and recheck: the execution may have been claimed, boosted or
 	// deleted since the scan; another transaction may hold it.

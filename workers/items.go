@@ -19,15 +19,15 @@ func builtinItems() map[string][]Item {
 		scanners.AttemptTimeout: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireAttemptArgs) (Output, error) {
 			out, err := env.Store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
 			return Output{Outcome: out}, err
-		})},
+		}, Grouped())},
 		scanners.DelayedPromoter: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.PromoteDelayedArgs) (Output, error) {
 			out, err := env.Store.PromoteDelayedTx(ctx, tx, a.ID)
 			return Output{Outcome: out}, err
-		})},
+		}, Grouped())},
 		scanners.ExecutionDeadline: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireDeadlineArgs) (Output, error) {
 			out, err := env.Store.ExpireDeadlineTx(ctx, tx, a.ID)
 			return Output{Outcome: out}, err
-		})},
+		}, Grouped())},
 		scanners.EdgeCancelDispatcher: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.CancelGroupArgs) (Output, error) {
 			r, err := env.Store.DispatchCancelGroupTx(ctx, tx, groupKey(a.GroupKey))
 			return Output{Outcome: r.Outcome, Detail: r}, err

@@ -30,16 +30,35 @@ type Item struct {
 // Kind is the item's River job kind.
 func (i Item) Kind() string { return i.kind }
 
+// ItemOption configures an item kind in ItemOf.
+type ItemOption func(*itemConfig)
+
+type itemConfig struct{ grouped bool }
+
+// Grouped lets concurrent jobs of the kind share a transaction (the apply
+// engine's group apply, engine.go): fn must then touch only its own
+// execution's rows, lock them without waiting (SKIP LOCKED or NOWAIT), and
+// keep no state across calls, since the items of a group run one after the
+// other in one transaction and a failing one is rolled back to a savepoint.
+func Grouped() ItemOption { return func(c *itemConfig) { c.grouped = true } }
+
 // ItemOf returns the item of job args type T (a struct type: its zero
 // value's Kind names the kind) whose action is fn, called with the
-// pipeline's Env. Its worker runs fn through Apply: one transaction with
-// the job's completion, River output from the returned Output, retries
-// with a short backoff, validation errors cancelling the job.
-func ItemOf[T river.JobArgs](fn func(ctx context.Context, tx pgx.Tx, env *Env, args T) (Output, error)) Item {
+// pipeline's Env. Its worker runs fn through the apply engine: the
+// transition and its outbox rows in one transaction (shared with other jobs
+// of the kind when Grouped), River output from the returned Output, the job
+// completed by River after the commit, retries with a short backoff,
+// validation errors cancelling the job.
+func ItemOf[T river.JobArgs](fn func(ctx context.Context, tx pgx.Tx, env *Env, args T) (Output, error), opts ...ItemOption) Item {
 	var zero T
+	var cfg itemConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	return Item{kind: zero.Kind(), add: func(workers *river.Workers, env *Env) error {
 		action := func(ctx context.Context, tx pgx.Tx, args T) (Output, error) { return fn(ctx, tx, env, args) }
-		if err := river.AddWorkerSafely(workers, &itemWorker[T]{env: env, action: action}); err != nil {
+		w := &itemWorker[T]{env: env, engine: newEngine(env, action, cfg.grouped)}
+		if err := river.AddWorkerSafely(workers, w); err != nil {
 			return fmt.Errorf("ffriver: adding the worker of item kind %s: %w", zero.Kind(), err)
 		}
 		return nil

@@ -11,7 +11,7 @@ import (
 )
 
 // inTx runs fn in a transaction on env's pool (ticks and scans; items run
-// through Apply); fn commits nothing itself.
+// through their engine); fn commits nothing itself.
 func inTx(ctx context.Context, env *Env, fn func(pgx.Tx) error) error {
 	tx, err := env.Pool().Begin(ctx)
 	if err != nil {

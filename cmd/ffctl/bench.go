@@ -40,6 +40,8 @@ func runBench(ctx context.Context, args []string) int {
 	leases := fs.Int("leases", 20_000, "expire: expired `leases` to drain")
 	clients := fs.Int("clients", 32, "expire: `clients` of the raw pipelined ceiling")
 	applyWorkers := fs.Int("apply-workers", 0, "expire, lag, idle with --idle-inprocess: apply `workers` of the pipeline's worker process (default: ffworker's)")
+	groupSize := fs.Int("group-size", 0, "expire, lag: most item jobs of one kind per transaction in the worker (default: ffriver's; 1: no grouping)")
+	groupLanes := fs.Int("group-lanes", 0, "expire, lag: group transactions per kind at once in the worker (default: ffriver's)")
 	fetchCooldown := fs.Duration("fetch-cooldown", 0, "expire, lag, idle with --idle-inprocess: override River's fetch cooldown of the pipeline's processes (default: ffriver's)")
 	fetchPoll := fs.Duration("fetch-poll-interval", 0, "expire, lag, idle with --idle-inprocess: override River's fetch poll interval of the pipeline's processes (default: ffriver's)")
 	expiriesPerSec := fs.Int("expiries-per-sec", 1000, "lag: lease expiries per second")
@@ -59,6 +61,9 @@ func runBench(ctx context.Context, args []string) int {
 		}
 		if *expiriesPerSec < 1 || *lagDuration <= 0 || *idleDuration <= 0 {
 			return cli.Usagef("--expiries-per-sec, --lag-duration and --idle-duration must be positive")
+		}
+		if *groupSize < 0 || *groupSize > 10000 || *groupLanes < 0 || *groupLanes > 1000 {
+			return cli.Usagef("--group-size must be in 0..10000 and --group-lanes in 0..1000 (0: ffriver's default)")
 		}
 		if *eventsPerSec < 1 || *streamDuration <= 0 || *catchUp < 1 || *wakeInterval <= 0 {
 			return cli.Usagef("--events-per-sec, --stream-duration, --catchup-events and --wake-interval must be positive")
@@ -96,7 +101,7 @@ func runBench(ctx context.Context, args []string) int {
 	machine := bench.Machine(ctx, pool)
 	pool.Close()
 
-	pipe := bench.PipelineOptions{ApplyWorkers: *applyWorkers, FetchCooldown: *fetchCooldown, FetchPollInterval: *fetchPoll}
+	pipe := bench.PipelineOptions{ApplyWorkers: *applyWorkers, GroupSize: *groupSize, GroupLanes: *groupLanes, FetchCooldown: *fetchCooldown, FetchPollInterval: *fetchPoll}
 	env := &bench.Env{URL: common.DatabaseURL, Logger: logger, Keep: *keep}
 	var results []bench.Result
 	for _, s := range scenarios {

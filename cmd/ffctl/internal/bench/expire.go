@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -164,22 +166,23 @@ func checkExpired(ctx context.Context, pool *pgxpool.Pool, n int) error {
 
 // pipelineDrain is the outcome of one pipeline drain.
 type pipelineDrain struct {
-	leases   int
-	warmup   int
-	rate     float64       // leases / (last commit - start of the first tick that found them)
-	tickWait time.Duration // from the leases' expiry to the start of that tick
-	drain    time.Duration // from the start of that tick to the last commit
-	items    int           // ff.expire_attempt jobs completed
-	scans    int           // ff.scan jobs of attempt_timeout completed
-	dups     int           // item jobs the scans found already in flight
-	cfg      string
+	leases                int
+	warmup                int
+	rate                  float64       // leases / (last commit - start of the first tick that found them)
+	tickWait              time.Duration // from the leases' expiry to the start of that tick
+	drain                 time.Duration // from the start of that tick to the last commit
+	items                 int           // ff.expire_attempt jobs completed
+	scans                 int           // ff.scan jobs of attempt_timeout completed
+	dups                  int           // item jobs the scans found already in flight
+	cfg                   string
+	groupSize, groupLanes int
 }
 
 func (d pipelineDrain) note() string {
 	return fmt.Sprintf("%d leases, all expiring at one instant while the pipeline runs (%s), after a warm-up drain of %d; the next attempt_timeout tick started %.0f ms after the expiry; "+
 		"the figure is leases / (last expired event committed − start of that tick) = %.2f s; counting the wait for the tick too: %.0f leases/s. "+
-		"%d scan jobs, %d item jobs (one transaction each: lock + recheck, transition, outbox rows, JobCompleteTx), %d item inserts skipped as already in flight.",
-		d.leases, d.cfg, d.warmup, float64(d.tickWait)/1e6, d.drain.Seconds(), float64(d.leases)/(d.tickWait+d.drain).Seconds(), d.scans, d.items, d.dups)
+		"%d scan jobs, %d item jobs (applied in group transactions of up to %d per kind, %d lanes: lock + recheck, transition, outbox rows; completed by River's batch completer), %d item inserts skipped as already in flight.",
+		d.leases, d.cfg, d.warmup, float64(d.tickWait)/1e6, d.drain.Seconds(), float64(d.leases)/(d.tickWait+d.drain).Seconds(), d.scans, d.items, d.groupSize, d.groupLanes, d.dups)
 }
 
 // expirePipeline measures ffriver's pipeline: the scheduler and the worker
@@ -228,6 +231,7 @@ func expirePipeline(ctx context.Context, env *Env, pool *pgxpool.Pool, schema st
 	d.warmup = warm
 	d.items, d.scans, d.dups = after[0]-before[0], after[1]-before[1], after[2]-before[2]
 	d.cfg = p.describe()
+	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, workers.DefaultGroupSize), cmp.Or(o.Pipeline.GroupLanes, workers.DefaultGroupLanes)
 	return d, nil
 }
 

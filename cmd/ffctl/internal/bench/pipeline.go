@@ -35,6 +35,9 @@ type PipelineOptions struct {
 	// Scanners overrides settings by scanner name (default: none, every
 	// built-in scanner runs with its defaults, as in the binaries).
 	Scanners map[string]scanners.Settings
+	// GroupSize and GroupLanes of the worker's apply engine (0: ffriver's
+	// defaults, workers.DefaultGroupSize and DefaultGroupLanes).
+	GroupSize, GroupLanes int
 	// FetchCooldown and FetchPollInterval override ffriver's River fetch
 	// settings of both processes when non-zero.
 	FetchCooldown, FetchPollInterval time.Duration
@@ -102,7 +105,7 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 			return nil, err
 		}
 		pr := &proc{name: name, pool: pool}
-		cfg := ffriver.Config{Schema: schema, Logger: logger}
+		cfg := ffriver.Config{Schema: schema, Logger: logger, GroupSize: o.GroupSize, GroupLanes: o.GroupLanes}
 		// As the binaries: the scheduler ticks, the worker watches for ticks.
 		po := ffriver.ProcessOptions{Role: ffriver.Worker, TickStaleAfter: workerTickStaleAfter,
 			Client: ffriver.ClientOptions{ScanWorkers: scan, ApplyWorkers: apply, Logger: logger},

@@ -1,0 +1,326 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// The apply engine: how item jobs reach the database.
+//
+// Each item is its own River job, and its transition commits with its
+// outbox rows in one transaction. What that transaction does not do is
+// complete the River job: River's batch completer completes it after Work
+// returns, many jobs per statement. A process that dies between the commit
+// and the completion leaves the job running; River's rescuer runs it again
+// and the action, which rechecks the row under its lock, finds it already
+// changed and records no_op. Every action is idempotent and fenced for that
+// reason (see the executions package).
+//
+// Items of a grouped kind (Grouped: the built-in expire, promote and
+// deadline) share transactions. Concurrent Work calls of one kind queue
+// their jobs in the kind's engine; at most GroupLanes of them lead at a
+// time, each leader taking up to GroupSize queued jobs (its own first)
+// into one transaction and waking the others with their results. Nothing
+// waits for a group to fill: a lone item runs alone at once, and groups
+// form only when items arrive faster than a lane commits, which is exactly
+// when sharing the commit (its WAL flush, with synchronous_commit on) pays.
+// So there is no flush interval.
+//
+// Group size and lanes, measured by ffctl bench expire on the 2-core
+// reference machine (README): lanes bound the transactions in flight per
+// kind; two keep one committing while the other works, more only added lock
+// and CPU contention on 2 cores. A group of 64 matches the default worker
+// count, so one lane can take every job River has handed the process; larger
+// groups were not faster (the commit is amortised already) and hold their
+// row locks longer.
+//
+// A failing item never takes its group with it: when an action returns an
+// error the group's transaction is rolled back and the group is run again
+// with a savepoint around each item, so the failing item's changes are
+// rolled back alone, the others commit, and only the failing job is retried
+// by River. An item whose row is locked elsewhere does not wait (the
+// actions lock with SKIP LOCKED) and records skipped_locked.
+
+// DefaultGroupSize is Env.GroupSize unless set.
+const DefaultGroupSize = 64
+
+// DefaultGroupLanes is Env.GroupLanes unless set.
+const DefaultGroupLanes = 2
+
+// itemBegin begins an item transaction with generic plans forced for
+// its statements, in the BEGIN's own round trip (SET LOCAL ends with the
+// transaction). An item runs a handful of key lookups and single-row writes
+// whose custom plans Postgres would otherwise re-plan at every execution:
+// planning was about a quarter of the server's CPU per item (ffctl bench
+// expire, perf).
+const itemBegin = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+
+// errItem marks an error of one item of a group (its action failed), as
+// opposed to an error of the group's transaction.
+type errItem struct{ err error }
+
+func (e *errItem) Error() string { return e.err.Error() }
+func (e *errItem) Unwrap() error { return e.err }
+
+// entry is one job waiting in an engine.
+type entry[T river.JobArgs] struct {
+	job *river.Job[T]
+	out Output
+	err error
+	// done receives false when out/err are set by a leader, true when the
+	// entry is handed a lane to lead its own group.
+	done chan bool
+	// lead is set (under the engine's lock) when the entry is handed a lane
+	// instead of a result.
+	lead bool
+	// taken is set (under the engine's lock) when a leader took the entry
+	// into its group: from then on only the leader finishes it.
+	taken bool
+}
+
+// engine applies the jobs of one item kind.
+type engine[T river.JobArgs] struct {
+	env     *Env
+	action  Action[T]
+	grouped bool
+
+	mu      sync.Mutex
+	pending []*entry[T]
+	lanes   int // leaders running
+}
+
+func newEngine[T river.JobArgs](env *Env, action Action[T], grouped bool) *engine[T] {
+	return &engine[T]{env: env, action: action, grouped: grouped}
+}
+
+func (g *engine[T]) size() int {
+	if g.env.GroupSize > 0 {
+		return g.env.GroupSize
+	}
+	return DefaultGroupSize
+}
+
+func (g *engine[T]) maxLanes() int {
+	if g.env.GroupLanes > 0 {
+		return g.env.GroupLanes
+	}
+	return DefaultGroupLanes
+}
+
+// work applies job, alone or in a group, and returns what River should
+// record: nil, a JobCancel for invalid input, or the action's error.
+func (g *engine[T]) work(ctx context.Context, job *river.Job[T]) error {
+	e := &entry[T]{job: job, done: make(chan bool, 1)}
+	if !g.grouped || g.size() <= 1 {
+		g.run(ctx, []*entry[T]{e})
+		return g.finish(ctx, e)
+	}
+	g.mu.Lock()
+	g.pending = append(g.pending, e)
+	leading := g.lanes < g.maxLanes()
+	if leading {
+		g.lanes++
+		e.lead = true
+	}
+	g.mu.Unlock()
+	if !leading {
+		select {
+		case leading = <-e.done:
+		case <-ctx.Done():
+			g.mu.Lock()
+			if !e.taken && !e.lead {
+				g.remove(e)
+				g.mu.Unlock()
+				return fmt.Errorf("waiting for a group transaction: %w", ctx.Err())
+			}
+			g.mu.Unlock()
+			// Taken by a leader, or handed a lane: wait for that.
+			leading = <-e.done
+		}
+	}
+	if leading {
+		g.lead(ctx, e)
+	}
+	return g.finish(ctx, e)
+}
+
+// lead runs own's group as one of the kind's lanes, then hands the lane to
+// a waiting entry or gives it up.
+func (g *engine[T]) lead(ctx context.Context, own *entry[T]) {
+	g.mu.Lock()
+	group := g.take(own)
+	g.mu.Unlock()
+	g.run(ctx, group)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lanes--
+	// Hand the lane on, so queued jobs never wait for a new arrival.
+	for _, w := range g.pending {
+		if g.lanes >= g.maxLanes() {
+			break
+		}
+		if !w.lead {
+			w.lead = true
+			g.lanes++
+			w.done <- true
+		}
+	}
+}
+
+// take removes own and up to size-1 other pending entries (not leading
+// themselves) from pending, for own's group. Called with mu held.
+func (g *engine[T]) take(own *entry[T]) []*entry[T] {
+	group := []*entry[T]{own}
+	own.taken = true
+	rest := g.pending[:0]
+	for _, w := range g.pending {
+		switch {
+		case w == own:
+		case len(group) < g.size() && !w.lead:
+			w.taken = true
+			group = append(group, w)
+		default:
+			rest = append(rest, w)
+		}
+	}
+	clear(g.pending[len(rest):])
+	g.pending = rest
+	return group
+}
+
+// remove drops e from pending. Called with mu held.
+func (g *engine[T]) remove(e *entry[T]) {
+	for i, w := range g.pending {
+		if w == e {
+			g.pending = append(g.pending[:i], g.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// run applies group in one transaction and sets every entry's result. The
+// transaction runs on a context detached from the leader's cancellation
+// (the leader carries other jobs) but bounded by the job timeout.
+func (g *engine[T]) run(ctx context.Context, group []*entry[T]) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.env.JobTimeout)
+	defer cancel()
+	err := g.runTx(gctx, group, false)
+	var ie *errItem
+	if errors.As(err, &ie) && len(group) > 1 {
+		// One item failed: redo the group with each item in a savepoint,
+		// so that item alone rolls back.
+		for _, e := range group {
+			e.out, e.err = Output{}, nil
+		}
+		err = g.runTx(gctx, group, true)
+	}
+	processed := false
+	for _, e := range group {
+		if err != nil && e.err == nil {
+			e.err = err
+		}
+		if e.err == nil && e.out.Outcome == executions.Processed {
+			processed = true
+		}
+		if e.err != nil {
+			var ie *errItem
+			if errors.As(e.err, &ie) {
+				e.err = ie.err
+			}
+		}
+	}
+	if processed {
+		g.env.Store.Waker().Poke()
+	}
+	// The first entry is the leader's own (or the only one): its goroutine
+	// is the caller. The others wait for done.
+	for _, e := range group[1:] {
+		e.done <- false
+	}
+}
+
+// runTx is one attempt at a group's transaction. Without savepoints the
+// first failing item aborts it (an *errItem); with them, a failing item
+// is rolled back to its savepoint and keeps its error, and the rest
+// commit.
+func (g *engine[T]) runTx(ctx context.Context, group []*entry[T], savepoints bool) error {
+	tx, err := g.env.Pool().BeginTx(ctx, pgx.TxOptions{BeginQuery: itemBegin})
+	if err != nil {
+		return dbutil.MapErr(err, "begin")
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, e := range group {
+		if !savepoints {
+			if e.out, e.err = g.applyOne(ctx, tx, e); e.err != nil {
+				return &errItem{e.err}
+			}
+			continue
+		}
+		if _, err := tx.Exec(ctx, "SAVEPOINT ff_item"); err != nil {
+			return dbutil.MapErr(err, "savepoint")
+		}
+		e.out, e.err = g.applyOne(ctx, tx, e)
+		release := "RELEASE SAVEPOINT ff_item"
+		if e.err != nil {
+			release = "ROLLBACK TO SAVEPOINT ff_item"
+		}
+		if _, err := tx.Exec(ctx, release); err != nil {
+			return dbutil.MapErr(err, "savepoint")
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		for _, e := range group {
+			e.err = nil
+		}
+		return dbutil.MapErr(err, "commit")
+	}
+	return nil
+}
+
+// applyOne runs one item's action in tx. An Output.Then successor needs the
+// job completed first, in tx, since it may carry the same unique arguments.
+func (g *engine[T]) applyOne(ctx context.Context, tx pgx.Tx, e *entry[T]) (Output, error) {
+	out, err := g.action(ctx, tx, e.job.Args)
+	if err != nil {
+		return Output{}, err
+	}
+	if out.Then != nil {
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, e.job); err != nil {
+			return Output{}, dbutil.MapErr(err, "completing job")
+		}
+		opts := &river.InsertOpts{Queue: e.job.Queue, MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+		if _, _, err := insertMany(ctx, tx, []river.InsertManyParams{{Args: out.Then, InsertOpts: opts}}); err != nil {
+			return Output{}, err
+		}
+	}
+	return out, nil
+}
+
+// finish turns e's result into what Work returns, in the job's own
+// goroutine (River's output is recorded on the job's context).
+func (g *engine[T]) finish(ctx context.Context, e *entry[T]) error {
+	job := e.job
+	if e.err != nil {
+		if errors.Is(e.err, ff.ErrValidation) {
+			g.env.Logger.WarnContext(ctx, "ffriver: item job cancelled: invalid input", "kind", job.Kind, "job_id", job.ID, "error", e.err)
+			return river.JobCancel(e.err)
+		}
+		g.env.Logger.WarnContext(ctx, "ffriver: item action failed; River retries it", "kind", job.Kind, "job_id", job.ID,
+			"attempt", job.Attempt, "max_attempts", job.MaxAttempts, "error", e.err)
+		return e.err
+	}
+	if err := river.RecordOutput(ctx, e.out); err != nil {
+		return fmt.Errorf("recording job output: %w", err)
+	}
+	return nil
+}

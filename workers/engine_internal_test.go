@@ -1,0 +1,160 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// engineFixture is a store with n executions whose leases have expired.
+type engineFixture struct {
+	ctx   context.Context
+	db    *testdb.DB
+	store *executions.Store
+	clock *ff.ManualClock
+	ids   []ff.ExecutionID
+}
+
+func newEngineFixture(t *testing.T, n int) *engineFixture {
+	t.Helper()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	clock := ff.NewManualClock(1_700_000_000_000)
+	store, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &engineFixture{ctx: ctx, db: db, store: store, clock: clock}
+	for i := range n {
+		lane := fmt.Sprintf("lane-%d", i)
+		if _, err := store.Create(ctx, executions.CreateParams{Lane: lane}); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := store.Claim(ctx, executions.ClaimParams{Lane: lane, WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Second})
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("claim: %d leases, %v", len(ls), err)
+		}
+		f.ids = append(f.ids, ls[0].ID)
+	}
+	clock.Advance(2 * time.Second)
+	return f
+}
+
+// group returns one engine entry per id, as River would hand them over.
+func (f *engineFixture) group(ids ...ff.ExecutionID) []*entry[jobs.ExpireAttemptArgs] {
+	var out []*entry[jobs.ExpireAttemptArgs]
+	for i, id := range ids {
+		job := &river.Job[jobs.ExpireAttemptArgs]{JobRow: &rivertype.JobRow{ID: int64(i + 1), Kind: jobs.KindExpireAttempt, Attempt: 1},
+			Args: jobs.ExpireAttemptArgs{ID: id}}
+		out = append(out, &entry[jobs.ExpireAttemptArgs]{job: job, done: make(chan bool, 1)})
+	}
+	return out
+}
+
+// expired returns id's count of lease "expired" events and the
+// (top-level) transaction that wrote the last of them.
+func (f *engineFixture) expired(t *testing.T, id ff.ExecutionID) (events int, xact string) {
+	t.Helper()
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*), COALESCE(max(xact_id)::text, '') FROM ff_lease_event
+		WHERE execution_id = $1 AND partition_key = $2 AND event_type = 'expired'`, id.UUID.String(), int32(id.Partition)).Scan(&events, &xact); err != nil {
+		t.Fatal(err)
+	}
+	return events, xact
+}
+
+// A group in which one item fails commits the others in one transaction,
+// and the failing item's own writes (done before it failed) roll back.
+func TestGroupFailingItemRollsBackAlone(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t, 4)
+	poison := f.ids[2]
+	env := NewEnv(f.store, nil)
+	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+		out, err := f.store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+		if err == nil && a.ID == poison {
+			err = errors.New("poisoned after its writes")
+		}
+		return Output{Outcome: out}, err
+	}, true)
+	group := f.group(f.ids...)
+	g.run(f.ctx, group)
+
+	var xact string
+	for i, e := range group {
+		n, x := f.expired(t, f.ids[i])
+		if f.ids[i] == poison {
+			if e.err == nil || n != 0 {
+				t.Errorf("poisoned item: err %v, %d expired events; want its error and nothing written", e.err, n)
+			}
+			continue
+		}
+		if e.err != nil || e.out.Outcome != executions.Processed || n != 1 {
+			t.Errorf("item %d: %v, %s, %d expired events; want processed with one event", i, e.err, e.out.Outcome, n)
+		}
+		if xact == "" {
+			xact = x
+		} else if x != xact {
+			t.Errorf("item %d committed by transaction %s, item 0 by %s: want one group transaction", i, x, xact)
+		}
+	}
+	// The failed item alone, retried (here: without the poison) is applied
+	// once; the others re-run find nothing to do.
+	g2 := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+		out, err := f.store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+		return Output{Outcome: out}, err
+	}, true)
+	again := f.group(f.ids...)
+	g2.run(f.ctx, again)
+	for i, e := range again {
+		want := executions.NoOp
+		if f.ids[i] == poison {
+			want = executions.Processed
+		}
+		if n, _ := f.expired(t, f.ids[i]); e.err != nil || e.out.Outcome != want || n != 1 {
+			t.Errorf("re-run item %d: %v, %s, %d expired events; want %s with one event in all", i, e.err, e.out.Outcome, n, want)
+		}
+	}
+}
+
+// An item whose execution is locked elsewhere records skipped_locked without
+// waiting, and the rest of its group commits.
+func TestGroupLockedItemDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t, 3)
+	blocker, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(f.ctx) }()
+	locked := f.ids[1]
+	if _, err := blocker.Exec(f.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, locked.Partition, locked.UUID); err != nil {
+		t.Fatal(err)
+	}
+	env := NewEnv(f.store, nil)
+	env.JobTimeout = 5 * time.Second
+	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+		out, err := f.store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+		return Output{Outcome: out}, err
+	}, true)
+	group := f.group(f.ids...)
+	g.run(f.ctx, group)
+	for i, e := range group {
+		want, wantEvents := executions.Processed, 1
+		if f.ids[i] == locked {
+			want, wantEvents = executions.SkippedLocked, 0
+		}
+		if n, _ := f.expired(t, f.ids[i]); e.err != nil || e.out.Outcome != want || n != wantEvents {
+			t.Errorf("item %d: %v, %s, %d expired events; want %s, %d", i, e.err, e.out.Outcome, n, want, wantEvents)
+		}
+	}
+}
