@@ -35,7 +35,7 @@ import (
 const (
 	// QueueScan carries ticks and partition scans: cheap, read-mostly jobs.
 	QueueScan = "ff_scan"
-	// QueueApply carries the per-item actions, one transaction each.
+	// QueueApply carries the per-item actions (one River job per item).
 	QueueApply = "ff_apply"
 )
 

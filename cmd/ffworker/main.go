@@ -57,7 +57,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Stdout = stdout
 	fs.Getenv = getenv
 	o := &options{common: cli.AddCommon(fs)}
-	fs.IntVar(&o.applyConc, "concurrency", 16, "`workers` for the apply queue: per-item actions, one transaction each")
+	fs.IntVar(&o.applyConc, "concurrency", 16, "`workers` for the apply queue: per-item actions (expire, promote and deadline items share transactions)")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
