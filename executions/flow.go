@@ -276,7 +276,7 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 		}
 		found++
 		if ff.IsTerminalPhase(phase) {
-			outcomes[u] = outcomeOfPublic(public)
+			outcomes[u] = OutcomeOf(public)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -334,8 +334,10 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	return nil
 }
 
-// outcomeOfPublic maps a terminal public_state to its completion outcome.
-func outcomeOfPublic(public string) string {
+// OutcomeOf maps a terminal public_state to its completion outcome
+// (completed: success; cancelled, expired, skipped: themselves; anything
+// else: failed), the outcome a hop of that upstream carries.
+func OutcomeOf(public string) string {
 	switch public {
 	case ff.PublicCompleted:
 		return ff.OutcomeSuccess
@@ -377,9 +379,13 @@ func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l 
 // completion "skipped", which cascades further. A group resolves once; later
 // outcomes are still counted but never re-resolve it.
 //
-// The group row is waited for at most 2 s (SET LOCAL lock_timeout): a stuck
-// hop returns a transient error (ff.ErrUnavailable) and its job retries,
-// while the other hops of the same completion are jobs of their own.
+// Locks are waited for at most 2 s (SET LOCAL lock_timeout): a hop stuck
+// behind a long lock returns a transient error (ff.ErrUnavailable, wrapping
+// Postgres's lock_not_available) and its ff.advance job snoozes and tries again
+// without spending an attempt, while the other hops of the same completion
+// are jobs of their own. A hop is never carried only by its job: the
+// upstream's edge stays without an outcome until this counts it, and the
+// dependency scanner enqueues such hops again (see scanners.DependencyScanner).
 func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error) {
 	if err := s.checkID(h.Upstream); err != nil {
 		return "", err
@@ -495,6 +501,11 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 // Cascader): it marks the event dispatched and enqueues one hop per
 // downstream edge of its execution through the Store's Cascader, in tx. An
 // event already dispatched, or of no flow, is a no-op; so is replaying it.
+//
+// The dependency scanner no longer needs it: it finds hops from the edges
+// themselves (an edge of a terminal upstream without an outcome), whether or
+// not anyone wrote or dispatched an event. It serves ff.dispatch_completion
+// jobs queued by earlier versions, and callers of its own.
 func (s *Store) DispatchCompletionTx(ctx context.Context, tx pgx.Tx, eventID int64) (Outcome, error) {
 	if s.cascader == nil {
 		return "", fmt.Errorf("dispatch completion %d: the store has no Cascader", eventID)

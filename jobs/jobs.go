@@ -10,6 +10,10 @@
 //	ff.dispatch_completion              one per item            queue ff_apply
 //	ff.advance                          one per flow hop        queue ff_apply
 //
+// No job is the only record of its work: each item is found again from the
+// data while it is due, so a lost, cancelled, discarded or deleted job
+// delays its work until a scan re-creates it, never loses it.
+//
 // Ticks and scans carry the scanner's batch size, its parameters and the
 // scanner filter chosen by the process that schedules them, so every process
 // that works a scan scans exactly as the scheduler was configured.
@@ -53,7 +57,8 @@ const (
 	// upstream's terminal outcome (a hop of the completion cascade).
 	KindAdvance = "ff.advance"
 	// KindDispatchCompletion dispatches one completion event that was
-	// written without its cascade (the dependency scanner's item).
+	// written without its cascade (the dependency scanner's item before
+	// it found hops from the edges; still worked for queued jobs).
 	KindDispatchCompletion = "ff.dispatch_completion"
 )
 

@@ -23,7 +23,8 @@ const DefaultBatch = 1000
 // (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50),
 // outbox_retention (every minute, batch 1,000, events older than
 // retention; 0 means DefaultOutboxRetention) and dependency (every 5 s, batch
-// 1,000, completion events undispatched for DefaultDependencyStale). Their
+// 1,000, flow hops uncounted DefaultDependencyStale after their upstream became
+// terminal). Their
 // item kinds and actions are registered with them by workers.Builtins.
 func Builtins(retention time.Duration) []Scanner {
 	return []Scanner{

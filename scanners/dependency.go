@@ -5,25 +5,32 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
-	"github.com/jackc/pgx/v5"
+	"github.com/google/uuid"
 )
 
-// DefaultDependencyStale is how old an undispatched completion event must be
-// before the dependency scanner dispatches it: ffriver's own terminal
-// transitions dispatch theirs at once, so the scanner only picks up events
-// of producers outside ffriver (and of stores without a Cascader).
+// DefaultDependencyStale is how long a flow hop may wait for its ff.advance
+// job before the dependency scanner enqueues it again: ffriver's own
+// terminal transitions enqueue their hops at once, so the scanner only picks
+// up hops whose job was lost (cancelled, discarded or deleted in River, or
+// never inserted: executions made terminal by plain SQL, or by a store
+// without a Cascader).
 const DefaultDependencyStale = 15 * time.Second
 
-// DependencyScanner dispatches completion events of flow members that
-// nobody dispatched: events written by producers outside ffriver (plain
-// SQL), or by a store without a Cascader, once older than the staleness
-// threshold. Each is dispatched once (executions.Store.DispatchCompletionTx
-// marks it; the River path never leaves one undispatched), by enqueueing
-// its hops. Item job: ff.dispatch_completion {event_id}. The scanner filter
-// applies to the event's namespace and instance_tag columns.
+// DependencyScanner finds the flow hops nobody counted from the data alone:
+// every ff_edge whose upstream is terminal (upstream_terminal_at_ms, written
+// by a trigger on ff_exec_core whoever makes the upstream terminal) while the
+// edge has no recorded outcome yet (upstream_outcome IS NULL), once it has
+// waited for the staleness threshold. Its item is the hop itself:
+// ff.advance {upstream, flow_id, downstream, outcome}, the outcome read from
+// the upstream's public_state, exactly as the Cascader inserts it (so a hop
+// whose job is still in flight, or snoozed waiting on a lock, is not
+// enqueued twice). Whatever happens to any River job, a hop stays due until
+// executions.Store.AdvanceTx has counted it. The scanner filter applies to
+// the upstream execution.
 type DependencyScanner struct {
 	stale time.Duration
 }
@@ -53,61 +60,82 @@ func (s *DependencyScanner) cutoff(params json.RawMessage, now int64) (int64, er
 	return ageCutoff(Dependency, s.stale, params, now)
 }
 
-// The undispatched-event predicate (index ff_completion_event_pending_dispatch_idx).
-const undispatchedSQL = `dispatched_at_ms IS NULL AND flow_id IS NOT NULL AND committed_at_ms < $1`
+// hopDueSQL is the due-hop predicate on ff_edge e joined with its upstream
+// ff_exec_core c (index ff_edge_hop_due_idx); $2 is the cutoff.
+const hopDueSQL = `e.upstream_outcome IS NULL AND e.upstream_terminal_at_ms IS NOT NULL AND e.upstream_terminal_at_ms < $2
+  AND c.lifecycle_phase IN ('terminal', 'cancelled')`
 
-// Due implements Scanner.
+// Due implements Scanner: the partitions with hops due, counted with the
+// predicate and filter of Scan.
 func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	ns, tag, ok := eventFilter(req.Filter)
-	if !ok {
-		return nil, nil
-	}
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
 		return nil, err
 	}
-	due, err := DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(committed_at_ms) FROM {S}ff_completion_event
-		WHERE `+undispatchedSQL+eventFilterSQL+` GROUP BY partition_key`), cutoff, ns, tag)
+	ns, tk, tv := filterArgs(req.Filter)
+	due, err := DueByPartition(ctx, q, req.SQL(`SELECT e.partition_key, count(*), min(e.upstream_terminal_at_ms)
+		FROM {S}ff_edge e
+		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
+		WHERE $1::smallint IS NULL -- Scan's partition: unused, so that ExecFilterSQL's $3..$5 line up
+		  AND `+hopDueSQL+ExecFilterSQL+`
+		GROUP BY e.partition_key`), nil, cutoff, ns, tk, tv)
 	for i := range due {
-		// An event is due once it has been undispatched for the threshold.
+		// A hop is due once it has waited for the threshold.
 		due[i].OldestMs += req.NowMs - cutoff
 	}
 	return due, err
 }
 
-// Scan implements Scanner: undispatched events of one partition in event_id
-// order after the previous scan's last one.
+// hopCursor is the keyset position of the dependency scanner.
+type hopCursor struct {
+	Ms   int64     `json:"ms"`
+	Edge uuid.UUID `json:"edge"`
+}
+
+// Scan implements Scanner: due hops of one partition, oldest first.
 func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
-	ns, tag, ok := eventFilter(req.Filter)
-	if !ok {
-		return ScanResult{}, nil
-	}
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
 		return ScanResult{}, err
 	}
-	var after int64
+	var afterMs *int64
+	var afterEdge *uuid.UUID
 	if len(req.After) > 0 {
-		if err := json.Unmarshal(req.After, &after); err != nil {
+		var c hopCursor
+		if err := json.Unmarshal(req.After, &c); err != nil {
 			return ScanResult{}, ff.Validationf("after", "not a dependency scan cursor: %v", err)
 		}
+		afterMs, afterEdge = &c.Ms, &c.Edge
 	}
-	rows, err := q.Query(ctx, req.SQL(`SELECT event_id FROM {S}ff_completion_event
-		WHERE `+undispatchedSQL+eventFilterSQL+` AND partition_key = $4 AND event_id > $5
-		ORDER BY event_id LIMIT $6`), cutoff, ns, tag, req.Partition, after, req.Limit)
+	ns, tk, tv := req.FilterArgs()
+	rows, err := q.Query(ctx, req.SQL(`SELECT e.upstream_eid, e.flow_id, e.downstream_eid, c.public_state, e.upstream_terminal_at_ms, e.edge_id
+		FROM {S}ff_edge e
+		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
+		WHERE e.partition_key = $1 AND `+hopDueSQL+ExecFilterSQL+`
+		  AND ($6::bigint IS NULL OR (e.upstream_terminal_at_ms, e.edge_id) > ($6::bigint, $7::uuid))
+		ORDER BY e.upstream_terminal_at_ms, e.edge_id
+		LIMIT $8`), req.Partition, cutoff, ns, tk, tv, afterMs, afterEdge, req.Limit)
 	if err != nil {
-		return ScanResult{}, dbutil.MapErr(err, "scanning undispatched completions")
+		return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return ScanResult{}, dbutil.MapErr(err, "scanning undispatched completions")
+	defer rows.Close()
+	var res ScanResult
+	var last hopCursor
+	for rows.Next() {
+		var up, flow, down uuid.UUID
+		var public string
+		if err := rows.Scan(&up, &flow, &down, &public, &last.Ms, &last.Edge); err != nil {
+			return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
+		}
+		res.Candidates++
+		res.Items = append(res.Items, jobs.AdvanceArgs{Upstream: ff.ExecutionID{Partition: req.Partition, UUID: up},
+			FlowID: flow, Downstream: down, Outcome: executions.OutcomeOf(public)})
 	}
-	res := ScanResult{Candidates: len(ids)}
-	for _, id := range ids {
-		res.Items = append(res.Items, jobs.DispatchCompletionArgs{EventID: id})
+	if err := rows.Err(); err != nil {
+		return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
 	}
-	if len(ids) > 0 {
-		res.Next, _ = json.Marshal(ids[len(ids)-1])
+	if res.Candidates > 0 {
+		res.Next, _ = json.Marshal(last)
 	}
 	return res, nil
 }

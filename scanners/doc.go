@@ -14,7 +14,7 @@
 //	edge_cancel_dispatcher.go  edge_cancel_dispatcher: flagged sibling-cancel groups → ff.cancel_group
 //	edge_cancel_reconciler.go  edge_cancel_reconciler: stale cancel groups → ff.reconcile_group
 //	outbox_retention.go        outbox_retention: old outbox events → ff.trim_outbox
-//	dependency.go              dependency: undispatched completions of flow members → ff.dispatch_completion
+//	dependency.go              dependency: flow hops left uncounted (edges of terminal upstreams) → ff.advance
 //
 // Their actions live in package executions (actions.go) and are wired to
 // their item kinds in workers/items.go.

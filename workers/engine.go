@@ -311,6 +311,11 @@ func (g *engine[T]) applyOne(ctx context.Context, tx pgx.Tx, e *entry[T]) (Outpu
 func (g *engine[T]) finish(ctx context.Context, e *entry[T]) error {
 	job := e.job
 	if e.err != nil {
+		var snooze *river.JobSnoozeError
+		if errors.As(e.err, &snooze) {
+			// Not a failure: River tries again later without spending an attempt.
+			return e.err
+		}
 		if errors.Is(e.err, ff.ErrValidation) {
 			g.env.Logger.WarnContext(ctx, "ffriver: item job cancelled: invalid input", "kind", job.Kind, "job_id", job.ID, "error", e.err)
 			return river.JobCancel(e.err)

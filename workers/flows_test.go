@@ -83,20 +83,23 @@ func TestFlowAnyOfCancelsSiblingsThroughRiver(t *testing.T) {
 	}
 }
 
-// A completion event written by plain SQL (an upstream engine) is picked up
-// by the dependency scanner once stale, and dispatched exactly once.
-func TestDependencyScannerDispatchesPlainSQLCompletions(t *testing.T) {
+// An upstream made terminal by plain SQL (an upstream engine's writer, with
+// its completion event or without one) is found from the data by the
+// dependency scanner once stale: its edge has no outcome, so the scanner
+// enqueues the hop, which is counted exactly once.
+func TestDependencyScannerAdvancesPlainSQLCompletions(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
 	flow := h.flow()
 	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	up2 := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
 	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down"})
-	h.depend(flow, down, []ff.ExecutionID{up}, executions.AllOf())
-	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = $1`, up.UUID)
+	h.depend(flow, down, []ff.ExecutionID{up, up2}, executions.AllOf())
+	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = ANY($1)`, []uuid.UUID{up.UUID, up2.UUID})
 	h.exec(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
 		VALUES ($1, $2, $3, 'success', NULL, NULL, $4)`, up.Partition, up.UUID, flow, time.Now().UnixMilli())
-	// Not yet stale by the scanner's clock (committed_at_ms is the
-	// database's clock): a tick runs and leaves it alone.
+	// Not yet stale by the scanner's clock (the trigger marked the edges
+	// with the database's clock): a tick runs and leaves them alone.
 	h.clock.Set(time.Now().UnixMilli())
 	h.client(true, nil)
 	h.await("a dependency tick", func() bool {
@@ -106,9 +109,47 @@ func TestDependencyScannerDispatchesPlainSQLCompletions(t *testing.T) {
 	h.clock.Set(time.Now().Add(time.Minute).UnixMilli())
 	h.awaitState(down, stWaiting)
 	h.await("jobs to settle", func() bool { return h.jobsSettled() })
-	if got := h.outcomes("ff.dispatch_completion"); !slices.Equal(got, []string{"processed"}) {
-		t.Fatalf("dispatch outcomes = %v, want one processed", got)
+	if got := h.outcomes("ff.advance"); !slices.Equal(got, []string{"processed", "processed"}) {
+		t.Fatalf("advance outcomes = %v, want two processed", got)
 	}
+	h.wantCounted(down, 2)
+}
+
+// A hop waiting on a long lock of its edge group is not spent by waiting:
+// its ff.advance job snoozes (no attempt, no error recorded) for as long as
+// the lock is held, then counts the upstream once.
+func TestFlowHopWaitingOnALockSnoozes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ffriver.Config{})
+	flow := h.flow()
+	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	h.depend(flow, down, []ff.ExecutionID{up}, executions.AllOf())
+	blocker, err := h.db.Pool.Begin(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(h.ctx) }()
+	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_edge_group WHERE downstream_eid = $1 FOR UPDATE`, down.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.st.Complete(h.ctx, h.claim("up", time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	h.client(true, nil)
+	h.await("the hop to snooze twice on the lock", func() bool {
+		return h.count(`SELECT COALESCE(max((metadata->>'snoozes')::int), 0) FROM river_job WHERE kind = 'ff.advance'`) >= 2
+	})
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND (cardinality(errors) > 0 OR state IN ('discarded', 'cancelled'))`); n != 0 {
+		t.Fatalf("%d ff.advance jobs spent attempts while waiting on the lock", n)
+	}
+	h.wantState(down, stBlocked)
+	if err := blocker.Rollback(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.awaitState(down, stWaiting)
+	h.await("jobs to settle", func() bool { return h.jobsSettled() })
+	h.wantCounted(down, 1)
 	if got := h.outcomes("ff.advance"); !slices.Equal(got, []string{"processed"}) {
 		t.Fatalf("advance outcomes = %v, want one processed", got)
 	}

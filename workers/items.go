@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 )
 
 // The built-in item kinds, each wired to its executions action: the one
@@ -37,6 +39,9 @@ func builtinItems() map[string][]Item {
 			return Output{Outcome: r.Outcome, Detail: r}, err
 		})},
 		scanners.OutboxRetention: {ItemOf(trimOutbox)},
+		// The dependency scanner's scans produce ff.advance jobs (flowItem,
+		// registered by every pipeline); ff.dispatch_completion is kept for
+		// jobs queued by earlier versions.
 		scanners.Dependency: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.DispatchCompletionArgs) (Output, error) {
 			out, err := env.Store.DispatchCompletionTx(ctx, tx, a.EventID)
 			return Output{Outcome: out}, err
@@ -46,14 +51,25 @@ func builtinItems() map[string][]Item {
 
 // flowItem is ff.advance, one hop of a flow's cascade
 // (executions.Store.AdvanceTx). Terminal transitions of flow members
-// enqueue it (Cascader), whichever scanners run, so every pipeline
-// registers it.
+// enqueue it (Cascader), and the dependency scanner enqueues it again for
+// hops left uncounted, so every pipeline registers it. A hop that waited for
+// a lock until AdvanceTx's lock_timeout snoozes (river.JobSnooze, which
+// spends no attempt) for AdvanceLockSnooze: waiting is never what discards
+// it.
 func flowItem() Item {
 	return ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.AdvanceArgs) (Output, error) {
 		out, err := env.Store.AdvanceTx(ctx, tx, executions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
+		if dbutil.IsLockTimeout(err) {
+			env.Logger.DebugContext(ctx, "ffriver: flow hop waits for a lock; snoozing", "upstream", a.Upstream, "downstream", a.Downstream, "error", err)
+			return Output{}, river.JobSnooze(AdvanceLockSnooze)
+		}
 		return Output{Outcome: out}, err
 	})
 }
+
+// AdvanceLockSnooze is how long an ff.advance job whose hop waited for a
+// lock (AdvanceTx waits up to 2 s) snoozes before trying again.
+const AdvanceLockSnooze = time.Second
 
 // trimOutbox deletes at most a batch of old events
 // (executions.Store.TrimOutboxTx) and, when it deleted a full batch,

@@ -126,3 +126,10 @@ func IsUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000" || pgErr.Code == "42883")
 }
+
+// IsLockTimeout reports whether err is Postgres's lock_not_available
+// (55P03): a lock_timeout ran out, or a NOWAIT lock was refused.
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
