@@ -1,6 +1,6 @@
 // Command ffctl is ffriver's operator CLI: it migrates a schema, tails the
-// outbox streams, shows the scanners' backlog, runs the demo and the
-// benchmarks.
+// outbox streams, shows the scanners' backlog, inspects, cancels and revokes
+// executions, runs the demo and the benchmarks.
 //
 //	ffctl <command> [flags]
 //	ffctl help [command]
@@ -38,6 +38,7 @@ var commands = []command{
 	demoCommand,
 	benchCommand,
 	statusCommand,
+	execCommand,
 }
 
 func main() {
