@@ -239,14 +239,16 @@ func TestRiverSchemaApart(t *testing.T) {
 		e, err := st.Get(ctx, id)
 		return err == nil && e.PublicState == "expired"
 	})
-	var items, events int
-	if err := riverdb.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverdb.Schema+`.river_job WHERE kind = $1 AND state = 'completed'`,
-		jobs.KindExpireAttempt).Scan(&items); err != nil {
-		t.Fatal(err)
-	}
-	if items != 1 {
-		t.Errorf("%d completed ff.expire_attempt jobs in River's schema, want 1", items)
-	}
+	// River completes the item's job after its transaction commits.
+	fftest.Await(t, 20*time.Second, "the item job completed in River's schema", func() bool {
+		var items int
+		if err := riverdb.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverdb.Schema+`.river_job WHERE kind = $1 AND state = 'completed'`,
+			jobs.KindExpireAttempt).Scan(&items); err != nil {
+			t.Fatal(err)
+		}
+		return items == 1
+	})
+	var events int
 	if err := ffdb.Pool.QueryRow(ctx, `SELECT count(*) FROM `+ffdb.Schema+`.ff_lease_event WHERE event_type = 'expired'`).Scan(&events); err != nil {
 		t.Fatal(err)
 	}

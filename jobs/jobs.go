@@ -179,6 +179,9 @@ type TickArgs struct {
 	// Params are the scanner's own settings (see scanners.ParamsProvider).
 	Params json.RawMessage `json:"params,omitempty"`
 	Filter *Filter         `json:"filter,omitempty"`
+	// SweepMs is the scanner's sweep period (scanners.Settings.Sweep) in
+	// milliseconds; 0: no scan cursor, every scan starts from the beginning.
+	SweepMs int64 `json:"sweep_ms,omitempty"`
 }
 
 // Kind implements river.JobArgs.
@@ -194,14 +197,23 @@ type ScanArgs struct {
 	Batch     int             `json:"batch"`
 	Params    json.RawMessage `json:"params,omitempty"`
 	Filter    *Filter         `json:"filter,omitempty"`
-	// After is the scanner's keyset cursor: a scan that filled its batch
-	// re-enqueues itself with the position of its last candidate, so a
-	// backlog drains without waiting for the next tick. Only a scan of one
-	// partition has one.
+	// After is the scanner's keyset cursor: a scan from the beginning that
+	// filled its batch re-enqueues itself with the position of its last
+	// candidate, so a backlog drains without waiting for the next tick.
+	// Only a scan of one partition has one.
 	After json.RawMessage `json:"after,omitempty"`
 	// Partitions are further partitions this scan covers after Partition,
 	// each scanned with the whole batch as its limit.
 	Partitions []int16 `json:"partitions,omitempty"`
+	// SweepMs is the tick's (TickArgs.SweepMs): with it, a scan without
+	// After starts from the partition's scan cursor, or from the beginning
+	// once a sweep period has passed.
+	SweepMs int64 `json:"sweep_ms,omitempty"`
+	// Round numbers the continuations of a scan that read from its cursor
+	// and filled its batch (each reads on from the cursor the previous one
+	// advanced); it keeps a continuation distinct from the job that
+	// inserts it.
+	Round int `json:"round,omitempty"`
 }
 
 // Kind implements river.JobArgs.

@@ -20,7 +20,7 @@ func (AttemptTimeoutScanner) Name() string { return AttemptTimeout }
 
 // Defaults implements Scanner.
 func (AttemptTimeoutScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: DefaultBatch}
+	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
 // Due implements Scanner (index ff_attempt_lease_due_idx).

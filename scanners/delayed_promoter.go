@@ -21,7 +21,7 @@ func (DelayedPromoterScanner) Name() string { return DelayedPromoter }
 
 // Defaults implements Scanner.
 func (DelayedPromoterScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: DefaultBatch}
+	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
 // Due implements Scanner (index ff_exec_core_delay_due_idx).

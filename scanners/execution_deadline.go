@@ -19,7 +19,7 @@ func (ExecutionDeadlineScanner) Name() string { return ExecutionDeadline }
 
 // Defaults implements Scanner.
 func (ExecutionDeadlineScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: DefaultBatch}
+	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
 // Due implements Scanner (index ff_exec_core_deadline_due_idx).

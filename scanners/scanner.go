@@ -55,6 +55,17 @@ type Settings struct {
 	// Disabled scanners get no periodic job; their workers are still
 	// registered, so jobs already queued are still worked.
 	Disabled bool
+	// Sweep, when positive, gives the scanner scan cursors: a scan of a
+	// partition reads on from the keyset position after the last item a
+	// scan enqueued (ScanResult.Next), so items still queued are not read
+	// again at every tick, and once per Sweep a scan starts from the
+	// beginning to find what the position passed over (an item whose River
+	// job was lost, cancelled or discarded; a row written with a due time
+	// behind the position). Such an item waits at most about one Sweep
+	// (two when its job vanished just after a sweep). The scanner's Scan
+	// must return its candidates in keyset order with Next set, as
+	// ScanExecutions does. 0: every scan starts from the beginning.
+	Sweep time.Duration
 }
 
 // Querier runs SQL; pgx.Tx and *pgxpool.Pool satisfy it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
@@ -327,5 +328,16 @@ func (g *engine[T]) finish(ctx context.Context, e *entry[T]) error {
 	if err := river.RecordOutput(ctx, e.out); err != nil {
 		return fmt.Errorf("recording job output: %w", err)
 	}
+	if e.out.Outcome == executions.SkippedLocked {
+		// The row is still due and another transaction holds it: the job
+		// stays in flight and tries again shortly (a snooze spends no
+		// attempt), rather than leaving the row to a later scan, which
+		// reads on from its cursor and would find it only at its next sweep.
+		return river.JobSnooze(LockedRetryAfter)
+	}
 	return nil
 }
+
+// LockedRetryAfter is how long an item job whose execution was locked by
+// another transaction (outcome skipped_locked) waits before it tries again.
+const LockedRetryAfter = time.Second

@@ -83,24 +83,44 @@ func TestItemOutcomes(t *testing.T) {
 		t.Errorf("vanished: %s", got)
 	}
 
-	// Locked by someone else: skipped, nothing written, then processed once
+	// Locked by someone else: skipped without waiting, nothing written, the
+	// job snoozed (still in flight, no attempt spent), then processed once
 	// the lock is gone.
 	blocker, err := h.db.Pool.Begin(h.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = blocker.Rollback(h.ctx) }) // a failing test must not leave the schema locked
 	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, exp.Partition, exp.UUID); err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "skipped_locked" {
-		t.Errorf("locked: %s", got)
+	res, err := c.Insert(h.ctx, jobs.ExpireAttemptArgs{ID: exp}, workers.ItemInsertOpts(ff.Filter{}))
+	if err != nil {
+		t.Fatal(err)
 	}
+	h.await("the locked item to snooze", func() bool {
+		row, err := c.JobGet(h.ctx, res.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// River's snooze gives the attempt back and re-queues the job.
+		return row.FinalizedAt == nil && row.State != rivertype.JobStateRunning && len(row.Output()) > 0 &&
+			outcomeOf(t, row) == "skipped_locked" && row.Attempt == 0
+	})
+	h.wantEvents(exp, []string{"acquired///1"}, nil)
 	if err := blocker.Rollback(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.wantEvents(exp, []string{"acquired///1"}, nil)
-	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "processed" {
-		t.Errorf("after unlock: %s", got)
+	var row *rivertype.JobRow
+	h.await("the snoozed item to finish", func() bool {
+		row, err = c.JobGet(h.ctx, res.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row.FinalizedAt != nil
+	})
+	if got := outcomeOf(t, row); got != "processed" || row.State != rivertype.JobStateCompleted {
+		t.Errorf("after unlock: %s, %s", row.State, got)
 	}
 	// Run twice: the second is a no-op and writes nothing.
 	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "no_op" {

@@ -36,6 +36,9 @@ type ScanOutput struct {
 	Inserted   int  `json:"items_inserted"`
 	Duplicates int  `json:"items_in_flight"`
 	Continued  bool `json:"continued"`
+	// Sweeps counts the partitions this scan read from the beginning
+	// instead of from their scan cursor (scanners.Settings.Sweep).
+	Sweeps int `json:"sweeps,omitempty"`
 }
 
 // TrimOutput is the River job output detail of an outbox trim.

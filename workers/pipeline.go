@@ -56,10 +56,16 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			if o.Batch != 0 {
 				st.Batch = o.Batch
 			}
+			if o.Sweep != 0 {
+				st.Sweep = o.Sweep
+			}
 			st.Disabled = st.Disabled || o.Disabled
 		}
 		if st.Interval < 10*time.Millisecond {
 			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
+		}
+		if st.Sweep < 0 {
+			return nil, ff.Validationf("scanner", "%s: sweep %s is negative", s.Name(), st.Sweep)
 		}
 		if st.Batch < 1 || st.Batch > 100_000 {
 			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
@@ -124,7 +130,8 @@ func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
 	if err != nil {
 		return jobs.TickArgs{}, err
 	}
-	return jobs.TickArgs{Scanner: name, Batch: p.settings[name].Batch, Params: params, Filter: jobs.FilterOf(p.filter)}, nil
+	st := p.settings[name]
+	return jobs.TickArgs{Scanner: name, Batch: st.Batch, Params: params, Filter: jobs.FilterOf(p.filter), SweepMs: st.Sweep.Milliseconds()}, nil
 }
 
 // PeriodicJobs returns one River periodic job per enabled scanner: a tick

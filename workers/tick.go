@@ -45,7 +45,8 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		seen := map[int16]bool{}
 		var params []river.InsertManyParams
 		scan := func(parts []int16) {
-			a := jobs.ScanArgs{Scanner: s.Name(), Partition: parts[0], Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter}
+			a := jobs.ScanArgs{Scanner: s.Name(), Partition: parts[0], Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter,
+				SweepMs: job.Args.SweepMs}
 			if len(parts) > 1 {
 				a.Partitions = parts[1:]
 			}
