@@ -150,7 +150,7 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 }
 
 // Scan cursors (scanners.Settings.Sweep; table ff_scan_cursor, migration
-// 0004). Without them every tick's scans re-read every due item, including
+// 0005). Without them every tick's scans re-read every due item, including
 // the ones whose jobs are still queued: while 20,000 expired leases drained,
 // the scans re-read and skipped about 14 items per lease (ffctl bench
 // expire), work that grew with the backlog. With them, a scan of a

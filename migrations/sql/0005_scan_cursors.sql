@@ -1,4 +1,4 @@
--- ffriver 0004: where each scanner's scans of a partition left off (see
+-- ffriver 0005: where each scanner's scans of a partition left off (see
 -- workers/scan.go, "Scan cursors").
 --
 -- A scanner with a sweep period (scanners.Settings.Sweep) scans a partition
