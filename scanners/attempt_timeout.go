@@ -2,6 +2,7 @@ package scanners
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -23,10 +24,34 @@ func (AttemptTimeoutScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
-// Due implements Scanner (index ff_attempt_lease_due_idx).
+// Due implements Scanner (index ff_attempt_lease_due_idx): the expired
+// leases Scan returns, counted with its predicate and filter (an expired
+// lease of an attempt that is not its execution's running one is never
+// scanned: see Unprocessable).
 func (AttemptTimeoutScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(lease_expires_at_ms) FROM {S}ff_attempt
-		WHERE lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $1 GROUP BY partition_key`), req.NowMs)
+	return dueExec(ctx, q, req, `SELECT a.partition_key, count(*), min(a.lease_expires_at_ms) FROM {S}ff_attempt a
+		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $1
+		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+dueExecFilterSQL+`
+		GROUP BY a.partition_key`, req.NowMs)
+}
+
+// Unprocessable implements Auditor: expired leases in partitions outside
+// the schema's count, of attempts with no execution, of executions in an
+// unknown lifecycle_phase, and leases left on attempts that are not their
+// execution's running one (ffriver clears the lease of every attempt it
+// ends).
+func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	return audit(ctx, q, req, "a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms, c.lifecycle_phase, c.attempt_index AS current_attempt_index",
+		fmt.Sprintf(`FROM {S}ff_attempt a
+  LEFT JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+  WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < %d`, req.NowMs),
+		[]auditCase{
+			outOfRange(req, "a.partition_key"),
+			{reason: "attempt of no execution", pred: "c.execution_id IS NULL"},
+			{reason: "execution in an unknown lifecycle_phase", pred: "c.lifecycle_phase NOT IN " + knownPhases},
+			{reason: "lease left on an attempt that is not running", pred: "c.lifecycle_phase <> 'active' OR c.attempt_index <> a.attempt_index"},
+		})
 }
 
 // Scan implements Scanner.

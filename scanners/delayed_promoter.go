@@ -2,6 +2,7 @@ package scanners
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -24,10 +25,28 @@ func (DelayedPromoterScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
-// Due implements Scanner (index ff_exec_core_delay_due_idx).
+// Due implements Scanner (index ff_exec_core_delay_due_idx): the delayed
+// executions Scan returns, counted with its predicate and filter (a delay
+// come due on an execution that is blocked by its dependencies is not due:
+// it waits for its flow).
 func (DelayedPromoterScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(delay_until_ms) FROM {S}ff_exec_core
-		WHERE delay_until_ms IS NOT NULL AND delay_until_ms <= $1 GROUP BY partition_key`), req.NowMs)
+	return dueExec(ctx, q, req, `SELECT c.partition_key, count(*), min(c.delay_until_ms) FROM {S}ff_exec_core c
+		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $1
+		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+dueExecFilterSQL+`
+		GROUP BY c.partition_key`, req.NowMs)
+}
+
+// Unprocessable implements Auditor: delays come due in partitions outside
+// the schema's count, or on executions whose lifecycle_phase, or (runnable
+// ones) eligibility_state, is not in ffriver's alphabet.
+func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.delay_until_ms, c.lifecycle_phase, c.eligibility_state",
+		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= %d`, req.NowMs),
+		[]auditCase{
+			outOfRange(req, "c.partition_key"),
+			{reason: "unknown lifecycle_phase", pred: "c.lifecycle_phase NOT IN " + knownPhases},
+			{reason: "runnable with an unknown eligibility_state", pred: "c.lifecycle_phase = 'runnable' AND c.eligibility_state NOT IN " + knownEligibility},
+		})
 }
 
 // Scan implements Scanner.

@@ -3,6 +3,8 @@ package scanners
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
@@ -72,18 +74,35 @@ func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) 
 	if err != nil {
 		return nil, err
 	}
-	ns, tk, tv := filterArgs(req.Filter)
-	due, err := DueByPartition(ctx, q, req.SQL(`SELECT e.partition_key, count(*), min(e.upstream_terminal_at_ms)
+	due, err := dueExec(ctx, q, req, `SELECT e.partition_key, count(*), min(e.upstream_terminal_at_ms)
 		FROM {S}ff_edge e
 		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
-		WHERE $1::smallint IS NULL -- Scan's partition: unused, so that ExecFilterSQL's $3..$5 line up
-		  AND `+hopDueSQL+ExecFilterSQL+`
-		GROUP BY e.partition_key`), nil, cutoff, ns, tk, tv)
+		WHERE `+strings.ReplaceAll(hopDueSQL, "$2", "$1")+dueExecFilterSQL+`
+		GROUP BY e.partition_key`, cutoff)
 	for i := range due {
 		// A hop is due once it has waited for the threshold.
 		due[i].OldestMs += req.NowMs - cutoff
 	}
 	return due, err
+}
+
+// Unprocessable implements Auditor: hops due in partitions outside the
+// schema's count, hops whose upstream execution is gone, and edges marked
+// terminal whose upstream is not (written by hand).
+func (s *DependencyScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	cutoff, err := s.cutoff(req.Params, req.NowMs)
+	if err != nil {
+		return nil, err
+	}
+	return audit(ctx, q, req, "e.partition_key, e.flow_id, e.upstream_eid, e.downstream_eid, e.upstream_terminal_at_ms, c.lifecycle_phase",
+		fmt.Sprintf(`FROM {S}ff_edge e
+  LEFT JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
+  WHERE e.upstream_outcome IS NULL AND e.upstream_terminal_at_ms IS NOT NULL AND e.upstream_terminal_at_ms < %d`, cutoff),
+		[]auditCase{
+			outOfRange(req, "e.partition_key"),
+			{reason: "upstream execution gone", pred: "c.execution_id IS NULL"},
+			{reason: "edge marked terminal, upstream not terminal", pred: "c.lifecycle_phase NOT IN ('terminal', 'cancelled')"},
+		})
 }
 
 // hopCursor is the keyset position of the dependency scanner.

@@ -38,7 +38,15 @@
 //   - Due: one cheap query, typically
 //     SELECT partition_key, count(*), min(due) … WHERE <due> GROUP BY partition_key
 //     over a partial index on the due column (DueByPartition runs it). A
-//     global scanner returns partition 0 when anything is due.
+//     global scanner returns partition 0 when anything is due. Due counts
+//     exactly the rows Scan returns, with the same predicate and filter:
+//     a row Due counts that no scan returns would show as overdue work
+//     forever. Partitions outside the schema's count are never scanned;
+//     the pipeline counts what Due finds there as unprocessable.
+//   - Unprocessable (optional, Auditor): the rows that look due (they sit in
+//     the due index) but that no scan can process, by reason, each with a
+//     query listing them; ffctl status shows them and ticks log them at
+//     most once per interval.
 //   - Scan: the candidates of one partition, at most req.Limit, ordered by a
 //     stable key (due time, then id), starting after req.After; return the
 //     last key as Next. ScanExecutions is that keyset scan for executions.

@@ -29,9 +29,17 @@ func (EdgeCancelDispatcherScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: 50}
 }
 
-// Due implements Scanner (the pending table's primary key).
+// Due implements Scanner: the flagged (or orphan) pending groups Scan
+// returns, with its filter; groups whose flag is cleared are the
+// reconciler's.
 func (EdgeCancelDispatcherScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return DueByPartition(ctx, q, req.SQL(pendingGroupsDueSQL))
+	return dueGroups(ctx, q, req, true)
+}
+
+// Unprocessable implements Auditor: pending groups in partitions outside
+// the schema's count.
+func (EdgeCancelDispatcherScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	return auditGroups(ctx, q, req)
 }
 
 // Scan implements Scanner.

@@ -25,9 +25,15 @@ func (EdgeCancelReconcilerScanner) Defaults() Settings {
 	return Settings{Interval: 10 * time.Second, Batch: 50}
 }
 
-// Due implements Scanner.
+// Due implements Scanner: every pending group Scan returns, with its filter.
 func (EdgeCancelReconcilerScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return DueByPartition(ctx, q, req.SQL(pendingGroupsDueSQL))
+	return dueGroups(ctx, q, req, false)
+}
+
+// Unprocessable implements Auditor: pending groups in partitions outside
+// the schema's count.
+func (EdgeCancelReconcilerScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	return auditGroups(ctx, q, req)
 }
 
 // Scan implements Scanner.

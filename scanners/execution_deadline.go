@@ -2,6 +2,7 @@ package scanners
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -22,11 +23,21 @@ func (ExecutionDeadlineScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
-// Due implements Scanner (index ff_exec_core_deadline_due_idx).
+// Due implements Scanner (index ff_exec_core_deadline_due_idx), with Scan's
+// predicate and filter. An execution in an unknown lifecycle_phase is due
+// and processed: it expires like any non-terminal one.
 func (ExecutionDeadlineScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(deadline_at_ms) FROM {S}ff_exec_core
-		WHERE deadline_at_ms IS NOT NULL AND lifecycle_phase NOT IN ('terminal', 'cancelled') AND deadline_at_ms < $1
-		GROUP BY partition_key`), req.NowMs)
+	return dueExec(ctx, q, req, `SELECT c.partition_key, count(*), min(c.deadline_at_ms) FROM {S}ff_exec_core c
+		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < $1`+dueExecFilterSQL+`
+		GROUP BY c.partition_key`, req.NowMs)
+}
+
+// Unprocessable implements Auditor: passed deadlines in partitions outside
+// the schema's count.
+func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
+		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < %d`, req.NowMs),
+		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 
 // Scan implements Scanner.

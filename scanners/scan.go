@@ -149,4 +149,25 @@ LIMIT $8`), req.Partition, onlyFlagged, ns, tk, tv, afterMs, afterFlow, req.Limi
 	return res, nil
 }
 
-const pendingGroupsDueSQL = `SELECT partition_key, count(*), min(enqueued_at_ms) FROM {S}ff_pending_cancel_groups GROUP BY partition_key`
+// dueGroups counts the pending cancel groups scanGroups returns, with its
+// predicate and filter.
+func dueGroups(ctx context.Context, q Querier, req DueRequest, onlyFlagged bool) ([]Due, error) {
+	ns, tk, tv := filterArgs(req.Filter)
+	return DueByPartition(ctx, q, req.SQL(`
+SELECT p.partition_key, count(*), min(p.enqueued_at_ms)
+FROM {S}ff_pending_cancel_groups p
+LEFT JOIN {S}ff_edge_group g
+  ON g.partition_key = p.partition_key AND g.flow_id = p.flow_id AND g.downstream_eid = p.downstream_eid
+WHERE (NOT $1::bool OR g.downstream_eid IS NULL OR g.cancel_siblings_pending_flag)
+  AND (($2::text IS NULL AND $3::text IS NULL) OR EXISTS (
+        SELECT 1 FROM {S}ff_exec_core c
+        WHERE c.partition_key = p.partition_key AND c.execution_id = p.downstream_eid`+dueExecFilterSQL+`))
+GROUP BY p.partition_key`), onlyFlagged, ns, tk, tv)
+}
+
+// auditGroups counts pending cancel groups in partitions outside the
+// schema's count.
+func auditGroups(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	return audit(ctx, q, req, "p.partition_key, p.flow_id, p.downstream_eid, p.enqueued_at_ms",
+		"FROM {S}ff_pending_cancel_groups p WHERE true", []auditCase{outOfRange(req, "p.partition_key")})
+}

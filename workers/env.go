@@ -29,6 +29,10 @@ type Env struct {
 	// GroupLanes is how many group transactions of one kind a process runs
 	// at once (default DefaultGroupLanes).
 	GroupLanes int
+	// UnprocessableReportInterval is how often, at most, a process counts
+	// and logs each scanner's unprocessable rows (scanners.Unprocessable)
+	// from its ticks (default DefaultUnprocessableReportInterval).
+	UnprocessableReportInterval time.Duration
 }
 
 // DefaultJobTimeout is Env.JobTimeout unless set.
@@ -39,7 +43,8 @@ func NewEnv(store *executions.Store, logger *slog.Logger) *Env {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Env{Store: store, Logger: logger, JobTimeout: DefaultJobTimeout, GroupSize: DefaultGroupSize, GroupLanes: DefaultGroupLanes}
+	return &Env{Store: store, Logger: logger, JobTimeout: DefaultJobTimeout, GroupSize: DefaultGroupSize, GroupLanes: DefaultGroupLanes,
+		UnprocessableReportInterval: DefaultUnprocessableReportInterval}
 }
 
 // Pool is the store's pool.

@@ -20,6 +20,8 @@ type Pipeline struct {
 	env      *Env
 	filter   ff.Filter
 	settings map[string]scanners.Settings
+	// unprocessable rate-limits the ticks' reports of unprocessable rows.
+	unprocessable unprocessableLog
 }
 
 // NewPipeline registers the plugins' scanners (scanners.Registry: valid,
@@ -202,11 +204,15 @@ type Backlog struct {
 	// OldestMs is when the oldest due item became due (0: nothing due, or
 	// the scanner cannot tell).
 	OldestMs int64
+	// Unprocessable are the rows that look due but that no scan can
+	// process (Pipeline.Unprocessable), never counted in Due.
+	Unprocessable []scanners.Unprocessable
 }
 
 // Backlog runs every registered scanner's Due query, with the pipeline's
 // filter and the scanner's params as its ticks carry them, and sums it up
-// per scanner, in registration order.
+// per scanner, in registration order: the due items of the partitions its
+// ticks scan, and apart from them the rows no scan can process.
 func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, error) {
 	now := p.env.NowMs()
 	var out []Backlog
@@ -215,13 +221,17 @@ func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, 
 		if err != nil {
 			return nil, err
 		}
-		due, err := s.Due(ctx, q, scanners.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params})
+		req := scanners.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params}
+		due, err := s.Due(ctx, q, req)
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
 		}
 		b := Backlog{Scanner: s.Name()}
+		if b.Unprocessable, err = p.Unprocessable(ctx, q, s, req, due); err != nil {
+			return nil, err
+		}
 		for _, d := range due {
-			if d.Count == 0 {
+			if d.Count == 0 || !p.env.Partitions().Contains(d.Partition) {
 				continue
 			}
 			b.Due += d.Count

@@ -37,7 +37,8 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		batch = s.Defaults().Batch
 	}
 	return inTx(ctx, env, func(tx pgx.Tx) error {
-		due, err := s.Due(ctx, tx, scanners.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params})
+		req := scanners.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params}
+		due, err := s.Due(ctx, tx, req)
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
 		}
@@ -83,10 +84,9 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		if len(group) > 0 {
 			scan(group)
 		}
-		if out.OutOfRange > 0 {
-			env.Logger.WarnContext(ctx, "ffriver: due rows in partitions outside the schema's partition count are not scanned",
-				"scanner", s.Name(), "partitions", int(env.Partitions()), "out_of_range", out.OutOfRange)
-		}
+		// Rows no scan can process (partitions outside the count, foreign
+		// states) are logged at most once per interval, never per tick.
+		w.p.reportUnprocessable(ctx, s, req, due)
 		ins, dup, err := insertMany(ctx, tx, params)
 		if err != nil {
 			return err

@@ -18,7 +18,10 @@ var statusCommand = command{
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("ffctl status", "",
-		"Shows, per scanner, the due backlog and how long its oldest item has been overdue;\n"+
+		"Shows, per scanner, the due backlog and how long its oldest item has been overdue, and\n"+
+			"apart from it the unprocessable rows (rows that look due but no scan can process: a\n"+
+			"partition outside the schema's count, an attempt of no execution, an unknown state), each\n"+
+			"reason with a query that lists them;\n"+
 			"River's jobs per queue and state; per stream, the newest event and the open transactions\n"+
 			"that wrote to it (their events wait for them to commit; nothing else waits); the named\n"+
 			"stream consumers with their lag, whether they hold retention back and whether a tail is\n"+

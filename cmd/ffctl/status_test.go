@@ -137,3 +137,66 @@ func TestStatusReport(t *testing.T) {
 		}
 	}
 }
+
+// Rows no scan can process (an expired lease of an attempt of no execution,
+// one of an execution in a foreign state, one in a partition outside the
+// schema's count) are not due work: status counts them apart as
+// unprocessable, with a query listing them, and no "oldest overdue" grows
+// for them.
+func TestStatusUnprocessable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	st, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, executions.CreateParams{Lane: "l"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (3, gen_random_uuid(), 0, 1)`,
+		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, gen_random_uuid(), 0, 1)`,
+		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) SELECT partition_key, execution_id, 0, 1 FROM ff_exec_core`,
+		`UPDATE ff_exec_core SET lifecycle_phase = 'running'`,
+	} {
+		if _, err := db.Pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var out, stderr bytes.Buffer
+	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema, "--format", "json"}, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var r status.Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	var at *status.Scanner
+	for i := range r.Scanners {
+		if r.Scanners[i].Name == "attempt_timeout" {
+			at = &r.Scanners[i]
+		}
+	}
+	if at == nil || at.Due != 0 || at.OldestOverdue != 0 || at.UnprocessableCount() != 3 || len(at.Unprocessable) != 3 {
+		t.Fatalf("attempt_timeout = %+v, want nothing due and 3 unprocessable rows for 3 reasons", at)
+	}
+	for _, u := range at.Unprocessable {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM (`+u.List+`) x`).Scan(&n); err != nil || n != 1 {
+			t.Errorf("%q: its query lists %d rows (%v), want 1: %s", u.Reason, n, err, u.List)
+		}
+	}
+
+	out.Reset()
+	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &out, &stderr); code != 0 {
+		t.Fatalf("text: exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"unprocessable\n", "unprocessable: attempt_timeout: 1 (attempt of no execution)",
+		"unprocessable: attempt_timeout: 1 (execution in an unknown lifecycle_phase)", "unprocessable: attempt_timeout: 1 (partition outside 0..255)",
+		"list them: SELECT a.partition_key"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,6 +67,20 @@ type Scanner struct {
 	// OldestOverdue is how long the oldest due item has been due (0 when
 	// nothing is due or the scanner cannot tell).
 	OldestOverdue time.Duration `json:"oldest_overdue_ns"`
+	// Unprocessable are rows that look due but that no scan of the scanner
+	// can process (a partition outside the schema's count, an attempt of no
+	// execution, a foreign state string), by reason, each with a query that
+	// lists them. They are never counted in Due.
+	Unprocessable []scanners.Unprocessable `json:"unprocessable,omitempty"`
+}
+
+// UnprocessableCount is how many rows of s no scan can process.
+func (s Scanner) UnprocessableCount() int64 {
+	var n int64
+	for _, u := range s.Unprocessable {
+		n += u.Count
+	}
+	return n
 }
 
 // Queue is River's job count per state in one queue.
@@ -112,7 +127,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Repo
 	for _, b := range backlog {
 		st, _ := p.Settings(b.Scanner)
 		out := Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
-			Due: b.Due, DuePartitions: b.Partitions}
+			Due: b.Due, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable}
 		if b.OldestMs > 0 && b.OldestMs < now {
 			out.OldestOverdue = time.Duration(now-b.OldestMs) * time.Millisecond
 		}
@@ -205,19 +220,43 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Repo
 	return r, nil
 }
 
+// UnprocessableCount is how many rows no scan can process, over every
+// scanner.
+func (r *Report) UnprocessableCount() int64 {
+	var n int64
+	for _, s := range r.Scanners {
+		n += s.UnprocessableCount()
+	}
+	return n
+}
+
 // WriteText prints r as tables.
 func WriteText(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "schema %s, %d partitions, at %s\n\n", r.Schema, r.Partitions, r.At.UTC().Format(time.RFC3339))
-	fmt.Fprintln(tw, "scanner\tinterval\tbatch\tdue\tpartitions\toldest overdue")
+	fmt.Fprintln(tw, "scanner\tinterval\tbatch\tdue\tpartitions\toldest overdue\tunprocessable")
 	for _, s := range r.Scanners {
 		name := s.Name
 		if s.Disabled {
 			name += " (disabled)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", name, s.Interval, s.Batch, s.Due, s.DuePartitions, age(s.OldestOverdue))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\n", name, s.Interval, s.Batch, s.Due, s.DuePartitions, age(s.OldestOverdue), s.UnprocessableCount())
 	}
 	fmt.Fprintln(tw)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range r.Scanners {
+		for _, u := range s.Unprocessable {
+			fmt.Fprintf(w, "unprocessable: %s: %d (%s)\n", s.Name, u.Count, u.Reason)
+			if u.List != "" {
+				fmt.Fprintf(w, "  list them: %s;\n", strings.Join(strings.Fields(u.List), " "))
+			}
+		}
+	}
+	if r.UnprocessableCount() > 0 {
+		fmt.Fprintln(w)
+	}
 	states := []string{"available", "running", "scheduled", "retryable", "pending", "completed", "cancelled", "discarded"}
 	fmt.Fprintln(tw, "queue\t"+strings.Join(states, "\t"))
 	if len(r.Queues) == 0 {

@@ -1,0 +1,123 @@
+package scanners
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5"
+)
+
+// Unprocessable is a set of rows that look due to a scanner (they sit in
+// its due index) but that no scan of it will ever process: a row in a
+// partition outside the schema's partition count, an attempt of no
+// execution, a state string outside ffriver's alphabet. They are written
+// by hand or by a foreign writer; an operator has to repair or delete them.
+// Due never counts them (Due and Scan agree on what is due), so they are
+// counted apart: ffctl status shows them and the tick logs them, at most
+// once per interval (workers.Env.UnprocessableReportInterval).
+type Unprocessable struct {
+	// Reason says what is wrong with the rows, in a few words.
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
+	// List is a query, with the schema and the values of the check written
+	// in, that lists the rows (empty when the scanner cannot say).
+	List string `json:"list,omitempty"`
+}
+
+// Auditor is implemented by scanners that can count the rows they cannot
+// process (Unprocessable), whatever the filter: such rows often have no
+// execution to filter by. A scanner without it gets the partitions outside
+// the schema's count that its Due returns reported as unprocessable, with
+// no list query.
+type Auditor interface {
+	Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error)
+}
+
+// auditCase is one reason a row that looks due cannot be processed: a SQL
+// predicate on the audited rows. Cases are checked in order; a row counts
+// for the first that holds.
+type auditCase struct {
+	reason string
+	pred   string
+}
+
+// audit counts the rows of from (a FROM … WHERE <looks due> clause, with
+// every value written in) by the first case each matches, and returns a
+// list query per case found. cols are the columns the list queries show.
+func audit(ctx context.Context, q Querier, req DueRequest, cols, from string, cases []auditCase) ([]Unprocessable, error) {
+	var b strings.Builder
+	b.WriteString("SELECT CASE")
+	for i, c := range cases {
+		fmt.Fprintf(&b, " WHEN (%s) IS TRUE THEN %d", c.pred, i)
+	}
+	b.WriteString(" END AS why, count(*) " + from + " GROUP BY 1")
+	rows, err := q.Query(ctx, req.SQL(b.String()))
+	if err != nil {
+		return nil, dbutil.MapErr(err, "counting unprocessable rows")
+	}
+	type found struct {
+		why *int
+		n   int64
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (found, error) {
+		var f found
+		return f, r.Scan(&f.why, &f.n)
+	})
+	if err != nil {
+		return nil, dbutil.MapErr(err, "counting unprocessable rows")
+	}
+	counts := make([]int64, len(cases))
+	for _, f := range got {
+		if f.why != nil {
+			counts[*f.why] = f.n
+		}
+	}
+	var out []Unprocessable
+	for i, c := range cases {
+		if counts[i] == 0 {
+			continue
+		}
+		list := "SELECT " + cols + " " + from
+		for _, earlier := range cases[:i] {
+			list += " AND (" + earlier.pred + ") IS NOT TRUE"
+		}
+		list += " AND (" + c.pred + ") IS TRUE"
+		out = append(out, Unprocessable{Reason: c.reason, Count: counts[i], List: req.SQL(list)})
+	}
+	return out, nil
+}
+
+// outOfRange is the audit case of rows in partitions outside the schema's
+// partition count, on column col.
+func outOfRange(req DueRequest, col string) auditCase {
+	n := int(req.Store.Partitions())
+	return auditCase{reason: fmt.Sprintf("partition outside 0..%d", n-1), pred: fmt.Sprintf("%s NOT BETWEEN 0 AND %d", col, n-1)}
+}
+
+// sqlList is a SQL list of string literals (constants of ffriver's
+// alphabets only, never input).
+func sqlList(vals ...string) string {
+	return "('" + strings.Join(vals, "', '") + "')"
+}
+
+// knownPhases is lifecycle_phase's alphabet, the legacy "cancelled" included.
+var knownPhases = sqlList(ff.PhaseSubmitted, ff.PhaseRunnable, ff.PhaseActive, ff.PhaseSuspended, ff.PhaseTerminal, ff.PhaseLegacyCancelled)
+
+// knownEligibility is eligibility_state's alphabet.
+var knownEligibility = sqlList(ff.EligibleNow, ff.EligibleNotUntilTime, ff.EligibleBlockedByDeps, ff.EligibleBlockedByOperator, ff.EligibleNotApplicable)
+
+// dueExecFilterSQL is the filter predicate of the Due queries on
+// ff_exec_core aliased c: $2 namespace, $3/$4 tag key/value.
+const dueExecFilterSQL = `
+  AND ($2::text IS NULL OR c.raw_fields->>'namespace' = $2::text)
+  AND ($3::text IS NULL OR c.raw_fields->'tags'->>$3::text = $4::text)`
+
+// dueExec runs a Due query whose $1 is its time bound and whose filter is
+// dueExecFilterSQL.
+func dueExec(ctx context.Context, q Querier, req DueRequest, sql string, bound int64) ([]Due, error) {
+	ns, tk, tv := filterArgs(req.Filter)
+	return DueByPartition(ctx, q, req.SQL(sql), bound, ns, tk, tv)
+}

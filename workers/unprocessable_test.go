@@ -1,0 +1,218 @@
+package workers_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/scanners"
+	"github.com/google/uuid"
+)
+
+// poison writes, by hand, rows that look due to the built-in scanners but
+// that none can process, next to ones they can: an expired lease of an
+// attempt of no execution, of an execution in a state outside the
+// alphabet, and left on an ended attempt; delays come due on an execution
+// blocked by its dependencies and on one in an unknown eligibility_state;
+// a cleared cancel group still pending; rows in partition 300, outside the
+// schema's 256.
+func (h *harness) poison() {
+	h.t.Helper()
+	now := h.clock.NowMs()
+	// Due, processable: an expired lease, a delay and a deadline come due.
+	h.create(executions.CreateParams{Lane: "ok"})
+	h.claim("ok", time.Second)
+	h.create(executions.CreateParams{Lane: "delayed", DelayUntil: time.UnixMilli(now + 500)})
+	h.create(executions.CreateParams{Lane: "deadline", Deadline: time.UnixMilli(now + 500)})
+
+	// An attempt with no execution.
+	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, $2)`, uuid.New(), now)
+	// An execution in a foreign lifecycle_phase, with an expired lease.
+	odd := h.create(executions.CreateParams{Lane: "odd"})
+	h.claim("odd", time.Second)
+	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
+	// A lease left on an attempt its execution has moved past.
+	stale := h.create(executions.CreateParams{Lane: "stale"})
+	h.claim("stale", time.Second)
+	h.exec(`UPDATE ff_exec_core SET attempt_index = 3 WHERE execution_id = $1`, stale.UUID)
+	// A delay come due on an execution in an unknown eligibility_state.
+	elig := h.create(executions.CreateParams{Lane: "elig", DelayUntil: time.UnixMilli(now + 500)})
+	h.exec(`UPDATE ff_exec_core SET eligibility_state = 'later' WHERE execution_id = $1`, elig.UUID)
+	// A delay come due on an execution waiting for its flow: not due, and
+	// not unprocessable either (its flow releases it).
+	flow := h.flow()
+	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down", DelayUntil: time.UnixMilli(now + 500)})
+	h.depend(flow, down, []ff.ExecutionID{up}, executions.AllOf())
+	// A pending cancel group whose flag is cleared: the reconciler's, not
+	// the dispatcher's.
+	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES ($1, $2, $3, $4)`,
+		down.Partition, flow, down.UUID, now)
+	// Rows in a partition outside the schema's count.
+	h.exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+		public_state, attempt_state, delay_until_ms, deadline_at_ms)
+		VALUES (300, $1, 'far', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', $2, $2)`, uuid.New(), now)
+	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, $2)`, uuid.New(), now)
+	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES (300, $1, $2, $3)`, uuid.New(), uuid.New(), now)
+	h.clock.Advance(2 * time.Second)
+}
+
+// Every built-in scanner's Due counts exactly what its Scan returns over the
+// schema's partitions; what neither returns because no scan can process it
+// is counted apart, by reason, with a query that lists it.
+func TestDueAndScanAgreeUnprocessableApart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ffriver.Config{Scanners: disabled()})
+	h.poison()
+	p := h.ff.Pipeline()
+	for _, s := range p.Registry().Scanners() {
+		params, err := scanners.ParamsOf(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params}
+		due, err := s.Due(h.ctx, h.db.Pool, req)
+		if err != nil {
+			t.Fatalf("%s: Due: %v", s.Name(), err)
+		}
+		dueIn := map[int16]int64{}
+		for _, d := range due {
+			if h.st.Partitions().Contains(d.Partition) {
+				dueIn[d.Partition] += d.Count
+			}
+		}
+		scanned := map[int16]int64{}
+		for part := range int16(h.st.Partitions()) {
+			res, err := s.Scan(h.ctx, h.db.Pool, scanners.ScanRequest{Store: h.st, Partition: part, NowMs: req.NowMs, Limit: 100_000, Params: params})
+			if err != nil {
+				t.Fatalf("%s: Scan(%d): %v", s.Name(), part, err)
+			}
+			if res.Candidates > 0 {
+				scanned[part] = int64(res.Candidates)
+			}
+		}
+		if !mapsEqual(dueIn, scanned) {
+			t.Errorf("%s: Due counts %v per partition, Scan returns %v", s.Name(), dueIn, scanned)
+		}
+	}
+
+	backlog, err := p.Backlog(h.ctx, h.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	due := map[string]int64{}
+	for _, b := range backlog {
+		due[b.Scanner] = b.Due
+		for _, u := range b.Unprocessable {
+			got[b.Scanner] = append(got[b.Scanner], u.Reason)
+			// The listing query lists exactly the rows counted.
+			if n := h.count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count {
+				t.Errorf("%s: %q counts %d, its query lists %d: %s", b.Scanner, u.Reason, u.Count, n, u.List)
+			}
+			if u.Count != 1 {
+				t.Errorf("%s: %q counts %d, want 1", b.Scanner, u.Reason, u.Count)
+			}
+		}
+	}
+	want := map[string][]string{
+		scanners.AttemptTimeout: {"partition outside 0..255", "attempt of no execution", "execution in an unknown lifecycle_phase",
+			"lease left on an attempt that is not running"},
+		scanners.DelayedPromoter:      {"partition outside 0..255", "runnable with an unknown eligibility_state"},
+		scanners.ExecutionDeadline:    {"partition outside 0..255"},
+		scanners.EdgeCancelDispatcher: {"partition outside 0..255"},
+		scanners.EdgeCancelReconciler: {"partition outside 0..255"},
+	}
+	for name, reasons := range want {
+		if !slices.Equal(got[name], reasons) {
+			t.Errorf("%s: unprocessable %q, want %q", name, got[name], reasons)
+		}
+	}
+	wantDue := map[string]int64{scanners.AttemptTimeout: 1, scanners.DelayedPromoter: 1, scanners.ExecutionDeadline: 1,
+		scanners.EdgeCancelDispatcher: 0, scanners.EdgeCancelReconciler: 1}
+	for name, n := range wantDue {
+		if due[name] != n {
+			t.Errorf("%s: due %d, want %d", name, due[name], n)
+		}
+	}
+}
+
+func mapsEqual(a, b map[int16]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// warnings is a slog handler keeping the warnings it gets.
+type warnings struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.recs = append(w.recs, r.Clone())
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+// of returns the messages of the warnings naming scanner.
+func (w *warnings) of(scanner string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, r := range w.recs {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "scanner" && a.Value.String() == scanner {
+				out = append(out, r.Message)
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// Poison rows are reported once per interval, not on every tick: a tick
+// every 50 ms for a second logs them once.
+func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
+	t.Parallel()
+	logs := &warnings{}
+	over := disabled()
+	over[scanners.AttemptTimeout] = fast(1000)
+	h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
+	h.ff.Pipeline().Env().UnprocessableReportInterval = time.Hour
+	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
+	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
+	h.client(true, nil)
+	h.await("20 attempt_timeout ticks", func() bool {
+		return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
+	})
+	got := logs.of(scanners.AttemptTimeout)
+	if len(got) != 1 {
+		t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want 1: %q", len(got), got)
+	}
+	// Nothing was scanned for them: no scan, no item.
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind <> 'ff.tick'`); n != 0 {
+		t.Fatalf("%d scan or item jobs for rows no scan can process", n)
+	}
+	for _, o := range h.outputs("ff.tick") {
+		if o["due_items"] != 0.0 {
+			t.Fatalf("tick output %v: want no due items", o)
+		}
+	}
+}
