@@ -530,6 +530,15 @@ func (r *reader[E]) tickOf(x int64) int {
 	return lo
 }
 
+// abandonRun drops the run just begun, before any of it was delivered:
+// the next read begins it again from from (its ticks are the caller's to
+// put back).
+func (r *reader[E]) abandonRun() {
+	r.inBatch, r.pos = false, position{}
+	clear(r.heldRows)
+	r.heldRows = r.heldRows[:0]
+}
+
 // finish ends the current run: the next one starts at its newest snapshot.
 func (r *reader[E]) finish() {
 	r.from, r.fromAtMs, r.inBatch, r.pos = r.to, r.toAtMs, false, position{}
@@ -795,6 +804,11 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		if len(later) > 0 {
 			ok, err := r.loadHeld(ctx, q)
 			if err != nil {
+				// The run's held rows are not all in memory: reading
+				// its range now would skip them. Start the run again
+				// on the next read (after a reconnect).
+				r.ticks = append(slices.Clone(run), r.ticks...)
+				r.abandonRun()
 				return false, err
 			}
 			if !ok {
@@ -840,6 +854,10 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	dest := r.dec.dest()
 	n := 0
 	var last ff.Cursor
+	// taken counts the held rows this page slots in. They leave heldRows
+	// only once the page is delivered: a page that fails (a lost
+	// connection) is read again from pos, and slots them in again.
+	taken := 0
 	r.scratch = r.scratch[:0]
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
@@ -855,7 +873,7 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		if len(r.span) > 1 {
 			k := r.tickOf(pos.xact)
 			if !held {
-				r.flushHeld(k, &last)
+				r.slotHeld(k, &taken, &last)
 			}
 			b = r.batchOf(k)
 			r.dec.setBatch(b)
@@ -865,12 +883,12 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 			last = b.Cursor(pos.xact, pos.event)
 		}
 	}
-	if !held && n < r.cfg.pageSize {
-		r.flushHeld(len(r.span), &last) // the range is done: the rest
-	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
+	}
+	if !held && n < r.cfg.pageSize {
+		r.slotHeld(len(r.span), &taken, &last) // the range is done: the rest
 	}
 
 	if len(r.scratch) > 0 {
@@ -887,6 +905,10 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 			events = events[k:]
 		}
 		r.last = last
+	}
+	if taken > 0 {
+		clear(r.heldRows[:taken])
+		r.heldRows = r.heldRows[:copy(r.heldRows, r.heldRows[taken:])]
 	}
 	r.pos = pos
 	full := n == r.cfg.pageSize
@@ -971,18 +993,15 @@ func (r *reader[E]) loadHeld(ctx context.Context, q *pgx.Conn) (ok bool, err err
 	return true, nil
 }
 
-// flushHeld moves the held rows of the run's ticks up to k into the page
-// being delivered: within a batch they precede the range rows.
-func (r *reader[E]) flushHeld(k int, last *ff.Cursor) {
-	i := 0
-	for i < len(r.heldRows) && r.heldRows[i].k <= k {
-		r.scratch = append(r.scratch, r.heldRows[i].ev)
-		*last = r.heldRows[i].cur
-		i++
-	}
-	if i > 0 {
-		clear(r.heldRows[:i])
-		r.heldRows = r.heldRows[:copy(r.heldRows, r.heldRows[i:])]
+// slotHeld adds the held rows of the run's ticks up to k, after the first
+// *taken (already in the page), to the page being delivered: within a
+// batch they precede the range rows. The caller drops them from heldRows
+// once the page is delivered.
+func (r *reader[E]) slotHeld(k int, taken *int, last *ff.Cursor) {
+	for *taken < len(r.heldRows) && r.heldRows[*taken].k <= k {
+		r.scratch = append(r.scratch, r.heldRows[*taken].ev)
+		*last = r.heldRows[*taken].cur
+		*taken++
 	}
 }
 
