@@ -177,6 +177,12 @@ func (sc *scenario) count(q string, args ...any) int {
 // await polls cond until it holds; errors inside cond are its business.
 func (sc *scenario) await(what string, within time.Duration, cond func() (bool, string)) time.Duration {
 	sc.t.Helper()
+	return sc.awaitExplained(what, within, cond, nil)
+}
+
+// awaitExplained is await whose failure adds what explain says, when set.
+func (sc *scenario) awaitExplained(what string, within time.Duration, cond func() (bool, string), explain func() string) time.Duration {
+	sc.t.Helper()
 	began := time.Now()
 	deadline := began.Add(within)
 	for {
@@ -185,10 +191,118 @@ func (sc *scenario) await(what string, within time.Duration, cond func() (bool, 
 			return time.Since(began)
 		}
 		if time.Now().After(deadline) || sc.ctx.Err() != nil {
+			if explain != nil {
+				status += "\n" + explain()
+			}
 			sc.t.Fatalf("timed out after %s waiting for %s: %s", within, what, status)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// explainStreams says, for each stream, which events of its table the tail
+// has not printed (or printed twice): their event and transaction ids, the
+// first tick that saw each transaction finished and the tick before it,
+// and the tail's last cursor, so that a stream that fell behind tells a
+// lost batch from a stuck one.
+func (sc *scenario) explainStreams() string {
+	var b strings.Builder
+	for _, st := range []struct{ stream, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
+		tp := sc.tails[st.stream]
+		printed := map[int64]int{}
+		lines := tp.snapshot()
+		for _, ev := range lines {
+			printed[ev.EventID]++
+		}
+		fmt.Fprintf(&b, "%s: %d lines printed", st.stream, len(lines))
+		if len(lines) > 0 {
+			last := lines[len(lines)-1]
+			c, err := ff.ParseCursor(last.Cursor)
+			fmt.Fprintf(&b, ", the last event %d at %#v (%v)", last.EventID, c, err)
+		}
+		b.WriteString("\n")
+		for id, n := range printed {
+			if n > 1 {
+				fmt.Fprintf(&b, "  event %d printed %d times\n", id, n)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rows, err := sc.db.Pool.Query(ctx, `SELECT event_id, xact_id FROM `+st.table+` ORDER BY xact_id, event_id`)
+		if err != nil {
+			cancel()
+			fmt.Fprintf(&b, "  reading %s: %v\n", st.table, err)
+			continue
+		}
+		type row struct{ event, xact int64 }
+		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var o row
+			return o, r.Scan(&o.event, &o.xact)
+		})
+		if err != nil {
+			cancel()
+			fmt.Fprintf(&b, "  reading %s: %v\n", st.table, err)
+			continue
+		}
+		var lost []row
+		for _, r := range all {
+			if printed[r.event] == 0 {
+				lost = append(lost, r)
+			}
+		}
+		fmt.Fprintf(&b, "  %d of %d rows of %s not printed\n", len(lost), len(all), st.table)
+		shown := 0
+		for i, r := range lost {
+			if i > 0 && lost[i-1].xact == r.xact {
+				continue
+			}
+			if shown++; shown > 10 {
+				b.WriteString("  …\n")
+				break
+			}
+			var ids []int64
+			for _, o := range lost[i:] {
+				if o.xact != r.xact {
+					break
+				}
+				ids = append(ids, o.event)
+			}
+			var xactRows int
+			for _, o := range all {
+				if o.xact == r.xact {
+					xactRows++
+				}
+			}
+			fmt.Fprintf(&b, "  xact %d (%d rows): events %v not printed; %s\n", r.xact, xactRows, ids, sc.ticksAround(ctx, r.xact))
+		}
+		cancel()
+	}
+	return b.String()
+}
+
+// ticksAround names the first stream tick whose snapshot saw transaction x
+// finished, and the tick before it.
+func (sc *scenario) ticksAround(ctx context.Context, x int64) string {
+	var tickID int64
+	var snap string
+	err := sc.db.Pool.QueryRow(ctx, `SELECT tick_id, snap_xmin || ':' || snap_xmax || ':' || array_to_string(snap_xip, ',')
+		FROM ff_stream_tick WHERE $1 < snap_xmin OR ($1 < snap_xmax AND NOT $1 = ANY(snap_xip)) ORDER BY tick_id LIMIT 1`, x).Scan(&tickID, &snap)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "no tick sees it finished"
+	}
+	if err != nil {
+		return fmt.Sprintf("reading the ticks: %v", err)
+	}
+	var prevID int64
+	var prev string
+	err = sc.db.Pool.QueryRow(ctx, `SELECT tick_id, snap_xmin || ':' || snap_xmax || ':' || array_to_string(snap_xip, ',')
+		FROM ff_stream_tick WHERE tick_id < $1 ORDER BY tick_id DESC LIMIT 1`, tickID).Scan(&prevID, &prev)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Sprintf("first seen finished by tick %d (%s), the oldest", tickID, snap)
+	case err != nil:
+		return fmt.Sprintf("first seen finished by tick %d (%s); reading the tick before: %v", tickID, snap, err)
+	}
+	return fmt.Sprintf("first seen finished by tick %d (%s), after tick %d (%s)", tickID, snap, prevID, prev)
 }
 
 // awaitLeader waits until River has a leader and returns its id.
@@ -299,7 +413,7 @@ func (sc *scenario) drain(within time.Duration) {
 	if sc.writers != nil {
 		sc.writers.stopAndWait()
 	}
-	sc.await("both streams to catch up with their tables", 30*time.Second, func() (bool, string) {
+	sc.awaitExplained("both streams to catch up with their tables", 30*time.Second, func() (bool, string) {
 		var leases, completions int
 		if err := sc.query(`SELECT (SELECT count(*) FROM ff_lease_event), (SELECT count(*) FROM ff_completion_event)`, nil,
 			&leases, &completions); err != nil {
@@ -308,7 +422,7 @@ func (sc *scenario) drain(within time.Duration) {
 		gotL, gotC := sc.tails["leases"].count(), sc.tails["completions"].count()
 		return gotL >= leases && gotC >= completions,
 			fmt.Sprintf("leases %d of %d printed, completions %d of %d", gotL, leases, gotC, completions)
-	})
+	}, sc.explainStreams)
 	// Room for a repeated event to show up before the tails stop.
 	time.Sleep(500 * time.Millisecond)
 	if gone := sc.exited(); len(gone) > 0 {
