@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ func runBench(ctx context.Context, args []string) int {
 	groupLanes := fs.Int("group-lanes", 0, "expire, lag: group transactions per kind at once in the worker (default: ffriver's)")
 	fetchCooldown := fs.Duration("fetch-cooldown", 0, "expire, lag, idle with --idle-inprocess: override River's fetch cooldown of the pipeline's processes (default: ffriver's)")
 	fetchPoll := fs.Duration("fetch-poll-interval", 0, "expire, lag, idle with --idle-inprocess: override River's fetch poll interval of the pipeline's processes (default: ffriver's)")
-	expiriesPerSec := fs.Int("expiries-per-sec", 1000, "lag: lease expiries per second")
+	expiriesPerSec := fs.String("expiries-per-sec", "1000,3000", "lag: lease expiries per second, one run per comma-separated `rate`")
 	lagDuration := fs.Duration("lag-duration", 30*time.Second, "lag: how long leases keep expiring")
 	idleDuration := fs.Duration("idle-duration", 60*time.Second, "idle: how long the idle pipeline is measured (after a warm-up)")
 	idleInProcess := fs.Bool("idle-inprocess", false, "idle: measure in-process River clients instead of building and running the ffscheduler and ffworker binaries")
@@ -52,6 +53,7 @@ func runBench(ctx context.Context, args []string) int {
 	streamDuration := fs.Duration("stream-duration", 30*time.Second, "stream: how long the latency run with the Waker lasts (the poll-only run: a third, at least 5s)")
 	catchUp := fs.Int("catchup-events", 1_000_000, "stream: backlog of `events` the catch-up run drains")
 	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
+	var lagRates []int
 	fs.AfterParse(func() error {
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
@@ -59,8 +61,15 @@ func runBench(ctx context.Context, args []string) int {
 		if *writers < 1 || *leases < 1 || *clients < 1 || *duration <= 0 {
 			return cli.Usagef("--writers, --leases, --clients and --duration must be positive")
 		}
-		if *expiriesPerSec < 1 || *lagDuration <= 0 || *idleDuration <= 0 {
-			return cli.Usagef("--expiries-per-sec, --lag-duration and --idle-duration must be positive")
+		for _, r := range strings.Split(*expiriesPerSec, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(r))
+			if err != nil || n < 1 || n > 1_000_000 {
+				return cli.Usagef("--expiries-per-sec %q: want rates in 1..1000000, comma-separated", *expiriesPerSec)
+			}
+			lagRates = append(lagRates, n)
+		}
+		if *lagDuration <= 0 || *idleDuration <= 0 {
+			return cli.Usagef("--lag-duration and --idle-duration must be positive")
 		}
 		if *groupSize < 0 || *groupSize > 10000 || *groupLanes < 0 || *groupLanes > 1000 {
 			return cli.Usagef("--group-size must be in 0..10000 and --group-lanes in 0..1000 (0: ffriver's default)")
@@ -112,7 +121,13 @@ func runBench(ctx context.Context, args []string) int {
 		case "expire":
 			rs, err = bench.Expire(ctx, env, bench.ExpireOptions{Leases: *leases, Clients: *clients, Pipeline: pipe})
 		case "lag":
-			rs, err = bench.Lag(ctx, env, bench.LagOptions{ExpiriesPerSec: *expiriesPerSec, Duration: *lagDuration, Pipeline: pipe})
+			for _, rate := range lagRates {
+				var r []bench.Result
+				if r, err = bench.Lag(ctx, env, bench.LagOptions{ExpiriesPerSec: rate, Duration: *lagDuration, Pipeline: pipe}); err != nil {
+					break
+				}
+				rs = append(rs, r...)
+			}
 		case "idle":
 			rs, err = bench.Idle(ctx, env, bench.IdleOptions{Duration: *idleDuration, InProcess: *idleInProcess, Pipeline: pipe})
 		case "stream":

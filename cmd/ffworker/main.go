@@ -57,7 +57,10 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Stdout = stdout
 	fs.Getenv = getenv
 	o := &options{common: cli.AddCommon(fs)}
-	fs.IntVar(&o.applyConc, "concurrency", 16, "`workers` for the apply queue: per-item actions (expire, promote and deadline items share transactions)")
+	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
+		"items share transactions, so they need few connections); River's own per-job cost caps a\n"+
+		"process near 2,800 jobs/s at 16 and 7,400-10,000 at 64 on 2 cores: on bigger machines\n"+
+		"raise it, or run more ffworkers, and raise Postgres' max_connections for the pools")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
@@ -78,8 +81,24 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		return nil
 	})
 	err := fs.Parse(args)
-	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: int32(o.applyConc + o.scanConc + 4)}, Serve: o.serve}, err
+	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: poolSize(o.applyConc, o.scanConc)}, Serve: o.serve}, err
 }
+
+// defaultConcurrency is --concurrency's default. River's own no-op
+// burn-down on the 2-core reference machine (README, ffctl bench expire)
+// reaches about 2,800 jobs/s with 16 workers and 7,400-10,000 with 64: a
+// worker mostly waits for its job's fetch and completion round trips, so
+// more of them in flight, not more CPU, is what a per-execution-job design
+// needs. Grouped items share a transaction, so 64 jobs in flight need far
+// fewer than 64 connections (poolSize).
+const defaultConcurrency = 64
+
+// poolSize is the connections of an ffworker's pool: up to 16 for the item
+// jobs (the grouped kinds use at most workers.DefaultGroupLanes each; the
+// others one per job, waiting for a connection beyond that), one per scan
+// worker, and 4 for River's fetches, completions and notifier. It keeps a
+// few ffworkers within Postgres' default max_connections of 100.
+func poolSize(apply, scan int) int32 { return int32(min(apply, 16) + scan + 4) }
 
 // serve runs the process: ffriver's run path (ffriver.Run).
 func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {

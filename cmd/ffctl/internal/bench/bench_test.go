@@ -49,7 +49,7 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err := bench.WriteTable(&b, bench.Machine(ctx, db.Pool), results); err != nil {
 		t.Fatal(err)
 	}
-	for _, row := range []string{"sequential per-row loop", "renew with outbox row", "ffriver River pipeline",
+	for _, row := range []string{"sequential per-row loop", "renew with outbox row", "ffriver River pipeline", "River alone: 300 no-op jobs, 64 workers",
 		"lease expiry → expired event at the consumer p99", "scheduler + worker CPU", "Postgres transactions while idle"} {
 		if !strings.Contains(b.String(), row) {
 			t.Fatalf("table misses %q:\n%s", row, b.String())

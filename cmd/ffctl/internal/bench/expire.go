@@ -142,6 +142,26 @@ func Expire(ctx context.Context, env *Env, o ExpireOptions) ([]Result, error) {
 		return nil, fmt.Errorf("expire bench (river pipeline): %w", err)
 	}
 	pipe := pr.rate
+	applyWorkers := cmp.Or(o.Pipeline.ApplyWorkers, workerApplyWorkers)
+	env.Logger.InfoContext(ctx, "bench expire: River's no-op floor", "jobs", o.Leases, "workers", applyWorkers)
+	floorSame, err := riverFloor(ctx, pool, schema, o.Leases, applyWorkers, workers.QueueFetchCooldown)
+	if err != nil {
+		return nil, err
+	}
+	floor64 := floorSame
+	if applyWorkers != 64 {
+		if floor64, err = riverFloor(ctx, pool, schema, o.Leases, 64, workers.QueueFetchCooldown); err != nil {
+			return nil, err
+		}
+	}
+	results = append(results,
+		Result{Scenario: "expire", Figure: fmt.Sprintf("River alone: %d no-op jobs, %d workers, batch completer", o.Leases, applyWorkers), Value: floorSame, Unit: "jobs/s"},
+		Result{Scenario: "expire", Figure: fmt.Sprintf("River alone: %d no-op jobs, 64 workers, batch completer", o.Leases), Value: floor64, Unit: "jobs/s"},
+		Result{Scenario: "expire", Figure: "ffriver River pipeline", Value: pipe, Unit: "leases/s",
+			Baseline: "River alone, 64 workers", BaselineValue: floor64, Ratio: pipe / floor64, Target: "≥ 0.50", Met: met(pipe/floor64 >= 0.5)},
+		Result{Scenario: "expire", Figure: "ffriver River pipeline", Value: pipe, Unit: "leases/s",
+			Baseline: fmt.Sprintf("River alone, %d workers", applyWorkers), BaselineValue: floorSame, Ratio: pipe / floorSame},
+	)
 	results = append(results,
 		Result{Scenario: "expire", Figure: "ffriver River pipeline", Value: pipe, Unit: "leases/s",
 			Baseline: "sequential loop", BaselineValue: loop, Ratio: pipe / loop, Target: "≥ 3", Met: met(pipe/loop >= 3),

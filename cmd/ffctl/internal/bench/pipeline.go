@@ -23,14 +23,14 @@ import (
 const (
 	schedulerScanWorkers = 4  // ffscheduler --scan-concurrency
 	schedulerApplyWorker = 0  // ffscheduler --apply-concurrency
-	workerApplyWorkers   = 16 // ffworker --concurrency
+	workerApplyWorkers   = 64 // ffworker --concurrency
 	workerScanWorkers    = 2  // ffworker --scan-concurrency
 	workerTickStaleAfter = 30 * time.Second
 )
 
 // PipelineOptions size the in-process pipeline (defaults: the binaries').
 type PipelineOptions struct {
-	// ApplyWorkers of the worker process (default ffworker's 16).
+	// ApplyWorkers of the worker process (default ffworker's 64).
 	ApplyWorkers int
 	// Scanners overrides settings by scanner name (default: none, every
 	// built-in scanner runs with its defaults, as in the binaries).
@@ -140,7 +140,7 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 		return p, err
 	}
 	if p.work, err = build("ffworker", workerScanWorkers, o.ApplyWorkers,
-		int32(o.ApplyWorkers+workerScanWorkers+4), false); err != nil {
+		int32(min(o.ApplyWorkers, 16)+workerScanWorkers+4), false); err != nil { // ffworker's pool size
 		return p, err
 	}
 	for _, pr := range []*proc{p.sched, p.work} {
