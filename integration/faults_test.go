@@ -11,6 +11,8 @@ import (
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // TestFaults is the fault suite: each subtest runs the same scenario (see
@@ -26,6 +28,9 @@ import (
 //   - pg_terminate_backend of both streams' LISTEN connections, twice;
 //   - a PostgreSQL restart (a throwaway cluster this test starts);
 //   - every tick, scan and item job inserted twice, uniqueness bypassed;
+//   - for 3 s, queued ffriver jobs cancelled through River's client (as
+//     River UI does) and others deleted: their work waits for the next
+//     tick or sweep, and still happens exactly once;
 //   - 16 writers committing outbox rows out of event-id order.
 //
 // Then, from the database and from the streams: every due transition
@@ -237,6 +242,63 @@ func TestFaults(t *testing.T) {
 		sc.note("jobs inserted by River + duplicated by the trigger: %s", strings.Join(parts, ", "))
 		if copies == 0 {
 			t.Error("no job was duplicated")
+		}
+		sc.reconcile()
+	})
+
+	t.Run("cancel and delete jobs mid-load", func(t *testing.T) {
+		db, url := sharedDB(t, 8)
+		sc := newScenario(t, bins, db, url)
+		sc.startTails()
+		sc.startScheduler("sched")
+		sc.startWorker("worker")
+		sc.awaitLeader(20 * time.Second)
+		sc.seed()
+		done := sc.awaitProgress(0.2, 60*time.Second)
+		// For 3 s, as an operator in River UI would: cancel queued ffriver
+		// jobs through River's client and delete others, ticks, scans and
+		// items alike. (A job that started meanwhile is cancelled through
+		// its context: it either applied and completes, or rolled back.)
+		client, err := river.NewClient(riverpgxv5.New(sc.db.Pool), &river.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cancelled, deleted int
+		kinds := map[string]int{}
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			rows, err := sc.db.Pool.Query(sc.ctx, `SELECT id, kind FROM river_job
+				WHERE state IN ('available', 'scheduled') AND kind LIKE 'ff.%' ORDER BY random() LIMIT 30`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type job struct {
+				ID   int64
+				Kind string
+			}
+			picked, err := pgx.CollectRows(rows, pgx.RowToStructByPos[job])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, j := range picked {
+				if i%2 == 0 {
+					row, err := client.JobCancel(sc.ctx, j.ID)
+					if err == nil && row.State == "cancelled" {
+						cancelled++
+						kinds[j.Kind]++
+					}
+					continue
+				}
+				if sc.count(`WITH d AS (DELETE FROM river_job WHERE id = $1 AND state IN ('available', 'scheduled') RETURNING 1) SELECT count(*) FROM d`, j.ID) == 1 {
+					deleted++
+					kinds[j.Kind]++
+				}
+			}
+		}
+		sc.drain(120 * time.Second)
+		sc.note("from %d/%d transitions on, for 3 s: %d queued ffriver jobs cancelled through River's client and %d deleted (%s)",
+			done, sc.load.transitions(), cancelled, deleted, formatCounts(kinds))
+		if cancelled == 0 || deleted == 0 {
+			t.Errorf("cancelled %d and deleted %d jobs: the fault tested nothing", cancelled, deleted)
 		}
 		sc.reconcile()
 	})

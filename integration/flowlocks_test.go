@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,5 +205,12 @@ func TestFaultsFlowCascadeUnderLongLocks(t *testing.T) {
 	sc.note("%d flows finished; %d ff.advance jobs snoozed on a lock, none failed", flowLockFlows, snoozed)
 	for _, n := range sc.notes {
 		t.Log(n)
+	}
+	// Stop the binaries gracefully: a killed one's session may still hold
+	// locks the schema's DROP needs.
+	for _, p := range sc.procs {
+		if code := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d on SIGTERM:\n%s", p.name, code, p.stderr.String())
+		}
 	}
 }
