@@ -402,18 +402,22 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 	err := tx.QueryRow(ctx, s.sql(`SELECT policy, success_count, fail_count, skip_count, running_count, group_state
 		FROM {S}ff_edge_group WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3 FOR UPDATE`),
 		part, h.FlowID, h.Downstream).Scan(&policyJSON, &c.success, &c.fail, &c.skip, &c.running, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Orphaned, nil
-	}
-	if err != nil {
+	groupGone := errors.Is(err, pgx.ErrNoRows)
+	if err != nil && !groupGone {
 		return "", dbutil.MapErr(err, "advance: locking edge group")
 	}
 	now := s.clock.NowMs()
+	// The edge records the outcome even when its group is gone (deleted by
+	// hand): nothing is left to advance, and an edge without its outcome
+	// would stay due for the dependency scanner forever.
 	tag, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge SET upstream_outcome = $5, resolved_at_ms = $6
 		WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3 AND downstream_eid = $4 AND upstream_outcome IS NULL`),
 		part, h.FlowID, h.Upstream.UUID, h.Downstream, h.Outcome, now)
 	if err != nil {
 		return "", dbutil.MapErr(err, "advance: marking edge")
+	}
+	if groupGone {
+		return Orphaned, nil
 	}
 	if tag.RowsAffected() == 0 {
 		return NoOp, nil

@@ -497,3 +497,72 @@ func TestFlowFanOutLeavesNoLocks(t *testing.T) {
 		t.Fatalf("%d locks on ff_edge_group remain", locks)
 	}
 }
+
+// The hop is in the data: whoever makes an upstream terminal (the store, or
+// plain SQL) marks its uncounted edges with the time (the trigger of
+// migration 0004), and counting the hop takes the edge out of what is due.
+// A hop whose group row is gone still records its outcome on the edge, so
+// the edge does not stay due forever.
+func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a", "b", "c")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	orphan := f.create(executions.CreateParams{FlowID: flow, Lane: "orphan"})
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups[:2]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: orphan, Upstreams: ups[2:]}); err != nil {
+		t.Fatal(err)
+	}
+	marked := func(up ff.ExecutionID) (at *int64, outcome *string) {
+		t.Helper()
+		if err := f.db.Pool.QueryRow(f.ctx, `SELECT upstream_terminal_at_ms, upstream_outcome FROM ff_edge WHERE upstream_eid = $1`, up.UUID).
+			Scan(&at, &outcome); err != nil {
+			t.Fatal(err)
+		}
+		return at, outcome
+	}
+	if at, _ := marked(ups[0]); at != nil {
+		t.Fatalf("edge of a running upstream marked terminal at %d", *at)
+	}
+	f.finish("a", true)
+	if at, outcome := marked(ups[0]); at == nil || *at != t0 || outcome != nil {
+		t.Fatalf("after the store completed a: edge marked at %v with outcome %v, want %d and none yet", at, outcome, t0)
+	}
+	if _, err := f.db.Pool.Exec(f.ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'failed' WHERE execution_id = $1`, ups[1].UUID); err != nil {
+		t.Fatal(err)
+	}
+	if at, _ := marked(ups[1]); at == nil {
+		t.Fatal("after plain SQL made b terminal: edge not marked")
+	}
+	// a's hop counts it; b's was never enqueued (plain SQL): its edge is
+	// still due, with b's outcome readable from b.
+	if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Processed}) {
+		t.Fatalf("hops = %v", got)
+	}
+	if _, outcome := marked(ups[0]); outcome == nil || *outcome != ff.OutcomeSuccess {
+		t.Fatalf("a's edge outcome = %v, want success", outcome)
+	}
+	if _, outcome := marked(ups[1]); outcome != nil {
+		t.Fatalf("b's edge outcome = %v before its hop", outcome)
+	}
+	if got := f.advance(executions.Hop{Upstream: ups[1], FlowID: flow, Downstream: down.UUID, Outcome: executions.OutcomeOf("failed")}); got != executions.Processed {
+		t.Fatalf("b's hop = %q", got)
+	}
+	f.wantState(down, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"})
+
+	// The orphan's group is deleted by hand: its hop records the outcome
+	// and reports orphaned.
+	if _, err := f.db.Pool.Exec(f.ctx, `DELETE FROM ff_edge_group WHERE downstream_eid = $1`, orphan.UUID); err != nil {
+		t.Fatal(err)
+	}
+	f.finish("c", true)
+	if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Orphaned}) {
+		t.Fatalf("hops = %v, want orphaned", got)
+	}
+	if _, outcome := marked(ups[2]); outcome == nil {
+		t.Fatal("the orphaned hop left its edge without an outcome: it would stay due forever")
+	}
+}
