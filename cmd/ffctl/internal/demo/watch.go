@@ -90,14 +90,13 @@ func (s *Snapshot) Missing() []string {
 // itemKinds maps the built-in scanners' item job kinds to their scanners.
 func itemKinds() map[string]string {
 	return map[string]string{
-		jobs.KindExpireAttempt:      scanners.AttemptTimeout,
-		jobs.KindPromoteDelayed:     scanners.DelayedPromoter,
-		jobs.KindExpireDeadline:     scanners.ExecutionDeadline,
-		jobs.KindCancelGroup:        scanners.EdgeCancelDispatcher,
-		jobs.KindReconcileGroup:     scanners.EdgeCancelReconciler,
-		jobs.KindTrimOutbox:         scanners.OutboxRetention,
-		jobs.KindDispatchCompletion: scanners.Dependency,
-		jobs.KindAdvance:            CascadeName,
+		jobs.KindExpireAttempt:  scanners.AttemptTimeout,
+		jobs.KindPromoteDelayed: scanners.DelayedPromoter,
+		jobs.KindExpireDeadline: scanners.ExecutionDeadline,
+		jobs.KindCancelGroup:    scanners.EdgeCancelDispatcher,
+		jobs.KindReconcileGroup: scanners.EdgeCancelReconciler,
+		jobs.KindTrimOutbox:     scanners.OutboxRetention,
+		jobs.KindAdvance:        CascadeName,
 	}
 }
 
@@ -269,6 +268,10 @@ func (w *watcher) snapshot(ctx context.Context) (*Snapshot, error) {
 			if name == b.Scanner {
 				st.ItemKind = kind
 			}
+		}
+		if b.Scanner == scanners.Dependency {
+			// It re-enqueues lost flow hops; their jobs count under the cascade.
+			st.ItemKind = jobs.KindAdvance
 		}
 		snap.Scanners = append(snap.Scanners, st)
 	}
