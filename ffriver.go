@@ -45,8 +45,15 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config configures ffriver's pipeline. The zero value (plus a migrated
@@ -99,6 +106,16 @@ type Config struct {
 	// WorkerConfig) and LastTick use it. Set it when River's tables live in
 	// another schema than ffriver's (a host's River client keeps its own).
 	RiverSchema string
+	// MeterProvider receives ffriver's instruments (workers.Metrics: item
+	// outcomes and durations, the scanners' backlog from the ticks) and,
+	// on the processes' River clients (SchedulerConfig, WorkerConfig),
+	// River's own through otelriver. nil: no metrics. ffriver never
+	// installs or reads a global provider.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per item job (scanner, execution id,
+	// outcome) and, on the processes' River clients, River's own spans
+	// through otelriver. nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is ffriver's pipeline configured on a verified schema, with the
@@ -109,6 +126,8 @@ type Service struct {
 	store       *executions.Store
 	pipeline    *workers.Pipeline
 	periodic    []*river.PeriodicJob
+	meters      metric.MeterProvider
+	tracers     trace.TracerProvider
 }
 
 // Verify checks that schema is migrated (River's and ffriver's migrations)
@@ -176,6 +195,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if cfg.GroupLanes > 0 {
 		env.GroupLanes = cfg.GroupLanes
 	}
+	if cfg.MeterProvider != nil || cfg.TracerProvider != nil {
+		if env.Metrics, err = workers.NewMetrics(cfg.MeterProvider, cfg.TracerProvider); err != nil {
+			return nil, fmt.Errorf("ffriver: metrics: %w", err)
+		}
+	}
 	p, err := workers.NewPipeline(env, plugins, cfg.Filter, cfg.Scanners)
 	if err != nil {
 		return nil, err
@@ -184,7 +208,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Service{ownWaker: cfg.Waker == nil, riverSchema: riverSchema, store: store, pipeline: p, periodic: periodic}, nil
+	return &Service{ownWaker: cfg.Waker == nil, riverSchema: riverSchema, store: store, pipeline: p, periodic: periodic,
+		meters: cfg.MeterProvider, tracers: cfg.TracerProvider}, nil
 }
 
 // Store returns the execution store the pipeline acts on. Its terminal
@@ -214,10 +239,24 @@ func (f *Service) Queues(scanWorkers, applyWorkers int) map[string]river.QueueCo
 	return f.pipeline.Queues(scanWorkers, applyWorkers)
 }
 
+// ObserveJobs records the outcome and duration of every ffriver item job
+// client works (Config.MeterProvider), and ends its span
+// (Config.TracerProvider), until ctx is done: see
+// workers.Pipeline.ObserveJobs. It returns once subscribed; call it before
+// client.Start. Processes (Run, NewProcess) run it; an application whose
+// own client was set up with Configure runs it on that client. Without a
+// provider it does nothing.
+func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx]) {
+	f.pipeline.ObserveJobs(ctx, client)
+}
+
 // Configure merges ffriver into a host's River config: it adds the workers
 // (creating rc.Workers if nil), appends the periodic jobs unless the client
 // cannot lead (LeaderElectionDisabled), and adds the queues. A queue name
-// the host already configures is an error.
+// the host already configures is an error. With Config.TracerProvider it
+// appends the item span middleware (workers.Pipeline.Middleware) to
+// rc.Middleware; River's own metrics and spans are the host's choice
+// (otelriver on its client), and item metrics need ObserveJobs.
 func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
 	if rc.Workers == nil {
 		rc.Workers = river.NewWorkers()
@@ -227,6 +266,9 @@ func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 	}
 	if !rc.LeaderElectionDisabled {
 		rc.PeriodicJobs = append(rc.PeriodicJobs, f.PeriodicJobs()...)
+	}
+	if f.tracers != nil {
+		rc.Middleware = append(rc.Middleware, f.pipeline.Middleware())
 	}
 	if rc.Queues == nil {
 		rc.Queues = map[string]river.QueueConfig{}
@@ -285,8 +327,25 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	if len(qs) == 0 {
 		return nil, ff.Validationf("concurrency", "the process works no queue: scan and apply workers are both 0")
 	}
+	var middleware []rivertype.Middleware
+	if f.meters != nil || f.tracers != nil {
+		// River's own job metrics and spans, on the Service's providers
+		// (never the global ones: otelriver falls back to those for nil).
+		mp, tp := f.meters, f.tracers
+		if mp == nil {
+			mp = metricnoop.NewMeterProvider()
+		}
+		if tp == nil {
+			tp = tracenoop.NewTracerProvider()
+		}
+		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{MeterProvider: mp, TracerProvider: tp}))
+		if f.tracers != nil {
+			middleware = append(middleware, f.pipeline.Middleware())
+		}
+	}
 	return &river.Config{
 		ID:         o.ID,
+		Middleware: middleware,
 		Schema:     f.riverSchema,
 		Logger:     logger,
 		Workers:    workers,

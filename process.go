@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/ffriver/ffriver/migrations"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,6 +67,7 @@ type Process struct {
 	cancel  context.CancelFunc
 	stop    sync.Once
 	stopErr error
+	started atomic.Bool
 }
 
 // NewProcess builds the River client of a process of role o.Role on the
@@ -117,9 +121,38 @@ func (p *Process) Start() error {
 	if p.opts.TickStaleAfter > 0 {
 		go p.svc.WatchTicks(p.runCtx, "", p.opts.TickStaleAfter, p.logger)
 	}
+	p.svc.ObserveJobs(p.runCtx, p.client)
 	if err := p.client.Start(p.runCtx); err != nil {
 		p.cancel()
 		return fmt.Errorf("starting River: %w", err)
+	}
+	p.started.Store(true)
+	return nil
+}
+
+// Ready reports whether the process can do its work, for a readiness
+// probe (the binaries' /readyz): its River client has started and not
+// stopped, the database answers, and the schema is still migrated with the
+// Service's partition count (River's tables and ffriver's, as New checked
+// them). The error says which is not the case.
+func (p *Process) Ready(ctx context.Context) error {
+	if !p.started.Load() {
+		return errors.New("the River client has not started")
+	}
+	select {
+	case <-p.client.Stopped():
+		return errors.New("the River client has stopped")
+	default:
+	}
+	pool := p.svc.store.Pool()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("the database does not answer: %w", err)
+	}
+	if _, err := migrations.VerifyTables(ctx, pool, p.svc.store.Schema(), p.svc.store.Partitions()); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	if err := migrations.VerifyRiver(ctx, pool, p.svc.riverSchema); err != nil {
+		return fmt.Errorf("the schema of River's tables: %w", err)
 	}
 	return nil
 }

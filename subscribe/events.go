@@ -75,6 +75,10 @@ type table[E any] struct {
 	newDecoder func(logger *slog.Logger) decoder[E]
 	// cursor returns an event's cursor.
 	cursor func(E) ff.Cursor
+	// stream is the stream label of the metrics ("leases", "completions").
+	stream string
+	// atMs returns an event's occurred_at_ms.
+	atMs func(E) int64
 }
 
 // decoder turns scanned rows into events without per-row maps or
@@ -94,6 +98,8 @@ type decoder[E any] interface {
 
 var leaseTable = table[LeaseEvent]{
 	cursor: func(ev LeaseEvent) ff.Cursor { return ev.Cursor },
+	stream: "leases",
+	atMs:   func(ev LeaseEvent) int64 { return ev.AtMs },
 	name:   "ff_lease_event",
 	columns: "execution_id, lease_id, event_type, occurred_at_ms, partition_key, " +
 		"namespace, instance_tag, attempt_index, lease_epoch, worker_instance_id",
@@ -107,6 +113,8 @@ var leaseTable = table[LeaseEvent]{
 
 var completionTable = table[CompletionEvent]{
 	cursor:  func(ev CompletionEvent) ff.Cursor { return ev.Cursor },
+	stream:  "completions",
+	atMs:    func(ev CompletionEvent) int64 { return ev.AtMs },
 	name:    "ff_completion_event",
 	columns: "execution_id, flow_id, outcome, occurred_at_ms, partition_key, namespace, instance_tag",
 	newDecoder: func(logger *slog.Logger) decoder[CompletionEvent] {

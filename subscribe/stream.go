@@ -63,6 +63,9 @@ type Stream[E any] struct {
 	cursorOf func(E) ff.Cursor
 	returned int64
 	lastRet  ff.Cursor
+
+	// observe, with Options.MeterProvider, records each returned event.
+	observe func(E)
 }
 
 // delivery is what the reader hands the consumer: a chunk of events, or an
@@ -97,6 +100,12 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 	if err != nil {
 		return nil, err
 	}
+	var observe func(E)
+	if cfg.meters != nil {
+		if observe, err = newObserver(cfg.meters, t); err != nil {
+			return nil, err
+		}
+	}
 	if pool == nil {
 		return nil, ff.Validationf("pool", "nil pool")
 	}
@@ -121,6 +130,7 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 	if r.consumer != nil {
 		s.ack, s.cursorOf = r.consumer.ack, t.cursor
 	}
+	s.observe = observe
 	runCtx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	go func() {
@@ -151,6 +161,9 @@ func (s *Stream[E]) Next(ctx context.Context) (E, error) {
 		ev := s.cur[s.next]
 		s.next++
 		s.countReturned(ev)
+		if s.observe != nil {
+			s.observe(ev)
+		}
 		return ev, nil
 	}
 	if s.term != nil {
@@ -170,6 +183,9 @@ func (s *Stream[E]) Next(ctx context.Context) (E, error) {
 		}
 		s.cur, s.next = d.events, 1
 		s.countReturned(d.events[0])
+		if s.observe != nil {
+			s.observe(d.events[0])
+		}
 		return d.events[0], nil
 	case <-ctx.Done():
 		return zero, ctx.Err()

@@ -33,6 +33,8 @@ type Env struct {
 	// and logs each scanner's unprocessable rows (scanners.Unprocessable)
 	// from its ticks (default DefaultUnprocessableReportInterval).
 	UnprocessableReportInterval time.Duration
+	// Metrics are the pipeline's OpenTelemetry instruments (nil: none).
+	Metrics *Metrics
 }
 
 // DefaultJobTimeout is Env.JobTimeout unless set.

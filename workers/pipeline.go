@@ -22,6 +22,9 @@ type Pipeline struct {
 	settings map[string]scanners.Settings
 	// unprocessable rate-limits the ticks' reports of unprocessable rows.
 	unprocessable unprocessableLog
+	// scannerOf maps each item kind to its scanner's name (FlowScanner for
+	// ff.advance), the label of its metrics and spans.
+	scannerOf map[string]string
 }
 
 // NewPipeline registers the plugins' scanners (scanners.Registry: valid,
@@ -35,7 +38,15 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 	}
 	reg := scanners.NewRegistry()
 	items := []Item{flowItem()}
+	scannerOf := map[string]string{items[0].kind: FlowScanner}
 	for _, pl := range plugins {
+		for _, it := range pl.Items {
+			if pl.Scanner != nil {
+				scannerOf[it.kind] = pl.Scanner.Name()
+			} else if _, ok := scannerOf[it.kind]; !ok {
+				scannerOf[it.kind] = it.kind
+			}
+		}
 		if pl.Scanner != nil {
 			if err := reg.Register(pl.Scanner); err != nil {
 				return nil, err
@@ -48,7 +59,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			return nil, ff.Validationf("scanner", "settings for %q, which is not registered (registered: %v)", name, reg.Names())
 		}
 	}
-	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]scanners.Settings{}}
+	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]scanners.Settings{}, scannerOf: scannerOf}
 	for _, s := range reg.Scanners() {
 		st := s.Defaults()
 		if o, ok := overrides[s.Name()]; ok {

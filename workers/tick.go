@@ -42,6 +42,7 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
 		}
+		env.Metrics.recordDue(ctx, s.Name(), due, env.NowMs())
 		out := TickOutput{}
 		seen := map[int16]bool{}
 		var params []river.InsertManyParams

@@ -82,6 +82,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.maxEvents, "max-events", 0, "exit after `n` events (0: no limit)")
 	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never), saying so when events still wait for an open writer")
 
+	tele := cli.AddTelemetry(fs)
 	var opts subscribe.Options
 	f.now = time.Now
 	fs.AfterParse(func() (err error) {
@@ -122,6 +123,22 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	defer pool.Close()
+	tel, err := tele.Start(ctx, "ffctl tail", logger)
+	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	defer cli.StopTelemetry(tel, logger)
+	opts.MeterProvider = tel.MeterProvider()
+	// Ready once the stream is open; the database answering is the rest.
+	streamOpen := make(chan struct{})
+	tel.SetReady(func(ctx context.Context) error {
+		select {
+		case <-streamOpen:
+		default:
+			return errors.New("the stream is not open yet")
+		}
+		return pool.Ping(ctx)
+	})
 
 	out := bufio.NewWriter(stdout)
 	t := &tailer{flags: f, out: out, logger: logger, waiting: waiting}
@@ -132,6 +149,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return cli.Report(stderr, fs.Name(), err)
 		}
 		defer s.Close()
+		close(streamOpen)
 		err = tail(ctx, t, s, leaseLine)
 		return cli.Report(stderr, fs.Name(), err)
 	default:
@@ -140,6 +158,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return cli.Report(stderr, fs.Name(), err)
 		}
 		defer s.Close()
+		close(streamOpen)
 		err = tail(ctx, t, s, completionLine)
 		return cli.Report(stderr, fs.Name(), err)
 	}

@@ -51,6 +51,7 @@ func main() { cli.Main("ffscheduler", parse) }
 
 type options struct {
 	common          *cli.Common
+	telemetry       *cli.Telemetry
 	uiAddr          string
 	uiUser, uiPass  string
 	scanConc        int
@@ -73,6 +74,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Stdout = stdout
 	fs.Getenv = getenv
 	o := &options{common: cli.AddCommon(fs), intervals: map[string]*time.Duration{}, batches: map[string]*int{}}
+	o.telemetry = cli.AddTelemetry(fs)
 	fs.StringVar(&o.uiAddr, "ui-addr", defaultUIAddr, "`host:port` River UI listens on; \"off\" disables it.\n"+
 		"A non-loopback address requires --ui-user and --ui-password")
 	fs.StringVar(&o.uiUser, "ui-user", "", "basic-auth `user` for River UI (default $FF_UI_USER)")
@@ -133,9 +135,15 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	for name, iv := range o.intervals {
 		overrides[name] = scanners.Settings{Interval: *iv, Batch: *o.batches[name]}
 	}
+	tel, err := o.telemetry.Start(ctx, "ffscheduler", logger)
+	if err != nil {
+		return err
+	}
+	defer cli.StopTelemetry(tel, logger)
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
 		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
+		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
 	}, ffriver.RunOptions{
 		Name: "ffscheduler", Logger: logger, Started: []any{"ui", o.uiAddr},
 		Process: ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: o.shutdownTimeout, Client: ffriver.ClientOptions{
@@ -143,6 +151,7 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 			RescueStuckJobsAfter: o.rescueAfter, CompletedJobRetention: o.completedRetain,
 		}},
 		BeforeStart: func(p *ffriver.Process) (func(), error) {
+			tel.SetReady(p.Ready)
 			if o.uiAddr == "off" || o.uiAddr == "" {
 				return nil, nil
 			}

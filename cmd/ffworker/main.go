@@ -42,6 +42,7 @@ func main() { cli.Main("ffworker", parse) }
 
 type options struct {
 	common          *cli.Common
+	telemetry       *cli.Telemetry
 	applyConc       int
 	scanConc        int
 	filter          *ff.Filter
@@ -57,6 +58,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Stdout = stdout
 	fs.Getenv = getenv
 	o := &options{common: cli.AddCommon(fs)}
+	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
 		"items share transactions, so they need few connections); River's own per-job cost caps a\n"+
 		"process near 2,800 jobs/s at 16 and 7,400-10,000 at 64 on 2 cores: on bigger machines\n"+
@@ -102,9 +104,19 @@ func poolSize(apply, scan int) int32 { return int32(min(apply, 16) + scan + 4) }
 
 // serve runs the process: ffriver's run path (ffriver.Run).
 func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	tel, err := o.telemetry.Start(ctx, "ffworker", logger)
+	if err != nil {
+		return err
+	}
+	defer cli.StopTelemetry(tel, logger)
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout,
+		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
 	}, ffriver.RunOptions{
+		BeforeStart: func(p *ffriver.Process) (func(), error) {
+			tel.SetReady(p.Ready)
+			return nil, nil
+		},
 		Name: "ffworker", Logger: logger, Started: []any{"apply_concurrency", o.applyConc, "scan_concurrency", o.scanConc},
 		Process: ffriver.ProcessOptions{Role: ffriver.Worker, ShutdownTimeout: o.shutdownTimeout, TickStaleAfter: o.staleAfter,
 			Client: ffriver.ClientOptions{ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, ID: o.id}},
