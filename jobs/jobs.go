@@ -46,6 +46,7 @@ const (
 // Job kinds.
 const (
 	KindTick           = "ff.tick"
+	KindRescue         = "ff.rescue"
 	KindScan           = "ff.scan"
 	KindExpireAttempt  = "ff.expire_attempt"
 	KindPromoteDelayed = "ff.promote_delayed"
@@ -186,6 +187,16 @@ type TickArgs struct {
 
 // Kind implements river.JobArgs.
 func (TickArgs) Kind() string { return KindTick }
+
+// RescueArgs re-queues ffriver's jobs left running by a process that died
+// (workers.RescueWorker): jobs of Queues running for longer than AfterMs.
+type RescueArgs struct {
+	Queues  []string `json:"queues"`
+	AfterMs int64    `json:"after_ms"`
+}
+
+// Kind implements river.JobArgs.
+func (RescueArgs) Kind() string { return KindRescue }
 
 // ScanArgs scans one partition for one scanner, or a few: a tick groups
 // partitions with few due items into one scan (Partitions), so that a tick

@@ -94,3 +94,37 @@ func TestItemRerunAfterCommitIsNoOp(t *testing.T) {
 	h.wantState(id, terminalExpired)
 	h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 }
+
+// An item job left running by a process that died is re-queued by ff.rescue
+// once it has run past the job timeout (plus RescueGrace), long before
+// River's own rescuer would (here: an hour), and its execution transitions
+// once.
+func TestDeadProcessItemRescuedEarly(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ffriver.Config{Scanners: disabled(), JobTimeout: time.Second})
+	id := h.expiredLeases(1)[0]
+	inserter := h.insertOnly()
+	res, err := inserter.Insert(h.ctx, jobs.ExpireAttemptArgs{ID: id}, workers.ItemInsertOpts(ff.Filter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fetched by a process that then died.
+	h.exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{dead-process}' WHERE id = $1`, res.Job.ID)
+	start := time.Now()
+	c := h.client(true, func(rc *river.Config) { rc.RescueStuckJobsAfter = time.Hour })
+	h.await("the rescued item to complete", func() bool {
+		row, err := c.JobGet(h.ctx, res.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row.State == rivertype.JobStateCompleted
+	})
+	if took := time.Since(start); took > time.Second+workers.RescueGrace+2*workers.RescueInterval+5*time.Second {
+		t.Errorf("rescued after %s", took)
+	}
+	h.wantState(id, terminalExpired)
+	h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+	if n := h.count(`SELECT count(*) FROM river_job WHERE id = $1 AND array_length(errors, 1) = 1 AND errors[1]->>'error' LIKE '%ff.rescue%'`, res.Job.ID); n != 1 {
+		t.Error("the rescued job does not say who re-queued it")
+	}
+}

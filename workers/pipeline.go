@@ -119,6 +119,9 @@ func (p *Pipeline) AddWorkers(workers *river.Workers) error {
 	if err := river.AddWorkerSafely(workers, &ScanWorker{p: p}); err != nil {
 		return fmt.Errorf("ffriver: adding the scan worker: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &RescueWorker{p: p}); err != nil {
+		return fmt.Errorf("ffriver: adding the rescue worker: %w", err)
+	}
 	for _, it := range p.items {
 		if err := it.add(workers, p.env); err != nil {
 			return err
@@ -151,7 +154,8 @@ func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
 // every Interval, run on start, unique while in flight within its second
 // (jobs.UniqueTick: a tick still queued or running swallows the next ones
 // of the same second, and a tick stuck in a dead process blocks no more).
-// Only the elected leader inserts periodic jobs.
+// Only the elected leader inserts periodic jobs. The last is ff.rescue
+// (rescue.go), which re-queues jobs left running by a dead process.
 func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
 	var out []*river.PeriodicJob
 	for _, s := range p.reg.Scanners() {
@@ -168,6 +172,7 @@ func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
 			func() (river.JobArgs, *river.InsertOpts) { return args, opts },
 			&river.PeriodicJobOpts{ID: "ff.tick:" + p.ScanQueue() + ":" + s.Name(), RunOnStart: true}))
 	}
+	out = append(out, p.rescueJob())
 	return out, nil
 }
 
