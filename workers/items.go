@@ -54,22 +54,18 @@ func builtinItems() map[string][]Item {
 // enqueue it (Cascader), and the dependency scanner enqueues it again for
 // hops left uncounted, so every pipeline registers it. A hop that waited for
 // a lock until AdvanceTx's lock_timeout snoozes (river.JobSnooze, which
-// spends no attempt) for AdvanceLockSnooze: waiting is never what discards
-// it.
+// spends no attempt) for LockedRetryAfter, as an item whose row is locked
+// does: waiting is never what discards it.
 func flowItem() Item {
 	return ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.AdvanceArgs) (Output, error) {
 		out, err := env.Store.AdvanceTx(ctx, tx, executions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
 		if dbutil.IsLockTimeout(err) {
 			env.Logger.DebugContext(ctx, "ffriver: flow hop waits for a lock; snoozing", "upstream", a.Upstream, "downstream", a.Downstream, "error", err)
-			return Output{}, river.JobSnooze(AdvanceLockSnooze)
+			return Output{}, river.JobSnooze(LockedRetryAfter)
 		}
 		return Output{Outcome: out}, err
 	})
 }
-
-// AdvanceLockSnooze is how long an ff.advance job whose hop waited for a
-// lock (AdvanceTx waits up to 2 s) snoozes before trying again.
-const AdvanceLockSnooze = time.Second
 
 // trimOutbox deletes at most a batch of old events
 // (executions.Store.TrimOutboxTx) and, when it deleted a full batch,
