@@ -15,7 +15,7 @@ import (
 )
 
 // allScenarios in the order a full run runs them.
-var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream"}
+var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout"}
 
 var benchCommand = command{
 	name:    "bench",
@@ -27,7 +27,7 @@ func runBench(ctx context.Context, args []string) int {
 	fs := cli.NewFlagSet("ffctl bench", "[scenario ...]",
 		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
 			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
-			"target. Scenarios: outbox, expire, lag, idle, stream (default: all, about 6 minutes on\n"+
+			"target. Scenarios: outbox, expire, lag, idle, stream, scaleout (default: all, about 10 minutes on\n"+
 			"2 cores). expire, lag and idle run ffriver's pipeline (a scheduler and a worker as the\n"+
 			"binaries configure them): expire and lag in this process, idle as the ffscheduler and\n"+
 			"ffworker binaries built with `go build` from the module in the working directory (or\n"+
@@ -38,7 +38,8 @@ func runBench(ctx context.Context, args []string) int {
 	keep := fs.Bool("keep", false, "keep the scratch schemas instead of dropping them")
 	writers := fs.Int("writers", 32, "outbox: concurrent `writers`")
 	duration := fs.Duration("duration", 10*time.Second, "outbox: how long each variant runs")
-	leases := fs.Int("leases", 20_000, "expire: expired `leases` to drain")
+	leases := fs.Int("leases", 20_000, "expire, scaleout: expired `leases` to drain")
+	memLeases := fs.Int("memory-leases", 100_000, "scaleout: `leases` of the drain after which the single ffworker's peak RSS is read again (0: skip)")
 	clients := fs.Int("clients", 32, "expire: `clients` of the raw pipelined ceiling")
 	applyWorkers := fs.Int("apply-workers", 0, "expire, lag, idle with --idle-inprocess: apply `workers` of the pipeline's worker process (default: ffworker's)")
 	groupSize := fs.Int("group-size", 0, "expire, lag: most item jobs of one kind per transaction in the worker (default: ffriver's; 1: no grouping)")
@@ -57,6 +58,9 @@ func runBench(ctx context.Context, args []string) int {
 	fs.AfterParse(func() error {
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
+		}
+		if *memLeases < 0 {
+			return cli.Usagef("--memory-leases must not be negative")
 		}
 		if *writers < 1 || *leases < 1 || *clients < 1 || *duration <= 0 {
 			return cli.Usagef("--writers, --leases, --clients and --duration must be positive")
@@ -133,6 +137,8 @@ func runBench(ctx context.Context, args []string) int {
 		case "stream":
 			rs, err = bench.Stream(ctx, env, bench.StreamOptions{EventsPerSec: *eventsPerSec, Duration: *streamDuration,
 				CatchUp: *catchUp, WakeInterval: *wakeInterval})
+		case "scaleout":
+			rs, err = bench.ScaleOut(ctx, env, bench.ScaleOutOptions{Leases: *leases, MemLeases: *memLeases, NoMemory: *memLeases == 0})
 		}
 		if err != nil {
 			return cli.Report(os.Stderr, fs.Name(), fmt.Errorf("scenario %s: %w", s, err))

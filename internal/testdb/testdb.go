@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/migrations"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -67,8 +69,19 @@ func New(tb testing.TB, opts *Options) *DB {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
-			tb.Errorf("testdb: dropping schema %s: %v", schema, err)
+		// A process of the test still stopping (a binary, a River client's
+		// last maintenance pass) can deadlock with the drop, which locks
+		// every table of the schema; the drop is retried then.
+		for attempt := 1; ; attempt++ {
+			_, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`)
+			var pgErr *pgconn.PgError
+			if err != nil && errors.As(err, &pgErr) && pgErr.Code == "40P01" && attempt < 5 {
+				continue
+			}
+			if err != nil {
+				tb.Errorf("testdb: dropping schema %s: %v", schema, err)
+			}
+			break
 		}
 		admin.Close()
 	})

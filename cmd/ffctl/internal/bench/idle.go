@@ -205,63 +205,116 @@ func procCPU(pid int) (time.Duration, error) {
 // working directory and starts them on schema with their default flags
 // (River UI off). It returns their summed CPU time and a stop.
 func startBinaries(ctx context.Context, env *Env, schema string) (func() (time.Duration, error), func(), error) {
-	dir, err := os.MkdirTemp("", "ffbench-bin-")
+	dir, err := buildBinaries(ctx, env)
 	if err != nil {
 		return nil, nil, err
 	}
-	removeDir := func() { _ = os.RemoveAll(dir) }
-	env.Logger.InfoContext(ctx, "bench idle: building ffscheduler and ffworker", "dir", dir)
+	ps, err := startProcs(env, dir, schema, 1)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	stop := func() { ps.stop(); _ = os.RemoveAll(dir) }
+	return ps.cpu, stop, nil
+}
+
+// buildBinaries builds ffscheduler and ffworker into a new temporary
+// directory, which the caller removes.
+func buildBinaries(ctx context.Context, env *Env) (string, error) {
+	dir, err := os.MkdirTemp("", "ffbench-bin-")
+	if err != nil {
+		return "", err
+	}
+	env.Logger.InfoContext(ctx, "bench: building ffscheduler and ffworker", "dir", dir)
 	build := exec.CommandContext(ctx, "go", "build", "-o", dir, "github.com/ffriver/ffriver/cmd/ffscheduler", "github.com/ffriver/ffriver/cmd/ffworker")
 	if out, err := build.CombinedOutput(); err != nil {
-		removeDir()
-		return nil, nil, fmt.Errorf("go build: %v: %s", err, strings.TrimSpace(string(out)))
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("go build: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-	var cmds []*exec.Cmd
-	stop := func() {
-		for _, c := range cmds {
-			_ = c.Process.Signal(syscall.SIGTERM)
+	return dir, nil
+}
+
+// procs are an ffscheduler and its ffworkers, run from built binaries.
+type procs struct{ cmds []*exec.Cmd }
+
+// startProcs starts the ffscheduler and workers ffworkers of dir on schema,
+// with their default flags (River UI off).
+func startProcs(env *Env, dir, schema string, workers int) (*procs, error) {
+	ps := &procs{}
+	names := []string{"ffscheduler"}
+	for range workers {
+		names = append(names, "ffworker")
+	}
+	for i, name := range names {
+		args := []string{"--schema", schema, "--log-level", "warn"}
+		if name == "ffscheduler" {
+			args = append(args, "--ui-addr", "off")
+		} else {
+			args = append(args, "--id", fmt.Sprintf("ffbench-worker-%d", i))
 		}
-		for _, c := range cmds {
-			done := make(chan struct{})
-			go func() { _ = c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(40 * time.Second):
-				_ = c.Process.Kill()
-				<-done
-			}
-		}
-		removeDir()
-	}
-	args := map[string][]string{
-		"ffscheduler": {"--ui-addr", "off"},
-		"ffworker":    nil,
-	}
-	for _, name := range []string{"ffscheduler", "ffworker"} {
-		c := exec.Command(filepath.Join(dir, name), append([]string{"--schema", schema, "--log-level", "warn"}, args[name]...)...)
+		c := exec.Command(filepath.Join(dir, name), args...)
 		c.Env = append(os.Environ(), "DATABASE_URL="+env.URL)
 		c.Stderr = os.Stderr
 		if err := c.Start(); err != nil {
-			stop()
-			return nil, nil, err
+			ps.stop()
+			return nil, err
 		}
-		cmds = append(cmds, c)
+		ps.cmds = append(ps.cmds, c)
 	}
-	cpu := func() (time.Duration, error) {
-		var sum time.Duration
-		for _, c := range cmds {
-			if c.ProcessState != nil {
-				return 0, fmt.Errorf("bench: %s exited", c.Path)
-			}
-			d, err := procCPU(c.Process.Pid)
+	return ps, nil
+}
+
+// stop stops the processes gracefully (SIGTERM), killing those that take
+// longer than 40 s.
+func (ps *procs) stop() {
+	for _, c := range ps.cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range ps.cmds {
+		done := make(chan struct{})
+		go func() { _ = c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			_ = c.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// cpu is the processes' summed user + system CPU time.
+func (ps *procs) cpu() (time.Duration, error) {
+	var sum time.Duration
+	for _, c := range ps.cmds {
+		if c.ProcessState != nil {
+			return 0, fmt.Errorf("bench: %s exited", c.Path)
+		}
+		d, err := procCPU(c.Process.Pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// peakRSS is the peak resident set (VmHWM) of process i, in bytes.
+func (ps *procs) peakRSS(i int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", ps.cmds[i].Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			kb, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
 				return 0, err
 			}
-			sum += d
+			return kb * 1024, nil
 		}
-		return sum, nil
 	}
-	return cpu, stop, nil
+	return 0, errors.New("bench: no VmHWM in /proc status")
 }
 
 // scratchDatabase creates a database of its own for a scenario and returns
