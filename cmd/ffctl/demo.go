@@ -52,6 +52,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	keep := fs.Bool("keep", false, "keep the demo schema at the end (the demo prints how to look at it and drop it)")
 	uiAddr := fs.String("ui-addr", demo.DefaultUIAddr, "loopback `host:port` for River UI; when the default is taken, a free port\n"+
 		"is used instead; \"off\" serves no UI")
+	tele := cli.AddTelemetry(fs)
 	fs.AfterParse(func() error {
 		if !fs.Explicit("duration") {
 			d, err := demoDuration(getenv("DEMO_DURATION"))
@@ -89,11 +90,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 		return cli.Report(stderr, fs.Name(), err)
 	}
-	pool.Close()
+	defer pool.Close()
 	cfg, err := common.PoolConfig(cli.PoolOptions{AppName: "ffctl demo"})
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}
+	tel, err := tele.Start(ctx, "ffctl demo", logger)
+	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	defer cli.StopTelemetry(tel, logger)
+	tel.SetReady(pool.Ping) // the database answers; the demo's processes are in this one
 
 	sum, err := demo.Run(ctx, demo.Options{
 		PoolConfig:  cfg,
@@ -106,6 +113,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		Logger:      logger,
 		RiverLogger: cli.NewLogger(stderr, common.LogFormat, riverLevel),
 		Target:      cli.RedactURL(common.DatabaseURL),
+
+		MeterProvider:  tel.MeterProvider(),
+		TracerProvider: tel.TracerProvider(),
 	})
 	if _, interrupted := cli.Interrupted(ctx); interrupted && errors.Is(err, context.Canceled) {
 		// Ctrl-C while the demo was still setting up: it cleaned up.

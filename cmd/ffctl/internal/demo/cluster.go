@@ -95,7 +95,8 @@ func (d *demo) startProcess(ctx, runCtx context.Context, c *cluster, name string
 	if err != nil {
 		return nil, err
 	}
-	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: string(d.schema), Scanners: c.settings, Logger: d.opts.RiverLogger})
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: string(d.schema), Scanners: c.settings, Logger: d.opts.RiverLogger,
+		MeterProvider: d.opts.MeterProvider, TracerProvider: d.opts.TracerProvider})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -48,6 +48,8 @@ import (
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Options.
@@ -101,6 +103,11 @@ type Options struct {
 	RiverLogger *slog.Logger
 	// Target describes the database in the introduction (a redacted URL).
 	Target string
+	// MeterProvider and TracerProvider, when set, receive the metrics and
+	// spans of the demo's processes and streams (ffctl demo
+	// --metrics-addr).
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // Summary is what a demo run saw.

@@ -145,7 +145,7 @@ func newWatcher(ctx context.Context, d *demo, c *cluster) (*watcher, error) {
 	w := &watcher{d: d, c: c, cancel: cancel, failed: make(chan error, 2),
 		leaseN: map[string]int64{}, completionN: map[string]int64{}, waiting: map[waitKey]subscribe.Wait{}}
 	opts := subscribe.Options{Schema: string(d.schema), Start: subscribe.StartBeginning, Logger: d.opts.RiverLogger,
-		ApplicationName: "ffctl demo stream", OnWait: w.onWait}
+		ApplicationName: "ffctl demo stream", OnWait: w.onWait, MeterProvider: d.opts.MeterProvider}
 	var err error
 	if w.leases, err = subscribe.Leases(sctx, d.admin, opts); err != nil {
 		cancel()
