@@ -10,7 +10,11 @@
 // It serves River UI on --ui-addr (default 127.0.0.1:8080; "off" disables
 // it). A non-loopback address needs --ui-user and --ui-password (or
 // FF_UI_USER and FF_UI_PASSWORD) and then requires HTTP basic auth: River
-// UI can cancel, retry and delete jobs. When the default address is taken
+// UI can cancel, retry and delete jobs. Everywhere, River UI answers only
+// requests whose Host names it (the address listened on, localhost and the
+// loopback IPs of its port, and --ui-allowed-hosts), refuses state-changing
+// requests from other origins, and wants JSON (uiserver.Guard). When the
+// default address is taken
 // (a second scheduler on the same host) the UI is skipped with a warning;
 // an address given explicitly that cannot be bound is an error.
 //
@@ -54,6 +58,8 @@ type options struct {
 	telemetry       *cli.Telemetry
 	uiAddr          string
 	uiUser, uiPass  string
+	uiAllowedHosts  string
+	uiHosts         []string
 	scanConc        int
 	applyConc       int
 	filter          *ff.Filter
@@ -79,6 +85,9 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		"A non-loopback address requires --ui-user and --ui-password")
 	fs.StringVar(&o.uiUser, "ui-user", "", "basic-auth `user` for River UI (default $FF_UI_USER)")
 	fs.StringVar(&o.uiPass, "ui-password", "", "basic-auth `password` for River UI (default $FF_UI_PASSWORD)")
+	fs.StringVar(&o.uiAllowedHosts, "ui-allowed-hosts", "", "comma-separated `hosts` (name, or name:port) River UI also answers as, e.g. a\n"+
+		"reverse proxy's or a DNS name's; by default only the address listened on and localhost,\n"+
+		"127.0.0.1 and [::1] of its port: other Host headers (DNS rebinding) are refused")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 4, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	fs.IntVar(&o.applyConc, "apply-concurrency", 0, "`workers` for the apply queue (per-item actions); 0 leaves them to ffworker")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
@@ -111,6 +120,15 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		}
 		if o.rescueAfter < o.jobTimeout {
 			return cli.Usagef("--rescue-after %s is shorter than --job-timeout %s", o.rescueAfter, o.jobTimeout)
+		}
+		if o.uiAllowedHosts != "" {
+			for _, h := range strings.Split(o.uiAllowedHosts, ",") {
+				ph, err := uiserver.ParseAllowedHost(h)
+				if err != nil {
+					return cli.Usagef("--ui-allowed-hosts: %w", err)
+				}
+				o.uiHosts = append(o.uiHosts, ph)
+			}
 		}
 		if (o.uiUser == "") != (o.uiPass == "") {
 			return cli.Usagef("River UI credentials need both --ui-user and --ui-password")
@@ -162,7 +180,8 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 }
 
 func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*uiserver.Server, error) {
-	srv, err := uiserver.Start(ctx, client, uiserver.Options{Addr: o.uiAddr, User: o.uiUser, Password: o.uiPass, Logger: logger})
+	srv, err := uiserver.Start(ctx, client, uiserver.Options{Addr: o.uiAddr, User: o.uiUser, Password: o.uiPass,
+		AllowedHosts: o.uiHosts, Logger: logger})
 	var le *uiserver.ListenError
 	if errors.As(err, &le) && !o.uiAddrExplicit {
 		logger.Warn("River UI not served: its default address is taken (another scheduler on this host?); pass --ui-addr to choose one", "addr", o.uiAddr, "error", le.Err)

@@ -1,6 +1,6 @@
 // Package uiserver serves River UI (riverqueue.com/riverui) for ffscheduler
-// and ffctl demo: the riverui handler on its own listener, optionally behind
-// basic auth.
+// and ffctl demo: the riverui handler on its own listener, behind a guard
+// against other web pages (Guard) and optionally behind basic auth.
 package uiserver
 
 import (
@@ -29,7 +29,11 @@ type Options struct {
 	// User and Password, when User is set, are required with basic auth
 	// (compared in constant time).
 	User, Password string
-	Logger         *slog.Logger
+	// AllowedHosts are further values of the Host header the server answers
+	// besides the address it listens on and the loopback names of its port
+	// (see Guard): "name" (any port) or "name:port".
+	AllowedHosts []string
+	Logger       *slog.Logger
 }
 
 // ListenError is returned by Start when the address cannot be listened on.
@@ -73,9 +77,13 @@ func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Serve
 		_ = ln.Close()
 		return nil, fmt.Errorf("river UI: %w", err)
 	}
-	var handler http.Handler = h
+	handler, err := Guard(h, ln.Addr(), o.AllowedHosts)
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("river UI: %w", err)
+	}
 	if o.User != "" {
-		handler = BasicAuth(h, o.User, o.Password)
+		handler = BasicAuth(handler, o.User, o.Password)
 	}
 	s := &Server{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, URL: "http://" + ln.Addr().String() + "/"}
 	go func() {
