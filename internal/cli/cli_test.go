@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -308,5 +309,39 @@ func TestSignalContext(t *testing.T) {
 	stop2()
 	if _, ok := Interrupted(ctx2); ok || ctx2.Err() == nil {
 		t.Errorf("after stop: Interrupted = %v, err = %v; want false, cancelled", ok, ctx2.Err())
+	}
+}
+
+func TestVersionOfBuildInfo(t *testing.T) {
+	got := FormatVersion("ffworker", &debug.BuildInfo{
+		GoVersion: "go1.26.8",
+		Main:      debug.Module{Path: "github.com/ffriver/ffriver", Version: "v0.3.0"},
+		Deps:      []*debug.Module{{Path: "github.com/riverqueue/river", Version: "v0.51.1"}},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-11-23T09:00:00Z"},
+			{Key: "vcs.modified", Value: "true"}},
+	})
+	want := "ffworker v0.3.0\n  module:   github.com/ffriver/ffriver\n  commit:   abc123 (2026-11-23T09:00:00Z, modified)\n" +
+		"  go:       go1.26.8\n  river:    v0.51.1\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if got := FormatVersion("ffctl", &debug.BuildInfo{}); !strings.Contains(got, "commit:   unknown") {
+		t.Errorf("no VCS information:\n%s", got)
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	fs := NewFlagSet("ffworker", "", "")
+	var out strings.Builder
+	fs.Stdout = &out
+	fs.AddVersion()
+	AddCommon(fs) // would refuse: no database given
+	fs.Getenv = func(string) string { return "" }
+	err := fs.Parse([]string{"--version"})
+	if !errors.Is(err, ErrVersion) || ExitCode(err) != ExitOK {
+		t.Fatalf("Parse(--version) = %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "ffworker ") || !strings.Contains(out.String(), "go:       ") {
+		t.Errorf("version output:\n%s", out.String())
 	}
 }

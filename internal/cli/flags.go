@@ -25,7 +25,8 @@ type FlagSet struct {
 	// Getenv reads defaults such as $DATABASE_URL (default os.Getenv).
 	Getenv func(string) string
 
-	after []func() error
+	after   []func() error
+	version *bool
 }
 
 // NewFlagSet returns an empty flag set for command (e.g. "ffctl migrate").
@@ -63,6 +64,10 @@ func (fs *FlagSet) Parse(args []string) error {
 	}
 	if err != nil {
 		return &UsageError{Err: gnuFlagError(err)}
+	}
+	if fs.version != nil && *fs.version {
+		_, _ = io.WriteString(fs.Stdout, Version(fs.Name()))
+		return ErrVersion
 	}
 	if fs.ArgsUsage == "" && fs.NArg() > 0 {
 		return Usagef("unexpected argument %q", fs.Arg(0))
