@@ -291,9 +291,11 @@ type ClientOptions struct {
 	// ScanWorkers and ApplyWorkers are the queues' MaxWorkers (0 leaves the
 	// queue out).
 	ScanWorkers, ApplyWorkers int
-	// ID of the River client (default River's host-and-time id).
+	// ID of the River client (default: ClientID of the process's name when
+	// started through Run, else River's host-and-time id).
 	ID string
-	// Logger for River itself (default: discard).
+	// Logger of the process; River's client gets RiverLogger(Logger), one
+	// level quieter unless Logger logs DEBUG (default: discard).
 	Logger *slog.Logger
 	// RescueStuckJobsAfter (scheduler only; default DefaultRescueAfter):
 	// how long a job may run before River's rescuer, on the leader, retries
@@ -319,10 +321,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	if err := f.AddWorkers(workers); err != nil {
 		return nil, err
 	}
-	logger := o.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := RiverLogger(o.Logger)
 	qs := f.Queues(o.ScanWorkers, o.ApplyWorkers)
 	if len(qs) == 0 {
 		return nil, ff.Validationf("concurrency", "the process works no queue: scan and apply workers are both 0")

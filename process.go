@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +40,8 @@ type ProcessOptions struct {
 	// Role of the process: Scheduler or Worker.
 	Role Role
 	// Client are the River client's options (SchedulerConfig,
-	// WorkerConfig). Its Logger also gets the process's own messages.
+	// WorkerConfig). Its Logger gets the process's own messages; River's
+	// client logs through RiverLogger(Logger).
 	Client ClientOptions
 	// TickStaleAfter, when positive, runs the tick watchdog (WatchTicks):
 	// a warning when no tick has been inserted for that long.
@@ -99,7 +102,11 @@ func (f *Service) NewProcess(ctx context.Context, o ProcessOptions) (*Process, e
 	// Jobs must not see the caller's cancellation (a signal): Stop lets
 	// them finish first.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	return &Process{svc: f, opts: o, config: rc, client: client, logger: rc.Logger, runCtx: runCtx, cancel: cancel}, nil
+	logger := o.Client.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Process{svc: f, opts: o, config: rc, client: client, logger: logger, runCtx: runCtx, cancel: cancel}, nil
 }
 
 // Client is the process's River client.
@@ -226,6 +233,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, o RunOptions) erro
 	if o.Logger != nil {
 		cfg.Logger, o.Process.Client.Logger = o.Logger, o.Logger
 	}
+	if o.Process.Client.ID == "" && o.Name != "" {
+		o.Process.Client.ID = ClientID(o.Name, time.Now())
+	}
 	f, err := New(ctx, pool, cfg)
 	if err != nil {
 		return err
@@ -248,4 +258,27 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, o RunOptions) erro
 	p.logger.Info(o.Name+" started", append([]any{"schema", f.Store().Schema(), "partitions", int(f.Store().Partitions()),
 		"scan_queue", pl.ScanQueue(), "apply_queue", pl.ApplyQueue(), "scanners", pl.Registry().Names()}, o.Started...)...)
 	return p.Run(ctx, beforeStop)
+}
+
+// ClientID returns the River client id of a process called name started at
+// t: the name, the host name and the start time, as River UI's client and
+// leader views and each job's attempted_by show it, e.g.
+// "ffworker@web-3_2026_11_23T09_00_01_123456". Host names lose their dots
+// (as River's default id does) and are cut to keep the id within River's
+// 100 characters.
+func ClientID(name string, t time.Time) string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown_host"
+	}
+	host = strings.ReplaceAll(host, ".", "_")
+	stamp := strings.Replace(t.UTC().Format("2006_01_02T15_04_05.000000"), ".", "_", 1)
+	if room := 100 - len(name) - len("@_") - len(stamp); len(host) > room {
+		host = host[:max(room, 0)]
+	}
+	id := name + "@" + host + "_" + stamp
+	if len(id) > 100 {
+		id = id[:100]
+	}
+	return id
 }

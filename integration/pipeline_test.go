@@ -322,8 +322,8 @@ func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
 		p := startProc(t, tc.name, tc.bin, args...)
 		code := p.wait(20 * time.Second)
 		out := p.stderr.String()
-		if code != 3 || !strings.Contains(out, "not migrated") {
-			t.Errorf("%s: exit %d, output:\n%s", tc.name, code, out)
+		if code != 3 || strings.Count(out, "not migrated") != 1 {
+			t.Errorf("%s: exit %d, want 3 and the refusal said once; output:\n%s", tc.name, code, out)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
@@ -20,6 +21,7 @@ import (
 type Cascader struct {
 	client *river.Client[pgx.Tx]
 	opts   *river.InsertOpts
+	filter ff.Filter
 }
 
 // NewCascader returns a Cascader inserting into the River tables of
@@ -33,14 +35,14 @@ func NewCascader(riverSchema string, filter ff.Filter) (*Cascader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ffriver: cascade insert client: %w", err)
 	}
-	return &Cascader{client: client, opts: ItemInsertOpts(filter)}, nil
+	return &Cascader{client: client, opts: ItemInsertOpts(filter), filter: filter}, nil
 }
 
 // EnqueueHopsTx implements executions.Cascader.
 func (c *Cascader) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
 	params := make([]river.InsertManyParams, len(hops))
 	for i, h := range hops {
-		params[i] = river.InsertManyParams{Args: jobs.AdvanceArgs{Upstream: h.Upstream, FlowID: h.FlowID, Downstream: h.Downstream, Outcome: h.Outcome}, InsertOpts: c.opts}
+		params[i] = river.InsertManyParams{Args: jobs.AdvanceArgs{Upstream: h.Upstream, FlowID: h.FlowID, Downstream: h.Downstream, Outcome: h.Outcome}, InsertOpts: withTags(c.opts, appendTags([]string{TagItem, TagPartitionPrefix + strconv.Itoa(int(h.Upstream.Partition))}, TagValue(TagNamespacePrefix, c.filter.Namespace)))}
 	}
 	if _, err := c.client.InsertManyTx(ctx, tx, params); err != nil {
 		return dbutil.MapErr(err, "inserting cascade hops")

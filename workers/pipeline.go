@@ -167,7 +167,7 @@ func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts := p.TickInsertOpts()
+		opts := withTags(p.TickInsertOpts(), TickTags(s.Name(), p.filter))
 		out = append(out, river.NewPeriodicJob(river.PeriodicInterval(st.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return args, opts },
 			&river.PeriodicJobOpts{ID: "ff.tick:" + p.ScanQueue() + ":" + s.Name(), RunOnStart: true}))

@@ -52,7 +52,7 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 			if len(parts) > 1 {
 				a.Partitions = parts[1:]
 			}
-			params = append(params, river.InsertManyParams{Args: a, InsertOpts: ScanInsertOpts(filter)})
+			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(ScanInsertOpts(filter), ScanTags(s.Name(), filter, parts))})
 		}
 		// Partitions with less than a batch due share scans of at most a
 		// batch of due items: a scan job costs a River round (insert, fetch,

@@ -79,6 +79,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs := cli.NewFlagSet("ffscheduler", "", summary)
 	fs.Stdout = stdout
 	fs.Getenv = getenv
+	fs.AddVersion()
 	o := &options{common: cli.AddCommon(fs), intervals: map[string]*time.Duration{}, batches: map[string]*int{}}
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.StringVar(&o.uiAddr, "ui-addr", defaultUIAddr, "`host:port` River UI listens on; \"off\" disables it.\n"+
@@ -98,7 +99,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.DurationVar(&o.completedRetain, "completed-retention", ffriver.DefaultCompletedRetention, "how long River keeps completed jobs and their outputs (`duration`)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
-	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default host name and start time)")
+	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default ffscheduler@<host>_<start time>)")
 	for _, s := range scanners.Builtins(0) {
 		d := s.Defaults()
 		o.intervals[s.Name()] = fs.Duration(strings.ReplaceAll(s.Name(), "_", "-")+"-interval", d.Interval, "tick `interval` of the "+s.Name()+" scanner")
@@ -190,6 +191,6 @@ func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logg
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("River UI listening", "url", srv.URL, "auth", o.uiUser != "")
+	logger.Info("River UI listening", "url", srv.URL, "auth", o.uiUser != "", "items", srv.URL+uiserver.ItemsPath)
 	return srv, nil
 }

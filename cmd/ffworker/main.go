@@ -57,6 +57,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs := cli.NewFlagSet("ffworker", "", summary)
 	fs.Stdout = stdout
 	fs.Getenv = getenv
+	fs.AddVersion()
 	o := &options{common: cli.AddCommon(fs)}
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
@@ -69,7 +70,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.DurationVar(&o.staleAfter, "tick-stale-after", 30*time.Second, "warn when no tick was inserted for this `duration` (no scheduler alive); 0 disables")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
-	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default host name and start time)")
+	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default ffworker@<host>_<start time>)")
 	fs.AfterParse(func() error {
 		if o.applyConc < 0 || o.scanConc < 0 || o.applyConc > 10000 || o.scanConc > 10000 {
 			return cli.Usagef("--concurrency and --scan-concurrency must be within 0..10000")

@@ -10,12 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ReportServe ends a long-running binary: it logs a refusal to start on an
-// unmigrated schema (so it shows in the process's structured logs too), then
-// reports err like Report and returns the exit code.
-func ReportServe(stderr io.Writer, command string, logger *slog.Logger, err error) int {
-	if err != nil && ExitCode(err) == ExitNotMigrated {
-		logger.Error("refusing to start", "error", err)
+// ReportServe ends a long-running binary and returns its exit code. A
+// refusal to start on an unmigrated schema is said once: with JSON logs as
+// an error log line (so it lands in the process's structured logs), else as
+// Report's plain line; any other error is reported like Report.
+func ReportServe(stderr io.Writer, command string, logger *slog.Logger, logJSON bool, err error) int {
+	code := ExitCode(err)
+	if err != nil && code == ExitNotMigrated && logJSON {
+		logger.Error(command+" refusing to start", "error", err)
+		return code
 	}
 	return Report(stderr, command, err)
 }
@@ -56,7 +59,7 @@ func Run(ctx context.Context, name string, parse func(args []string, stdout io.W
 		defer pool.Close()
 		err = d.Serve(ctx, pool, logger)
 	}
-	return ReportServe(stderr, name, logger, err)
+	return ReportServe(stderr, name, logger, d.Flags.LogFormat == LogJSON, err)
 }
 
 // AddPipelineFlags adds the flags ffscheduler and ffworker share about the

@@ -82,11 +82,41 @@ func MapErr(err error, doing string) error {
 	if err == nil {
 		return nil
 	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && strings.Contains(err.Error(), "\n") {
+		err = &oneLineError{err: err}
+	}
 	if IsTransient(err) {
 		return fmt.Errorf("%s: %w: %w", doing, ff.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }
+
+// oneLineError is a connection error whose message says each distinct
+// failure once, on one line: pgx's *pgconn.ConnectError lists every attempt
+// on a line of its own, so with sslmode=prefer (TLS, then plain) a refused
+// connection reads as the same "dial error" twice.
+type oneLineError struct{ err error }
+
+func (e *oneLineError) Error() string {
+	lines := strings.Split(e.err.Error(), "\n")
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || seen[l] {
+			continue
+		}
+		seen[l] = true
+		out = append(out, l)
+	}
+	if len(out) < 2 {
+		return strings.Join(out, "")
+	}
+	return out[0] + " " + strings.Join(out[1:], "; ")
+}
+
+func (e *oneLineError) Unwrap() error { return e.err }
 
 // IsTransient reports whether err is a connection failure or a server error
 // worth retrying (serialization failure, deadlock, lock timeout, shutdown).

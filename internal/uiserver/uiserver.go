@@ -1,6 +1,19 @@
 // Package uiserver serves River UI (riverqueue.com/riverui) for ffscheduler
 // and ffctl demo: the riverui handler on its own listener, behind a guard
 // against other web pages (Guard) and optionally behind basic auth.
+//
+// Reading ffriver in River UI, a decision: River UI opens on the Running
+// jobs, which for ffriver are nearly always none (an item job runs for
+// milliseconds), and its Completed list is mostly ff.tick jobs (every
+// scanner ticks about once a second: some 25,000 ticks per hour of
+// retention). ffriver keeps River's behaviour there (ticks are completed
+// jobs like the others, kept for --completed-retention with their outputs,
+// which record each scanner's due count) and makes them easy to filter out
+// instead: every item job carries the tag "item" (workers.TagItem), so
+// ItemsPath lists what the scanners did, and the tags scanner-NAME,
+// partition-N and ns-NAMESPACE narrow it (see workers.TickTags). A shorter
+// retention for ticks alone is not possible: River's
+// CompletedJobRetentionPeriod applies to every job of the client.
 package uiserver
 
 import (
@@ -19,6 +32,10 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 )
+
+// ItemsPath is the River UI page of ffriver's completed item jobs, without
+// the ticks and scans: append it to the UI's URL.
+const ItemsPath = "jobs?state=completed&tags=item"
 
 // Options say where and how River UI is served.
 type Options struct {

@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/internal/testdb"
+)
+
+// TestVersion: every binary prints its version, its Go version and the River
+// and River UI versions it was built with, and exits 0 without a database.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatal("no build information in the test binary")
+	}
+	deps := map[string]string{}
+	for _, d := range info.Deps {
+		deps[d.Path] = d.Version
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"ffctl", "ffscheduler", "ffworker"} {
+		bin := filepath.Join(dir, name)
+		if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ffriver/ffriver/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+		}
+		args := [][]string{{"--version"}}
+		if name == "ffctl" {
+			args = append(args, []string{"version"})
+		}
+		for _, a := range args {
+			r := runFFCtl(t, bin, nil, a...)
+			if r.code != 0 {
+				t.Errorf("%s %s: exit %d", name, a[0], r.code)
+			}
+			for _, want := range []string{
+				name + " ", "module:   github.com/ffriver/ffriver", "commit:   ", "go:       " + runtime.Version(),
+				"river:    " + deps["github.com/riverqueue/river"],
+			} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("%s %s does not say %q:\n%s", name, a[0], want, r.stdout)
+				}
+			}
+			if name != "ffworker" && !strings.Contains(r.stdout, "river ui: "+deps["riverqueue.com/riverui"]) {
+				t.Errorf("%s %s does not name River UI's version:\n%s", name, a[0], r.stdout)
+			}
+		}
+	}
+}
+
+// TestQuietByDefault: at the default log level a running worker logs its
+// lifecycle, not River's per-queue "Producer job counts" every 5 s; with
+// --log-level debug it does. The debug worker starts after the default one,
+// so by the time it has logged the line the default one has run longer.
+func TestQuietByDefault(t *testing.T) {
+	t.Parallel()
+	schedBin, workerBin := buildPipelineBinaries(t)
+	db := testdb.New(t, &testdb.Options{Partitions: 16})
+	// River logs a producer's counts only while it works jobs: the ticks
+	// of this scheduler go to the workers (it works only the apply queue).
+	startProc(t, "ffscheduler", schedBin, append(dbArgs(db), "--ui-addr", "off", "--scan-concurrency", "0", "--apply-concurrency", "1")...)
+	quiet := startProc(t, "ffworker-default", workerBin, append(dbArgs(db), "--id", "quiet", "--tick-stale-after", "0")...)
+	awaitOutput(t, quiet, "ffworker started", 30*time.Second)
+	chatty := startProc(t, "ffworker-debug", workerBin, append(dbArgs(db), "--id", "chatty", "--tick-stale-after", "0", "--log-level", "debug")...)
+	awaitOutput(t, chatty, "Producer job counts", 60*time.Second)
+	if code := quiet.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("default worker exit %d", code)
+	}
+	out := quiet.stderr.String()
+	if strings.Contains(out, "Producer job counts") {
+		t.Errorf("the default level logs River's producer counts:\n%s", out)
+	}
+	for _, want := range []string{"ffworker started", "stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the default level does not log %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRefusalJSON: with --log-format json a refusal is one JSON log line,
+// and nothing else is printed.
+func TestRefusalJSON(t *testing.T) {
+	t.Parallel()
+	_, workerBin := buildPipelineBinaries(t)
+	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
+	p := startProc(t, "ffworker-json", workerBin, append(dbArgs(bare), "--log-format", "json")...)
+	if code := p.wait(20 * time.Second); code != 3 {
+		t.Errorf("exit %d, want 3", code)
+	}
+	out := strings.TrimSpace(p.stderr.String())
+	var line map[string]any
+	if strings.Count(out, "not migrated") != 1 || strings.Contains(out, "\n") || json.Unmarshal([]byte(out), &line) != nil || line["level"] != "ERROR" {
+		t.Errorf("want the refusal as one JSON error line, got:\n%s", out)
+	}
+}
+
+// awaitOutput waits until p has printed want.
+func awaitOutput(t *testing.T, p *proc, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(p.stderr.String(), want) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited (%d) before printing %q:\n%s", p.name, p.code, want, p.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not print %q within %s:\n%s", p.name, want, within, p.stderr.String())
+		}
+	}
+}
