@@ -277,6 +277,9 @@ func TestFFCtlMigrate(t *testing.T) {
 					}
 				}
 				for _, flag := range []string{"--database-url", "--schema", "--log-format", "--log-level"} {
+					if name == "version" {
+						break // needs no database
+					}
 					if !strings.Contains(h.stdout, "  "+flag+" ") {
 						t.Errorf("ffctl %s --help does not explain %s", name, flag)
 					}

@@ -39,6 +39,7 @@ var commands = []command{
 	benchCommand,
 	statusCommand,
 	execCommand,
+	versionCommand,
 }
 
 func main() {
@@ -55,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name, rest := args[0], args[1:]
 	switch name {
-	case "version", "-version", "--version":
+	case "-version", "--version":
 		_, _ = io.WriteString(stdout, cli.Version("ffctl"))
 		return cli.ExitOK
 	case "help", "-h", "-help", "--help":
@@ -86,7 +87,6 @@ func printCommands(w io.Writer) {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintf(&b, "  %-*s  %s\n", width, "help", "list the commands, or `ffctl help <command>` for one command's flags")
-	fmt.Fprintf(&b, "  %-*s  %s\n", width, "version", "print the version (ffriver's, its commit, Go's, River's); also --version")
 	b.WriteString("\nEvery command takes --help. Exit codes: 0 ok, 1 runtime failure, 2 usage error, 3 schema not migrated.\n")
 	_, _ = io.WriteString(w, b.String())
 }
