@@ -117,3 +117,56 @@ func awaitOutput(t *testing.T, p *proc, want string, within time.Duration) {
 		}
 	}
 }
+
+// TestFFCtlMigrateDryRun: --dry-run and --show-sql say what a migration
+// would apply and change nothing in the schema; after the real migration a
+// dry run has nothing left to apply.
+func TestFFCtlMigrateDryRun(t *testing.T) {
+	t.Parallel()
+	bin := buildFFCtl(t)
+	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	catalog := func() string {
+		var s string
+		if err := db.Pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname), '')
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, db.Schema).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := catalog()
+	args := []string{"migrate", "--database-url", testdb.URL(), "--schema", db.Schema}
+	dry := runFFCtl(t, bin, nil, append(args, "--dry-run")...)
+	if dry.code != 0 {
+		t.Fatalf("--dry-run: exit %d", dry.code)
+	}
+	for _, want := range []string{"nothing was changed", "river migration 001", "ffriver migration 0001_core", "record 256 partitions"} {
+		if !strings.Contains(dry.stdout, want) {
+			t.Errorf("--dry-run does not say %q:\n%s", want, dry.stdout)
+		}
+	}
+	if strings.Contains(dry.stdout, "CREATE TABLE") {
+		t.Errorf("--dry-run printed SQL:\n%s", dry.stdout)
+	}
+	sql := runFFCtl(t, bin, nil, append(args, "--show-sql", "--partitions", "16")...)
+	if sql.code != 0 || !strings.Contains(sql.stdout, "CREATE TABLE") || !strings.Contains(sql.stdout, "-- ffriver migration 0005_scan_cursors") ||
+		!strings.Contains(sql.stdout, "record 16 partitions") {
+		t.Errorf("--show-sql: exit %d:\n%s", sql.code, sql.stdout)
+	}
+	if after := catalog(); after != before {
+		t.Fatalf("a dry run changed the schema: before %q, after %q", before, after)
+	}
+	if r := runFFCtl(t, bin, nil, args...); r.code != 0 {
+		t.Fatalf("migrate: exit %d", r.code)
+	}
+	migrated := catalog()
+	again := runFFCtl(t, bin, nil, append(args, "--dry-run")...)
+	if again.code != 0 || !strings.Contains(again.stdout, "is up to date (256 partitions); nothing would be applied") {
+		t.Errorf("dry run after migrating: exit %d:\n%s", again.code, again.stdout)
+	}
+	if other := runFFCtl(t, bin, nil, append(args, "--dry-run", "--partitions", "64")...); other.code != 3 {
+		t.Errorf("dry run with another partition count: exit %d, want 3", other.code)
+	}
+	if catalog() != migrated {
+		t.Error("a dry run changed the migrated schema")
+	}
+}

@@ -308,3 +308,138 @@ func versionsOf(ms []Migration) []int {
 	}
 	return out
 }
+
+// Step is one migration a Plan would apply.
+type Step struct {
+	Version int
+	Name    string
+	// SQL is what would run: River's with its schema filled in, ffriver's
+	// as embedded (it runs with search_path set to the schema).
+	SQL string
+}
+
+// Plan is what Migrate would do to a schema, found without changing
+// anything (ffctl migrate --dry-run).
+type Plan struct {
+	Schema string
+	// CreateSchema: the schema does not exist and would be created (so would
+	// River's schema when RiverSchema names one that does not exist).
+	CreateSchema, CreateRiverSchema bool
+	// River and FF are the pending migrations, in order.
+	River, FF []Step
+	// Partitions is the count recorded in the schema, or the count a
+	// migration would record when none is.
+	Partitions ff.Partitions
+	// NewPartitions: no count is recorded yet; Partitions would be.
+	NewPartitions bool
+}
+
+// PlanMigrate returns what Migrate with the same arguments would do, reading
+// the catalog, River's migration table (through rivermigrate's dry run) and
+// ff_migration only: it creates, locks and writes nothing. A partition count
+// that differs from the recorded one is ff.ErrNotMigrated, as in Migrate.
+func PlanMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Options) (*Plan, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.Partitions != 0 {
+		if err := opts.Partitions.Check(); err != nil {
+			return nil, err
+		}
+	}
+	s, err := dbutil.ParseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = s.Resolve(ctx, pool); err != nil {
+		return nil, err
+	}
+	exists := func(name dbutil.Schema) (bool, error) {
+		var ok bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, string(name)).Scan(&ok)
+		return ok, dbutil.MapErr(err, "migrate: looking for schema "+string(name))
+	}
+	p := &Plan{Schema: string(s)}
+	ok, err := exists(s)
+	if err != nil {
+		return nil, err
+	}
+	p.CreateSchema = !ok
+	riverSchema := s
+	if opts.RiverSchema != "" {
+		if riverSchema, err = dbutil.ParseSchema(opts.RiverSchema); err != nil {
+			return nil, err
+		}
+		if ok, err = exists(riverSchema); err != nil {
+			return nil, err
+		}
+		p.CreateRiverSchema = !ok
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(riverSchema), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: river migrator: %w", err)
+	}
+	rres, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{DryRun: true})
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: river migrations (dry run)")
+	}
+	for _, v := range rres.Versions {
+		p.River = append(p.River, Step{Version: v.Version, Name: v.Name, SQL: v.SQL})
+	}
+
+	applied := map[int]bool{}
+	var recorded *int
+	if !p.CreateSchema {
+		var hasMig, hasConfig bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+			s.Ident()+".ff_migration", s.Ident()+".ff_partition_config").Scan(&hasMig, &hasConfig); err != nil {
+			return nil, dbutil.MapErr(err, "migrate: looking for ff_migration")
+		}
+		if hasMig {
+			rows, err := pool.Query(ctx, s.SQL(`SELECT version FROM {S}ff_migration`))
+			if err != nil {
+				return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
+			}
+			versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+			if err != nil {
+				return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
+			}
+			for _, v := range versions {
+				applied[v] = true
+			}
+		}
+		if hasConfig {
+			var n int
+			err := pool.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&n)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return nil, dbutil.MapErr(err, "migrate: reading ff_partition_config")
+			default:
+				recorded = &n
+			}
+		}
+	}
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range all {
+		if !applied[m.Version] {
+			p.FF = append(p.FF, Step{Version: m.Version, Name: m.Name, SQL: m.SQL})
+		}
+	}
+	switch {
+	case recorded != nil:
+		p.Partitions = ff.Partitions(*recorded)
+		if opts.Partitions != 0 && *recorded != int(opts.Partitions) {
+			return nil, fmt.Errorf("%w: schema %s was migrated with %d partitions, not %d; the count is fixed at first migration",
+				ff.ErrNotMigrated, s, *recorded, int(opts.Partitions))
+		}
+	case opts.Partitions != 0:
+		p.Partitions, p.NewPartitions = opts.Partitions, true
+	default:
+		p.Partitions, p.NewPartitions = ff.DefaultPartitions, true
+	}
+	return p, nil
+}
