@@ -426,7 +426,7 @@ func PlanMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *O
 	}
 	for _, m := range all {
 		if !applied[m.Version] {
-			p.FF = append(p.FF, Step{Version: m.Version, Name: m.Name, SQL: m.SQL})
+			p.FF = append(p.FF, Step(m))
 		}
 	}
 	switch {
