@@ -276,9 +276,14 @@ func (d *demo) finish(ctx context.Context, sum *Summary) error {
 		p.Close()
 	}
 	if d.opts.Keep {
-		fmt.Fprintf(d.out, "\nThe schema %s is kept. To look at it:\n", d.schema)
-		fmt.Fprintf(d.out, "  ffctl tail --schema %s --stream completions --from-start\n", d.schema)
-		fmt.Fprintf(d.out, "  ffscheduler --schema %s --apply-concurrency 4   # River UI on 127.0.0.1:8080\n", d.schema)
+		// Written to be pasted from the repository's root into a new shell:
+		// make demo builds bin/ffctl only and sets DATABASE_URL for itself.
+		fmt.Fprintf(d.out, "\nThe schema %s is kept. To look at it, from the repository's root:\n", d.schema)
+		fmt.Fprintf(d.out, "  export DATABASE_URL=\"$(scripts/devdb.sh)\"   # the database make demo found (or your own URL)\n")
+		fmt.Fprintf(d.out, "  make build\n")
+		fmt.Fprintf(d.out, "  bin/ffctl status --schema %s\n", d.schema)
+		fmt.Fprintf(d.out, "  bin/ffctl tail --schema %s --stream completions --from-start --idle-exit 2s\n", d.schema)
+		fmt.Fprintf(d.out, "  bin/ffscheduler --schema %s --apply-concurrency 4   # River UI on 127.0.0.1:8080; Ctrl-C stops it\n", d.schema)
 		fmt.Fprintf(d.out, "  psql \"$DATABASE_URL\" -c 'SELECT public_state, count(*) FROM %s.ff_exec_core GROUP BY 1'\n", d.schema.Ident())
 		fmt.Fprintf(d.out, "and to drop it: psql \"$DATABASE_URL\" -c 'DROP SCHEMA %s CASCADE'\n", d.schema.Ident())
 		return nil
