@@ -75,9 +75,11 @@ bench:
 migrate:
 	@$(call ffctl_run,migrate)
 
+# -buildvcs=auto: stamp the git commit into the binaries (--version) even where
+# GOFLAGS says -buildvcs=false, and build without it where there is no git.
 build:
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -buildvcs=auto -o bin/ ./cmd/...
 
 # devdb prints the URL make test would use.
 devdb:
