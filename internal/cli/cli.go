@@ -76,14 +76,15 @@ func ExitCode(err error) int {
 }
 
 // Report writes err to w prefixed by the command's name, with a pointer to
-// --help for usage errors, and returns its exit code. It writes nothing for
+// --help for usage errors, and returns its exit code. The passwords of the
+// connection strings parsed by AddCommon are masked (Scrub). It writes nothing for
 // nil and for flag.ErrHelp (the help was already printed).
 func Report(w io.Writer, command string, err error) int {
 	code := ExitCode(err)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return code
 	}
-	fmt.Fprintf(w, "%s: %v\n", command, err)
+	fmt.Fprintf(w, "%s: %s\n", command, Scrub(err.Error()))
 	if code == ExitUsage {
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", command)
 	}

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/redact"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,6 +54,8 @@ func AddCommon(fs *FlagSet) *Common {
 		if c.Schema == "" {
 			c.Schema = fs.Getenv("FF_SCHEMA")
 		}
+		addSecrets(redact.Secrets(c.DatabaseURL))
+		addSecrets([]string{fs.Getenv("PGPASSWORD")})
 		return c.check(fs.Getenv)
 	})
 	return c
@@ -98,8 +100,12 @@ func (c *Common) Logger(w io.Writer) *slog.Logger {
 }
 
 // NewLogger returns a text or JSON slog logger on w.
+// Every line has the passwords of the connection strings parsed by AddCommon
+// masked (see Scrub).
 func NewLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		return scrubAttr(a)
+	}}
 	if format == LogJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
@@ -177,37 +183,27 @@ func (c *Common) ResolveSchema(ctx context.Context, pool *pgxpool.Pool) (string,
 	return string(s), err
 }
 
-// RedactURL returns u with its password replaced by "xxxxx", for logs and
-// messages. A keyword/value DSN has its password=… value hidden.
+// RedactURL returns u with every password in it replaced by "xxxxx", for
+// logs and messages, in each form libpq accepts (redact.ConnString).
 func RedactURL(u string) string {
 	if u == "" {
 		return "(default connection from PG* variables)"
 	}
-	if pu, err := url.Parse(u); err == nil && pu.Scheme != "" && pu.Host != "" {
-		return pu.Redacted()
-	}
-	fields := strings.Fields(u)
-	for i, f := range fields {
-		if k, _, ok := strings.Cut(f, "="); ok && strings.EqualFold(k, "password") {
-			fields[i] = k + "=xxxxx"
-		}
-	}
-	return strings.Join(fields, " ")
+	return redact.ConnString(u)
 }
 
-// redactErr hides a password that err's message may repeat from the URL.
+// redactErr hides every password of the connection string u that err's
+// message may repeat (pgx's errors quote the connection string, and
+// url.Parse's quote it whole).
 func redactErr(err error, u string) error {
 	if err == nil {
 		return nil
 	}
-	pw := ""
-	if pu, perr := url.Parse(u); perr == nil && pu.User != nil {
-		pw, _ = pu.User.Password()
-	}
-	if pw == "" || !strings.Contains(err.Error(), pw) {
+	msg := redact.Scrub(err.Error(), redact.Secrets(u))
+	if msg == err.Error() {
 		return err
 	}
-	return redactedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
+	return redactedError{msg: msg, err: err}
 }
 
 type redactedError struct {

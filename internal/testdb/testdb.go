@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	ffredact "github.com/ffriver/ffriver/internal/redact"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -131,7 +132,7 @@ func connectWith(tb testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 		if pool != nil {
 			pool.Close()
 		}
-		msg := "testdb: no Postgres at " + redact(URL()) + ": " + err.Error() +
+		msg := "testdb: no Postgres at " + redact(URL()) + ": " + ffredact.Scrub(err.Error(), ffredact.Secrets(URL())) +
 			" (run `make test`, which finds or starts one, or set DATABASE_URL)"
 		if os.Getenv("CI") == "true" {
 			tb.Fatal(msg)
@@ -163,11 +164,4 @@ func SchemaName(testName string) string {
 	return b.String()
 }
 
-func redact(u string) string {
-	if i := strings.Index(u, "@"); i > 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "…" + u[i:]
-		}
-	}
-	return u
-}
+func redact(u string) string { return ffredact.ConnString(u) }
