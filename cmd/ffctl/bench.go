@@ -78,6 +78,13 @@ func runBench(ctx context.Context, args []string) int {
 		if *groupSize < 0 || *groupSize > 10000 || *groupLanes < 0 || *groupLanes > 1000 {
 			return cli.Usagef("--group-size must be in 0..10000 and --group-lanes in 0..1000 (0: ffriver's default)")
 		}
+		if err := cli.FirstError(
+			cli.CheckInt("apply-workers", *applyWorkers, 0, 10000),
+			cli.CheckDuration("fetch-cooldown", *fetchCooldown, 0, time.Minute),
+			cli.CheckDuration("fetch-poll-interval", *fetchPoll, 0, time.Hour),
+		); err != nil {
+			return err
+		}
 		if *eventsPerSec < 1 || *streamDuration <= 0 || *catchUp < 1 || *wakeInterval <= 0 {
 			return cli.Usagef("--events-per-sec, --stream-duration, --catchup-events and --wake-interval must be positive")
 		}

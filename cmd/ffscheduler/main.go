@@ -44,6 +44,19 @@ import (
 
 const defaultUIAddr = "127.0.0.1:8080"
 
+// The allowed ranges of the flags: a value outside is a usage error, never
+// a silent fallback to the default.
+const (
+	minInterval   = 10 * time.Millisecond
+	maxInterval   = 24 * time.Hour
+	maxBatch      = 100_000
+	maxRetention  = 10 * 365 * 24 * time.Hour
+	minJobTimeout = 100 * time.Millisecond
+	maxJobTimeout = 24 * time.Hour
+	minShutdown   = 100 * time.Millisecond
+	maxShutdown   = time.Hour
+)
+
 const summary = `ffscheduler is the River leader of an ffriver deployment: it inserts the
 scanners' periodic ticks, runs River's maintenance and serves River UI. It
 works the scan queue; ffworker processes work the per-item actions. Run two
@@ -113,11 +126,29 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		if o.uiPass == "" {
 			o.uiPass = getenv("FF_UI_PASSWORD")
 		}
-		if o.scanConc < 0 || o.applyConc < 0 || o.scanConc > 10000 || o.applyConc > 10000 {
-			return cli.Usagef("--scan-concurrency and --apply-concurrency must be within 0..10000")
+		if err := cli.FirstError(cli.CheckInt("scan-concurrency", o.scanConc, 0, 10000), cli.CheckInt("apply-concurrency", o.applyConc, 0, 10000)); err != nil {
+			return err
 		}
 		if o.scanConc == 0 && o.applyConc == 0 {
 			return cli.Usagef("--scan-concurrency and --apply-concurrency are both 0: the scheduler would work no queue and could not lead")
+		}
+		for _, s := range scanners.Builtins(0) {
+			flag := strings.ReplaceAll(s.Name(), "_", "-")
+			if err := cli.FirstError(
+				cli.CheckDuration(flag+"-interval", *o.intervals[s.Name()], minInterval, maxInterval),
+				cli.CheckInt(flag+"-batch", *o.batches[s.Name()], 1, maxBatch),
+			); err != nil {
+				return err
+			}
+		}
+		if err := cli.FirstError(
+			cli.CheckDuration("outbox-retention", o.retention, time.Second, maxRetention),
+			cli.CheckDuration("job-timeout", o.jobTimeout, minJobTimeout, maxJobTimeout),
+			cli.CheckDuration("rescue-after", o.rescueAfter, minJobTimeout, maxJobTimeout),
+			cli.CheckDuration("completed-retention", o.completedRetain, time.Second, maxRetention),
+			cli.CheckDuration("shutdown-timeout", o.shutdownTimeout, minShutdown, maxShutdown),
+		); err != nil {
+			return err
 		}
 		if o.rescueAfter < o.jobTimeout {
 			return cli.Usagef("--rescue-after %s is shorter than --job-timeout %s", o.rescueAfter, o.jobTimeout)

@@ -72,16 +72,21 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
 	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default ffworker@<host>_<start time>)")
 	fs.AfterParse(func() error {
-		if o.applyConc < 0 || o.scanConc < 0 || o.applyConc > 10000 || o.scanConc > 10000 {
-			return cli.Usagef("--concurrency and --scan-concurrency must be within 0..10000")
+		if err := cli.FirstError(cli.CheckInt("concurrency", o.applyConc, 0, 10000), cli.CheckInt("scan-concurrency", o.scanConc, 0, 10000)); err != nil {
+			return err
 		}
 		if o.applyConc == 0 && o.scanConc == 0 {
 			return cli.Usagef("--concurrency and --scan-concurrency are both 0: nothing to work")
 		}
-		if o.staleAfter < 0 {
-			return cli.Usagef("--tick-stale-after must not be negative")
+		if o.staleAfter != 0 {
+			if err := cli.CheckDuration("tick-stale-after", o.staleAfter, time.Second, 24*time.Hour); err != nil {
+				return cli.Usagef("%w (or 0 to disable)", err)
+			}
 		}
-		return nil
+		return cli.FirstError(
+			cli.CheckDuration("job-timeout", o.jobTimeout, 100*time.Millisecond, 24*time.Hour),
+			cli.CheckDuration("shutdown-timeout", o.shutdownTimeout, 100*time.Millisecond, time.Hour),
+		)
 	})
 	err := fs.Parse(args)
 	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: poolSize(o.applyConc, o.scanConc)}, Serve: o.serve}, err

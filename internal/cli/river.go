@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,6 +70,7 @@ func AddPipelineFlags(fs *FlagSet) (filter *ff.Filter, partitions *int) {
 	filter = AddFilter(fs, "scanner filter: only executions of this `namespace`. ffscheduler carries its filter\n"+
 		"in the tick and scan jobs; ffworker works only the jobs of the same filter",
 		"scanner filter: only executions whose tag `key=value` matches (as --namespace)")
-	partitions = fs.Int("partitions", 0, "expected partition `count`; 0 accepts the schema's")
+	partitions = fs.Int("partitions", 0, "expected partition `count` (0.."+strconv.Itoa(ff.MaxPartitions)+"); 0 accepts the schema's")
+	fs.AfterParse(func() error { return CheckInt("partitions", *partitions, 0, ff.MaxPartitions) })
 	return filter, partitions
 }

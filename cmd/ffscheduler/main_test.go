@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/ffriver/ffriver/internal/cli"
+)
+
+func getenv(k string) string {
+	if k == "DATABASE_URL" {
+		return "postgres://u@127.0.0.1:1/db"
+	}
+	return ""
+}
+
+// TestBadFlagValues: every bad value is a usage error (exit 2) whose one
+// sentence names the flag and its allowed range; none falls back to the
+// default.
+func TestBadFlagValues(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--attempt-timeout-interval", "0s"}, "--attempt-timeout-interval 0s is outside the allowed range 10ms..24h0m0s"},
+		{[]string{"--attempt-timeout-interval", "-1s"}, "--attempt-timeout-interval"},
+		{[]string{"--delayed-promoter-interval", "1ns"}, "--delayed-promoter-interval"},
+		{[]string{"--dependency-interval", "48h"}, "--dependency-interval"},
+		{[]string{"--attempt-timeout-batch", "0"}, "--attempt-timeout-batch 0 is outside the allowed range 1..100000"},
+		{[]string{"--outbox-retention-batch", "-5"}, "--outbox-retention-batch"},
+		{[]string{"--edge-cancel-dispatcher-batch", "1000001"}, "--edge-cancel-dispatcher-batch"},
+		{[]string{"--outbox-retention", "-1h"}, "--outbox-retention -1h0m0s is outside the allowed range 1s.."},
+		{[]string{"--outbox-retention", "0s"}, "--outbox-retention"},
+		{[]string{"--job-timeout", "0s"}, "--job-timeout 0s is outside the allowed range 100ms..24h0m0s"},
+		{[]string{"--rescue-after", "0s"}, "--rescue-after"},
+		{[]string{"--completed-retention", "-1s"}, "--completed-retention"},
+		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout 0s is outside the allowed range 100ms..1h0m0s"},
+		{[]string{"--scan-concurrency", "-1"}, "--scan-concurrency -1 is outside the allowed range 0..10000"},
+		{[]string{"--apply-concurrency", "10001"}, "--apply-concurrency"},
+		{[]string{"--partitions", "-1"}, "--partitions -1 is outside the allowed range 0..32767"},
+		{[]string{"--partitions", "99999"}, "--partitions"},
+		{[]string{"--ui-allowed-hosts", "http://x"}, "--ui-allowed-hosts"},
+		{[]string{"--ui-allowed-hosts", "a,,b"}, "--ui-allowed-hosts"},
+		{[]string{"--metrics-addr", "nope"}, "--metrics-addr"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli.Run(context.Background(), "ffscheduler", parse, c.args, &stdout, &stderr, getenv)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != cli.ExitUsage || !strings.Contains(lines[0], c.want) || len(lines) != 2 {
+			t.Errorf("%q: exit %d, stderr %q; want %d and one sentence with %q", c.args, code, stderr.String(), cli.ExitUsage, c.want)
+		}
+	}
+}
+
+// TestGoodFlagValues: the edges of the ranges are accepted.
+func TestGoodFlagValues(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		nil,
+		{"--attempt-timeout-interval", "10ms", "--attempt-timeout-batch", "1", "--outbox-retention", "1s"},
+		{"--dependency-interval", "24h", "--dependency-batch", "100000", "--partitions", "0", "--shutdown-timeout", "1h"},
+		{"--job-timeout", "2s", "--rescue-after", "3s", "--ui-allowed-hosts", "ui.example.com,ops:9000"},
+	} {
+		if _, err := parse(args, io.Discard, getenv); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+}

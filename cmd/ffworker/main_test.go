@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/ffriver/ffriver/internal/cli"
+)
+
+func getenv(k string) string {
+	if k == "DATABASE_URL" {
+		return "postgres://u@127.0.0.1:1/db"
+	}
+	return ""
+}
+
+// TestBadFlagValues: every bad value is a usage error (exit 2) whose one
+// sentence names the flag and its allowed range; none falls back to the
+// default.
+func TestBadFlagValues(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--concurrency", "-1"}, "--concurrency -1 is outside the allowed range 0..10000"},
+		{[]string{"--scan-concurrency", "10001"}, "--scan-concurrency"},
+		{[]string{"--concurrency", "0", "--scan-concurrency", "0"}, "both 0"},
+		{[]string{"--job-timeout", "0s"}, "--job-timeout 0s is outside the allowed range 100ms..24h0m0s"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout"},
+		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
+		{[]string{"--tick-stale-after", "-1s"}, "--tick-stale-after -1s is outside the allowed range 1s..24h0m0s (or 0 to disable)"},
+		{[]string{"--tick-stale-after", "1ms"}, "--tick-stale-after"},
+		{[]string{"--partitions", "-3"}, "--partitions"},
+		{[]string{"--metrics-addr", "nope"}, "--metrics-addr"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli.Run(context.Background(), "ffworker", parse, c.args, &stdout, &stderr, getenv)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != cli.ExitUsage || !strings.Contains(lines[0], c.want) || len(lines) != 2 {
+			t.Errorf("%q: exit %d, stderr %q; want %d and one sentence with %q", c.args, code, stderr.String(), cli.ExitUsage, c.want)
+		}
+	}
+	for _, args := range [][]string{nil, {"--tick-stale-after", "0"}, {"--job-timeout", "100ms", "--shutdown-timeout", "1h", "--concurrency", "0"}} {
+		if _, err := parse(args, io.Discard, getenv); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+}
+
+// TestBadConnStringsNeverPrintThePassword runs ffworker's main path with
+// malformed or unreachable connection strings of each form: no password in
+// what it prints.
+func TestBadConnStringsNeverPrintThePassword(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ conn, pw string }{
+		{"postgres://u:Secr3tPW@[::1:5432/db", "Secr3tPW"},
+		{"postgres://u:Secr3tPW%zz@127.0.0.1:1/db", "Secr3tPW"},
+		{"postgres://u:Secr3t PW@127.0.0.1:1/db", "Secr3t PW"},
+		{"postgres://u@127.0.0.1:1/db?password=Secr3tPW&connect_timeout=2", "Secr3tPW"},
+		{"host=127.0.0.1 port=1 password = Secr3tPW", "Secr3tPW"},
+		{"host=127.0.0.1 port=1 password='Secr3t PW' connect_timeout=2", "Secr3t PW"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli.Run(context.Background(), "ffworker", parse, []string{"--database-url", c.conn, "--log-level", "debug"}, &stdout, &stderr, getenv)
+		if code == cli.ExitOK || strings.Contains(stderr.String()+stdout.String(), c.pw) {
+			t.Errorf("%q: exit %d, printed:\n%s", c.conn, code, stderr.String())
+		}
+	}
+}
