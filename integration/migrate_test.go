@@ -218,6 +218,21 @@ func TestFFCtlMigrate(t *testing.T) {
 		if strings.Contains(r.stderr, "hunter2") {
 			t.Errorf("the password leaked into the message:\n%s", r.stderr)
 		}
+		// Every form libpq accepts, malformed or failing (issue 11): the
+		// binary fails and prints no password.
+		for _, conn := range []string{
+			"postgres://ffriver:hunter2@[::1:5432/none",
+			"postgres://ffriver:hunter2%zz@127.0.0.1:1/none",
+			"postgres://ffriver:hunter2 x@127.0.0.1:1/none",
+			"postgres://ffriver@127.0.0.1:1/none?password=hunter2&connect_timeout=5",
+			"host=127.0.0.1 port=1 user=ffriver password = hunter2 connect_timeout=5",
+			"host=127.0.0.1 port=1 user=ffriver password='hunter2 x' connect_timeout=5",
+		} {
+			r := runFFCtl(t, bin, nil, "migrate", "--database-url", conn, "--schema", "s")
+			if r.code == 0 || strings.Contains(r.stderr+r.stdout, "hunter2") || strings.Contains(r.stderr+r.stdout, "hunt") {
+				t.Errorf("%q: exit %d, the password leaked or it succeeded:\n%s", conn, r.code, r.stderr)
+			}
+		}
 	})
 
 	t.Run("help", func(t *testing.T) {
