@@ -56,6 +56,7 @@ func runBench(ctx context.Context, args []string) int {
 	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
 	var lagRates []int
 	fs.AfterParse(func() error {
+		lagRates = nil // flags and scenario names may alternate: AfterParse runs after each part
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
