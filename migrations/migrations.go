@@ -166,17 +166,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 		applied_at timestamptz NOT NULL DEFAULT now())`)); err != nil {
 		return nil, dbutil.MapErr(err, "migrate: creating ff_migration")
 	}
-	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, s.SQL(`SELECT version FROM {S}ff_migration`))
+	applied, err := appliedVersions(ctx, conn, s)
 	if err != nil {
-		return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
-	}
-	for _, v := range versions {
-		applied[v] = true
+		return nil, err
 	}
 	for _, m := range all {
 		if applied[m.Version] {
@@ -396,16 +388,8 @@ func PlanMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *O
 			return nil, dbutil.MapErr(err, "migrate: looking for ff_migration")
 		}
 		if hasMig {
-			rows, err := pool.Query(ctx, s.SQL(`SELECT version FROM {S}ff_migration`))
-			if err != nil {
-				return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
-			}
-			versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-			if err != nil {
-				return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
-			}
-			for _, v := range versions {
-				applied[v] = true
+			if applied, err = appliedVersions(ctx, pool, s); err != nil {
+				return nil, err
 			}
 		}
 		if hasConfig {
@@ -442,4 +426,23 @@ func PlanMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *O
 		p.Partitions, p.NewPartitions = ff.DefaultPartitions, true
 	}
 	return p, nil
+}
+
+// appliedVersions returns the versions recorded in ff_migration.
+func appliedVersions(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, s dbutil.Schema) (map[int]bool, error) {
+	rows, err := q.Query(ctx, s.SQL(`SELECT version FROM {S}ff_migration`))
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, dbutil.MapErr(err, "migrate: reading ff_migration")
+	}
+	applied := map[int]bool{}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
 }
