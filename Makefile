@@ -1,6 +1,7 @@
 # ffriver — make targets.
 #
-#   make test      find or start a Postgres (scripts/devdb.sh), then go vet and the whole suite with -race
+#   make test      find or start a Postgres (scripts/devdb.sh) and a headless Chromium
+#                  (scripts/browser.sh), then go vet and the whole suite with -race
 #   make lint      gofmt, go vet, staticcheck (fetched through the Go module proxy by `go run`)
 #   make demo      the live demo against the local database (ffctl demo)
 #   make bench     the performance scenarios (ffctl bench)
@@ -17,6 +18,7 @@ SHELL := /bin/bash
 
 GO ?= go
 DEVDB := scripts/devdb.sh
+BROWSER := scripts/browser.sh
 # staticcheck 2026.2.x, the first release line that knows Go 1.26.
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -48,8 +50,26 @@ endef
 
 .PHONY: test vet lint demo bench migrate build devdb devdb-stop
 
+# browser exports FF_CHROMIUM, the headless Chromium of the browser test, for
+# the rest of the recipe line. Without one, CI=true fails; elsewhere the
+# browser test skips, saying so.
+define browser
+echo "==> browser: asking scripts/browser.sh (\$$FF_CHROMIUM, else chromium on PATH, else installing Debian's chromium)"; \
+if FF_CHROMIUM="$$($(BROWSER) check)"; then \
+	export FF_CHROMIUM; \
+	echo "==> browser: FF_CHROMIUM=$$FF_CHROMIUM"; \
+elif [[ "$${CI:-}" == true ]]; then \
+	echo "==> browser: none found or installed, and CI=true: a browser test is never skipped in CI (see the message above)" >&2; \
+	exit 1; \
+else \
+	unset FF_CHROMIUM; \
+	echo "==> browser: none; the browser test will be skipped (see the message above)"; \
+fi
+endef
+
 test:
 	@$(call db); \
+	$(call browser); \
 	echo "==> go vet ./..."; \
 	$(GO) vet ./...; \
 	echo "==> go test -race -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
