@@ -1,0 +1,19 @@
+package ffview
+
+import (
+	"net/http"
+)
+
+// routes registers every route of the view on mux: the one place the URL
+// space is laid out. A page in a file of its own registers here with one
+// line, mux.Handle("GET /ff/NAME", v.NAME()), and renders with v.render.
+func (v *View) routes(mux *http.ServeMux) {
+	mux.Handle("GET /ff/{$}", http.RedirectHandler("/ff/executions", http.StatusFound))
+	mux.Handle("GET /ff/assets/", http.StripPrefix("/ff/", http.FileServerFS(assetFS)))
+	mux.Handle("GET /ff/executions", v.executionsList())
+	// Anything else under /ff/ is an unknown page (or a method a page does
+	// not take): a 404 or 405 in the layout, not the mux's plain text.
+	mux.HandleFunc("/ff/", func(w http.ResponseWriter, r *http.Request) {
+		v.fail(w, r, http.StatusNotFound, "no page at "+r.URL.Path)
+	})
+}
