@@ -109,6 +109,10 @@ func (f *Service) NewProcess(ctx context.Context, o ProcessOptions) (*Process, e
 	return &Process{svc: f, opts: o, config: rc, client: client, logger: logger, runCtx: runCtx, cancel: cancel}, nil
 }
 
+// Service is the Service the process was built from (its Store and
+// Pipeline).
+func (p *Process) Service() *Service { return p.svc }
+
 // Client is the process's River client.
 func (p *Process) Client() *river.Client[pgx.Tx] { return p.client }
 

@@ -13,8 +13,10 @@
 // UI can cancel, retry and delete jobs. Everywhere, River UI answers only
 // requests whose Host names it (the address listened on, localhost and the
 // loopback IPs of its port, and --ui-allowed-hosts), refuses state-changing
-// requests from other origins, and wants JSON (uiserver.Guard). When the
-// default address is taken
+// requests from other origins, and wants JSON (uiserver.Guard). The same
+// listener serves the execution view under /ff/ (internal/ffview:
+// executions, their timelines, flows, cancel and revoke) behind the same
+// guard and basic auth. When the default address is taken
 // (a second scheduler on the same host) the UI is skipped with a warning;
 // an address given explicitly that cannot be bound is an error.
 //
@@ -34,12 +36,11 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 )
 
 const defaultUIAddr = "127.0.0.1:8080"
@@ -205,15 +206,21 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 			if o.uiAddr == "off" || o.uiAddr == "" {
 				return nil, nil
 			}
-			srv, err := startUI(p.Context(), o, p.Client(), logger)
+			srv, err := startUI(p.Context(), o, p, logger)
 			return srv.Shutdown, err
 		},
 	})
 }
 
-func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logger *slog.Logger) (*uiserver.Server, error) {
-	srv, err := uiserver.Start(ctx, client, uiserver.Options{Addr: o.uiAddr, User: o.uiUser, Password: o.uiPass,
-		AllowedHosts: o.uiHosts, Logger: logger})
+// startUI serves River UI and the execution view (internal/ffview, under
+// /ff/) of process p on one listener.
+func startUI(ctx context.Context, o *options, p *ffriver.Process, logger *slog.Logger) (*uiserver.Server, error) {
+	view, err := ffview.New(p.Service().Store(), ffview.Options{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := uiserver.Start(ctx, p.Client(), uiserver.Options{Addr: o.uiAddr, User: o.uiUser, Password: o.uiPass,
+		AllowedHosts: o.uiHosts, View: view, Logger: logger})
 	var le *uiserver.ListenError
 	if errors.As(err, &le) && !o.uiAddrExplicit {
 		logger.Warn("River UI not served: its default address is taken (another scheduler on this host?); pass --ui-addr to choose one", "addr", o.uiAddr, "error", le.Err)
@@ -222,6 +229,6 @@ func startUI(ctx context.Context, o *options, client *river.Client[pgx.Tx], logg
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("River UI listening", "url", srv.URL, "auth", o.uiUser != "", "items", srv.URL+uiserver.ItemsPath)
+	logger.Info("River UI listening", "url", srv.URL, "auth", o.uiUser != "", "items", srv.URL+uiserver.ItemsPath, "executions", srv.ViewURL)
 	return srv, nil
 }

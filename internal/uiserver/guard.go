@@ -32,6 +32,13 @@ import (
 //
 // Requests without browser headers (curl, scripts) pass the origin check,
 // so they must send their JSON as application/json.
+//
+// The execution view's actions (POST /ff/executions/{id}/cancel and
+// /revoke) are HTML form posts (application/x-www-form-urlencoded), not
+// JSON: the third rule lets them through only when the browser attests that
+// they come from a page of this origin (Sec-Fetch-Site: same-origin, or an
+// Origin equal to the Host), which every current browser sends with a form
+// post. A script posting to /ff/ must send an Origin naming this server.
 func Guard(h http.Handler, served net.Addr, allowed []string) (http.Handler, error) {
 	tcp, ok := served.(*net.TCPAddr)
 	if !ok {
@@ -124,6 +131,12 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !isJSON(r.Header.Get("Content-Type")) && !sameOrigin(r) {
+		if strings.HasPrefix(r.URL.Path, ViewPrefix) {
+			http.Error(w, "forbidden: a form post to the execution view must come from its own page"+
+				" (the browser's Origin or Sec-Fetch-Site: same-origin); a script must send Origin: http://"+r.Host,
+				http.StatusForbidden)
+			return
+		}
 		http.Error(w, "unsupported media type: a state-changing request must send Content-Type: application/json",
 			http.StatusUnsupportedMediaType)
 		return

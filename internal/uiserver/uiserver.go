@@ -1,6 +1,8 @@
 // Package uiserver serves River UI (riverqueue.com/riverui) for ffscheduler
 // and ffctl demo: the riverui handler on its own listener, behind a guard
-// against other web pages (Guard) and optionally behind basic auth.
+// against other web pages (Guard) and optionally behind basic auth. The
+// execution view (internal/ffview), when given, is served on the same
+// listener under /ff/, behind the same guard and the same basic auth.
 //
 // Reading ffriver in River UI, a decision: River UI opens on the Running
 // jobs, which for ffriver are nearly always none (an item job runs for
@@ -50,8 +52,14 @@ type Options struct {
 	// besides the address it listens on and the loopback names of its port
 	// (see Guard): "name" (any port) or "name:port".
 	AllowedHosts []string
-	Logger       *slog.Logger
+	// View, when set, is served under ViewPrefix (/ff/) beside River UI:
+	// the execution view (internal/ffview).
+	View   http.Handler
+	Logger *slog.Logger
 }
+
+// ViewPrefix is the path the execution view is served under.
+const ViewPrefix = "/ff/"
 
 // ListenError is returned by Start when the address cannot be listened on.
 type ListenError struct {
@@ -69,6 +77,9 @@ type Server struct {
 	srv *http.Server
 	// URL River UI answers on.
 	URL string
+	// ViewURL is the execution view's page of executions when Options.View
+	// was given, else "".
+	ViewURL string
 }
 
 // Start serves River UI of client until Shutdown. ctx bounds the UI's
@@ -94,7 +105,14 @@ func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Serve
 		_ = ln.Close()
 		return nil, fmt.Errorf("river UI: %w", err)
 	}
-	handler, err := Guard(h, ln.Addr(), o.AllowedHosts)
+	var served http.Handler = h
+	if o.View != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		mux.Handle(ViewPrefix, o.View)
+		served = mux
+	}
+	handler, err := Guard(served, ln.Addr(), o.AllowedHosts)
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("river UI: %w", err)
@@ -103,6 +121,9 @@ func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Serve
 		handler = BasicAuth(handler, o.User, o.Password)
 	}
 	s := &Server{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, URL: "http://" + ln.Addr().String() + "/"}
+	if o.View != nil {
+		s.ViewURL = s.URL + strings.TrimPrefix(ViewPrefix, "/") + "executions"
+	}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("River UI server failed", "error", err)

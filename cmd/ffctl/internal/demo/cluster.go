@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,7 @@ type cluster struct {
 	workers   []*process
 	settings  map[string]scanners.Settings
 	uiURL     string
+	viewURL   string
 	ui        *uiserver.Server
 	cancelRun context.CancelFunc
 	// stopCtx ends Process.Run of every process; running waits for them.
@@ -129,11 +131,15 @@ func (c *cluster) startUI(ctx context.Context, addr string, fallback bool, logge
 	if !uiserver.IsLoopback(addr) {
 		return fmt.Errorf("river UI: %s is not a loopback address; the demo serves River UI without credentials, on loopback only", addr)
 	}
-	srv, err := uiserver.Start(ctx, c.scheduler.client, uiserver.Options{Addr: addr, Fallback: fallback, Logger: logger})
+	view, err := ffview.New(c.scheduler.ff.Store(), ffview.Options{Logger: logger})
 	if err != nil {
 		return err
 	}
-	c.ui, c.uiURL = srv, srv.URL
+	srv, err := uiserver.Start(ctx, c.scheduler.client, uiserver.Options{Addr: addr, Fallback: fallback, View: view, Logger: logger})
+	if err != nil {
+		return err
+	}
+	c.ui, c.uiURL, c.viewURL = srv, srv.URL, srv.ViewURL
 	return nil
 }
 

@@ -119,6 +119,9 @@ type Summary struct {
 	Interrupted bool
 	// UIURL where River UI was served ("" if it was not).
 	UIURL string
+	// ViewURL is the execution view's page of executions, served beside
+	// River UI ("" if it was not).
+	ViewURL string
 	// Final counts of the streams, the scanners and the executions.
 	Snapshot Snapshot
 	// Missing are the guaranteed event types never seen ("lease reclaimed",
@@ -309,7 +312,7 @@ func (d *demo) run(ctx context.Context, sum *Summary) error {
 	}
 	// Stopping River waits for running jobs; bounded and independent of ctx.
 	defer c.stop(context.WithoutCancel(ctx))
-	sum.UIURL = c.uiURL
+	sum.UIURL, sum.ViewURL = c.uiURL, c.viewURL
 
 	w, err := newWatcher(ctx, d, c)
 	if err != nil {
@@ -419,5 +422,8 @@ func (d *demo) intro(c *cluster, wl *workload) {
 	fmt.Fprintf(d.out, "  workload    %s\n", wl.describe())
 	fmt.Fprintf(d.out, "  streams     subscribe.Leases and subscribe.Completions from the beginning of the outbox\n")
 	fmt.Fprintf(d.out, "  River UI    %s\n", ui)
+	if c.viewURL != "" {
+		fmt.Fprintf(d.out, "  executions  %s   (the execution view: timelines, flows, cancel and revoke)\n", c.viewURL)
+	}
 	fmt.Fprintf(d.out, "  duration    %s (Ctrl-C ends it early)\n\n", d.opts.Duration)
 }

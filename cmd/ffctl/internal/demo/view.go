@@ -211,6 +211,9 @@ func writeSummary(w io.Writer, sum *Summary) {
 	if sum.UIURL != "" {
 		fmt.Fprintf(w, "River UI    was served at %s while the demo ran\n", sum.UIURL)
 	}
+	if sum.ViewURL != "" {
+		fmt.Fprintf(w, "executions  were served at %s while the demo ran\n", sum.ViewURL)
+	}
 	switch {
 	case len(sum.Missing) == 0:
 		fmt.Fprintf(w, "\nEvery lease event type and every completion outcome was delivered by the streams.\n")
