@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ffriver/ffriver/ff"
@@ -164,15 +165,39 @@ type ListParams struct {
 	State string
 	// FlowID: only the members of this flow.
 	FlowID uuid.UUID
+	// ID: an execution id ({fp:N}:<uuid>) or a prefix of one, parsed with
+	// ParseIDPrefix; the zero IDPrefix matches everything.
+	ID IDPrefix
+	// After, when set, lists the executions after this one in List's
+	// order: the next page of a keyset-paginated list (ListCursorOf the
+	// last execution of the previous page).
+	After *ListCursor
 	// Limit on the executions returned, newest first (default
 	// DefaultListLimit, at most MaxListLimit).
 	Limit int
 }
 
-// List returns the executions matching p, newest first, each with its
-// current attempt; payloads and results are not read (Get reads them). It is
-// an operator's query: a filter on the namespace, the state or a lane reads
-// the executions table without an index of its own.
+// List returns the executions matching p, newest first (created_at_ms,
+// then partition and id, all descending), each with its current attempt;
+// payloads and results are not read (Get reads them).
+//
+// Every filter is served by an index, and the order with it, so a page of
+// a list over millions of executions reads about a page of rows (migration
+// 0006_list_indexes; the filters combine, the most selective index leads):
+//
+//   - no filter: ff_exec_core_created_idx (created_at_ms, partition_key,
+//     execution_id), read backwards;
+//   - Namespace: ff_exec_core_namespace_idx ((raw_fields->>'namespace'),
+//     created_at_ms, …);
+//   - Lane: ff_exec_core_lane_idx (lane_id, created_at_ms, …);
+//   - State: ff_exec_core_state_idx (public_state, created_at_ms, …);
+//   - FlowID: ff_exec_core_flow_idx (partition_key, flow_id) in the flow's
+//     one partition, then a sort of the flow's members;
+//   - ID: the primary key (partition_key, execution_id), a range of ids in
+//     the given partition or in each partition (ParseIDPrefix bounds how
+//     short a prefix may be).
+//
+// The keyset position (After) continues in the same index.
 func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
 	if p.State != "" && !slices.Contains(publicStates, p.State) {
 		return nil, ff.Validationf("state", "%q is not a state: want one of %s", p.State, strings.Join(publicStates, ", "))
@@ -189,17 +214,50 @@ func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
 	case p.Limit == 0:
 		p.Limit = DefaultListLimit
 	}
-	var flow *uuid.UUID
-	if p.FlowID != uuid.Nil {
-		flow = &p.FlowID
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
 	}
-	rows, err := s.pool.Query(ctx, s.sql(`SELECT `+execColumns(false)+` FROM `+execFrom+`
-		WHERE ($1 = '' OR e.raw_fields->>'namespace' = $1)
-		  AND ($2 = '' OR e.lane_id = $2)
-		  AND ($3 = '' OR e.public_state = $3)
-		  AND ($4::uuid IS NULL OR e.flow_id = $4)
-		ORDER BY e.created_at_ms DESC, e.partition_key, e.execution_id
-		LIMIT $5`), p.Namespace, p.Lane, p.State, flow, p.Limit)
+	if p.Namespace != "" {
+		where = append(where, "e.raw_fields->>'namespace' = "+arg(p.Namespace))
+	}
+	if p.Lane != "" {
+		where = append(where, "e.lane_id = "+arg(p.Lane))
+	}
+	if p.State != "" {
+		where = append(where, "e.public_state = "+arg(p.State))
+	}
+	if p.FlowID != uuid.Nil {
+		where = append(where, "e.partition_key = "+arg(s.parts.ForFlow(p.FlowID))+" AND e.flow_id = "+arg(p.FlowID))
+	}
+	if !p.ID.IsZero() {
+		if p.ID.Partition != nil {
+			if !s.parts.Contains(*p.ID.Partition) {
+				return nil, ff.Validationf("execution_id", "partition %d is outside this schema's 0..%d", *p.ID.Partition, int(s.parts)-1)
+			}
+			where = append(where, "e.partition_key = "+arg(*p.ID.Partition))
+		} else {
+			// Every partition, spelt out so that the primary key serves
+			// the id range in each.
+			all := make([]int16, int(s.parts))
+			for i := range all {
+				all[i] = int16(i)
+			}
+			where = append(where, "e.partition_key = ANY("+arg(all)+"::smallint[])")
+		}
+		where = append(where, "e.execution_id BETWEEN "+arg(p.ID.Low)+" AND "+arg(p.ID.High))
+	}
+	if c := p.After; c != nil {
+		where = append(where, "(e.created_at_ms, e.partition_key, e.execution_id) < ("+arg(c.CreatedAtMs)+", "+arg(c.Partition)+", "+arg(c.UUID)+")")
+	}
+	q := `SELECT ` + execColumns(false) + ` FROM ` + execFrom
+	if len(where) > 0 {
+		q += "\n\t\tWHERE " + strings.Join(where, "\n\t\t  AND ")
+	}
+	q += "\n\t\tORDER BY e.created_at_ms DESC, e.partition_key DESC, e.execution_id DESC\n\t\tLIMIT " + arg(p.Limit)
+	rows, err := s.pool.Query(ctx, s.sql(q), args...)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "list executions")
 	}

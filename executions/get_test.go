@@ -2,6 +2,8 @@ package executions_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +54,11 @@ func TestListFilters(t *testing.T) {
 		{"flow", executions.ListParams{FlowID: flow}, []ff.ExecutionID{b}},
 		{"limit", executions.ListParams{Limit: 2}, []ff.ExecutionID{d, c}},
 		{"nothing", executions.ListParams{Lane: "l2", State: ff.PublicActive}, nil},
+		{"whole id", executions.ListParams{ID: mustPrefix(t, c.String())}, []ff.ExecutionID{c}},
+		{"uuid prefix", executions.ListParams{ID: mustPrefix(t, b.UUID.String()[:6])}, []ff.ExecutionID{b}},
+		{"partition and uuid prefix", executions.ListParams{ID: mustPrefix(t, fmt.Sprintf("{fp:%d}:%s", d.Partition, d.UUID.String()[:10]))}, []ff.ExecutionID{d}},
+		{"page after b", executions.ListParams{After: &executions.ListCursor{CreatedAtMs: t0 + 1, Partition: b.Partition, UUID: b.UUID}}, []ff.ExecutionID{a}},
+		{"page after d, lane l1", executions.ListParams{Lane: "l1", Limit: 1, After: &executions.ListCursor{CreatedAtMs: t0 + 3, Partition: d.Partition, UUID: d.UUID}}, []ff.ExecutionID{c}},
 	} {
 		if got := list(tc.p); !equalIDs(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
@@ -67,6 +74,62 @@ func TestListFilters(t *testing.T) {
 	for _, bad := range []executions.ListParams{{State: "running"}, {Limit: -1}, {Limit: executions.MaxListLimit + 1}} {
 		if _, err := f.st.List(f.ctx, bad); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("List(%+v): %v, want a validation error", bad, err)
+		}
+	}
+}
+
+func mustPrefix(t *testing.T, s string) executions.IDPrefix {
+	t.Helper()
+	p, err := executions.ParseIDPrefix(s)
+	if err != nil {
+		t.Fatalf("ParseIDPrefix(%q): %v", s, err)
+	}
+	return p
+}
+
+// TestListPagesThroughTies pages one execution at a time through
+// executions created in the same millisecond: each appears once.
+func TestListPagesThroughTies(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	want := map[ff.ExecutionID]bool{}
+	for i := range 7 {
+		want[f.create(executions.CreateParams{Lane: fmt.Sprintf("lane-%d", i)})] = true
+	}
+	var after *executions.ListCursor
+	seen := map[ff.ExecutionID]bool{}
+	for range 10 {
+		es, err := f.st.List(f.ctx, executions.ListParams{Limit: 1, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		if seen[es[0].ID] {
+			t.Fatalf("%s listed twice", es[0].ID)
+		}
+		seen[es[0].ID] = true
+		after = executions.ListCursorOf(es[0])
+		if c, err := executions.ParseListCursor(after.String()); err != nil || *c != *after {
+			t.Fatalf("cursor %s reads back as %v, %v", after, c, err)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("paged through %d executions, want %d", len(seen), len(want))
+	}
+}
+
+func TestParseIDPrefixRefuses(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"abc", "xyz1", "{fp:1", "{fp:x}:ab", "{fp:40000}:ab", strings.Repeat("a", 33), "{fp:1}:g"} {
+		if _, err := executions.ParseIDPrefix(s); !errors.Is(err, ff.ErrValidation) {
+			t.Errorf("ParseIDPrefix(%q): %v, want a validation error", s, err)
+		}
+	}
+	for _, s := range []string{"", "1.2", "x.1.00000000-0000-0000-0000-000000000000", "1.99999.00000000-0000-0000-0000-000000000000", "1.2.nope"} {
+		if _, err := executions.ParseListCursor(s); !errors.Is(err, ff.ErrValidation) {
+			t.Errorf("ParseListCursor(%q): %v, want a validation error", s, err)
 		}
 	}
 }

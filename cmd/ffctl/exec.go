@@ -31,7 +31,7 @@ var execSubcommands = []struct {
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }{
 	{"get", "an execution's state, attempts, lease and outbox events", runExecGet},
-	{"list", "executions by namespace, lane, state or flow, newest first", runExecList},
+	{"list", "executions by namespace, lane, state, flow or id prefix, newest first", runExecList},
 	{"cancel", "cancel an execution (terminal cancelled; a lease it holds is fenced)", runExecCancel},
 	{"revoke", "take the lease away from a leased execution (back to waiting, no retry spent)", runExecRevoke},
 }
@@ -183,6 +183,9 @@ func runExecList(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	f.fs.StringVar(&p.Lane, "lane", "", "only executions of this `lane`")
 	f.fs.StringVar(&p.State, "state", "", "only executions in this `state`: "+strings.Join(executions.PublicStates(), ", "))
 	f.fs.StringVar(&flow, "flow", "", "only members of the flow with this `uuid`")
+	var id string
+	f.fs.StringVar(&id, "id", "", fmt.Sprintf("only the execution with this `id` ({fp:N}:<uuid>) or whose id begins so\n"+
+		"({fp:N}:<hex>, or at least %d hex digits of the UUID)", executions.MinIDPrefix))
 	f.fs.IntVar(&p.Limit, "limit", executions.DefaultListLimit, fmt.Sprintf("list at most `n` executions (at most %d)", executions.MaxListLimit))
 	f.fs.AfterParse(func() error {
 		if flow != "" {
@@ -191,6 +194,13 @@ func runExecList(ctx context.Context, args []string, stdout, stderr io.Writer) i
 				return cli.Usagef("--flow %q: not a UUID", flow)
 			}
 			p.FlowID = u
+		}
+		if id != "" {
+			pre, err := executions.ParseIDPrefix(id)
+			if err != nil {
+				return &cli.UsageError{Err: err}
+			}
+			p.ID = pre
 		}
 		if p.Limit < 1 || p.Limit > executions.MaxListLimit {
 			return cli.Usagef("--limit %d: want 1..%d", p.Limit, executions.MaxListLimit)

@@ -109,6 +109,8 @@ func TestExecCommands(t *testing.T) {
 		{[]string{"--state", "active"}, []string{leased.String()}},
 		{[]string{"--flow", flow.String()}, []string{waiting.String()}},
 		{[]string{"--state", "completed"}, nil},
+		{[]string{"--id", waiting.String()}, []string{waiting.String()}},
+		{[]string{"--id", leased.UUID.String()[:8]}, []string{leased.String()}},
 	} {
 		if got := list(tc.args...); strings.Join(got, ",") != strings.Join(tc.want, ",") {
 			t.Errorf("list %v: %v, want %v", tc.args, got, tc.want)
@@ -120,6 +122,9 @@ func TestExecCommands(t *testing.T) {
 	text, _ = run(cli.ExitOK, "list", "--lane", "emails")
 	if !strings.Contains(text, leased.String()) || !strings.Contains(text, "mailer-1 until") || strings.Contains(text, waiting.String()) {
 		t.Errorf("list text:\n%s", text)
+	}
+	if _, stderr := run(cli.ExitUsage, "list", "--id", "ab"); !strings.Contains(stderr, "at least 4 hexadecimal digits") {
+		t.Errorf("list --id ab: %s", stderr)
 	}
 	_, stderr := run(cli.ExitUsage, "list", "--state", "running")
 	if !strings.Contains(stderr, "waiting, delayed") {
