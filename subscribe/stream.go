@@ -66,6 +66,9 @@ type Stream[E any] struct {
 
 	// observe, with Options.MeterProvider, records each returned event.
 	observe func(E)
+
+	// start is the position the stream started after (StartCursor).
+	start ff.Cursor
 }
 
 // delivery is what the reader hands the consumer: a chunk of events, or an
@@ -123,8 +126,9 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 
 	chunk := min(cfg.pageSize, max(cfg.bufferSize, 1))
 	s := &Stream[E]{
-		out:  make(chan delivery[E], max(1, cfg.bufferSize/chunk)),
-		done: make(chan struct{}),
+		out:   make(chan delivery[E], max(1, cfg.bufferSize/chunk)),
+		done:  make(chan struct{}),
+		start: r.last,
 	}
 	r.out, r.chunk = s.out, chunk
 	if r.consumer != nil {
@@ -140,6 +144,18 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 	}()
 	return s, nil
 }
+
+// StartCursor returns the position the stream started after, as worked out
+// when it subscribed: a new subscription with StartAfter and this cursor
+// delivers the events this stream delivers. For StartNow it is the boundary
+// of the subscribe-time snapshot (the events of every transaction not
+// committed then follow it), for StartBeginning the zero Cursor, for
+// StartAfter the cursor given, and for a named consumer its stored position.
+// A consumer that must not lose events between a stream started from now
+// and a later one keeps this cursor until the first event replaces it.
+// (For StartSince and a legacy cursor, the first batch also skips rows
+// by time or event id, which the cursor does not carry.)
+func (s *Stream[E]) StartCursor() ff.Cursor { return s.start }
 
 // Next returns the next event, waiting for one as long as ctx allows.
 //

@@ -402,3 +402,50 @@ func TestOnWaitNamesTheOpenWriter(t *testing.T) {
 		t.Fatalf("notice %+v, want the writer's end", w)
 	}
 }
+
+// A stream started from now says where it started: a later subscription
+// after that cursor delivers what the first one would have, including the
+// row of a transaction open at subscribe time that commits later, and not
+// the rows committed before (what a browser reconnecting before its first
+// event needs).
+func TestStartCursorOfAStreamFromNow(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	before := insertLease(t, db.Pool, row{})
+	open, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	held := insertLease(t, open, row{})
+
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := s.StartCursor()
+	s.Close()
+	if start.IsZero() {
+		t.Fatal("StartCursor of a stream from now is the zero cursor, which means the beginning")
+	}
+	after := insertLease(t, db.Pool, row{})
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: start}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.StartCursor() != start {
+		t.Fatalf("StartCursor of a stream after %s is %s", start, r.StartCursor())
+	}
+	// Both commit after the start; in one batch they come in xact order.
+	got := eventIDs(collect(t, r, 2, 10*time.Second))
+	slices.Sort(got)
+	if !slices.Equal(got, []int64{held, after}) {
+		t.Fatalf("resumed after the start cursor: events %v, want %d and %d (not %d, committed before)", got, held, after, before)
+	}
+	expectNone(t, r, 300*time.Millisecond)
+}

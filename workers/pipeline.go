@@ -223,6 +223,17 @@ type Backlog struct {
 	// Unprocessable are the rows that look due but that no scan can
 	// process (Pipeline.Unprocessable), never counted in Due.
 	Unprocessable []scanners.Unprocessable
+	// AtMs is the pipeline clock's time the backlog was read at.
+	AtMs int64
+}
+
+// OldestOverdue is how long the oldest due item had been due when the
+// backlog was read: 0 when nothing is due or the scanner cannot tell.
+func (b Backlog) OldestOverdue() time.Duration {
+	if b.OldestMs <= 0 || b.OldestMs >= b.AtMs {
+		return 0
+	}
+	return time.Duration(b.AtMs-b.OldestMs) * time.Millisecond
 }
 
 // Backlog runs every registered scanner's Due query, with the pipeline's
@@ -242,7 +253,7 @@ func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, 
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
 		}
-		b := Backlog{Scanner: s.Name()}
+		b := Backlog{Scanner: s.Name(), AtMs: now}
 		if b.Unprocessable, err = p.Unprocessable(ctx, q, s, req, due); err != nil {
 			return nil, err
 		}

@@ -119,7 +119,6 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Repo
 	env := p.Env()
 	s := dbutil.Schema(env.Schema())
 	r := &Report{Schema: env.Schema(), Partitions: int(env.Partitions()), At: time.Now()}
-	now := env.NowMs()
 	backlog, err := p.Backlog(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -127,10 +126,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Repo
 	for _, b := range backlog {
 		st, _ := p.Settings(b.Scanner)
 		out := Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
-			Due: b.Due, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable}
-		if b.OldestMs > 0 && b.OldestMs < now {
-			out.OldestOverdue = time.Duration(now-b.OldestMs) * time.Millisecond
-		}
+			Due: b.Due, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()}
 		r.Scanners = append(r.Scanners, out)
 	}
 
