@@ -43,6 +43,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -63,6 +64,12 @@ type Options struct {
 	RiverUI string
 	// Logger receives the failures answered with 500 (default: discarded).
 	Logger *slog.Logger
+	// Pipeline, when set, gives the live page each scanner's backlog (as
+	// `ffctl status` reads it); without it the page says it has none.
+	Pipeline *workers.Pipeline
+	// MaxLiveStreams bounds the live page's event streams open at once
+	// (default DefaultMaxLiveStreams; each holds two database connections).
+	MaxLiveStreams int
 }
 
 // View serves the execution pages. It is an http.Handler for the paths
@@ -75,6 +82,7 @@ type View struct {
 	log     *slog.Logger
 	pages   map[string]*template.Template
 	mux     *http.ServeMux
+	live    *liveHub
 }
 
 // New returns the view of store's executions: it reads through store (and
@@ -99,6 +107,9 @@ func New(store *executions.Store, o Options) (*View, error) {
 		return nil, err
 	}
 	v.pages = pages
+	if v.live, err = newLiveHub(o); err != nil {
+		return nil, err
+	}
 	v.mux = http.NewServeMux()
 	v.routes(v.mux)
 	return v, nil

@@ -11,6 +11,10 @@ func (v *View) routes(mux *http.ServeMux) {
 	mux.Handle("GET /ff/{$}", http.RedirectHandler("/ff/executions", http.StatusFound))
 	mux.Handle("GET /ff/assets/", http.StripPrefix("/ff/", http.FileServerFS(assetFS)))
 	mux.Handle("GET /ff/executions", v.executionsList())
+	mux.Handle("GET /ff/live", v.livePageHandler())
+	mux.Handle("GET /ff/live/leases", v.liveLeases())
+	mux.Handle("GET /ff/live/completions", v.liveCompletions())
+	mux.Handle("GET /ff/live/backlog", v.liveBacklog())
 	// Anything else under /ff/ is an unknown page (or a method a page does
 	// not take): a 404 or 405 in the layout, not the mux's plain text.
 	mux.HandleFunc("/ff/", func(w http.ResponseWriter, r *http.Request) {

@@ -121,6 +121,11 @@ func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Serve
 		handler = BasicAuth(handler, o.User, o.Password)
 	}
 	s := &Server{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, URL: "http://" + ln.Addr().String() + "/"}
+	if c, ok := o.View.(interface{ Close() }); ok {
+		// The view's live event streams never end by themselves: closing
+		// them lets Shutdown finish instead of waiting out its timeout.
+		s.srv.RegisterOnShutdown(c.Close)
+	}
 	if o.View != nil {
 		s.ViewURL = s.URL + strings.TrimPrefix(ViewPrefix, "/") + "executions"
 	}

@@ -131,7 +131,7 @@ func (c *cluster) startUI(ctx context.Context, addr string, fallback bool, logge
 	if !uiserver.IsLoopback(addr) {
 		return fmt.Errorf("river UI: %s is not a loopback address; the demo serves River UI without credentials, on loopback only", addr)
 	}
-	view, err := ffview.New(c.scheduler.ff.Store(), ffview.Options{Logger: logger})
+	view, err := ffview.New(c.scheduler.ff.Store(), ffview.Options{Logger: logger, Pipeline: c.scheduler.ff.Pipeline()})
 	if err != nil {
 		return err
 	}
