@@ -20,25 +20,8 @@ import (
 // its 5 s timeout, and the browser sees its stream end.
 func TestShutdownEndsLiveStreams(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t, &testdb.Options{MaxConns: 4})
 	ctx := t.Context()
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := ffview.New(st, ffview.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := uiserver.Start(ctx, client, uiserver.Options{Addr: "127.0.0.1:0", View: view})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, _ := serveView(t, uiserver.Options{})
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"ff/live/leases", nil)
 	if err != nil {
@@ -72,4 +55,31 @@ func TestShutdownEndsLiveStreams(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the live stream did not end at Shutdown")
 	}
+}
+
+// serveView serves River UI and the execution view of a schema of the
+// test's own on a free loopback port, as ffscheduler does, with o's auth.
+func serveView(t *testing.T, o uiserver.Options) (*uiserver.Server, *executions.Store) {
+	t.Helper()
+	db := testdb.New(t, &testdb.Options{MaxConns: 4})
+	ctx := t.Context()
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := ffview.New(st, ffview.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Addr, o.View = "127.0.0.1:0", view
+	srv, err := uiserver.Start(ctx, client, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv, st
 }

@@ -8,11 +8,7 @@ import (
 	"testing"
 
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/internal/ffview"
-	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/uiserver"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // TestViewServedBesideRiverUI serves River UI and the execution view on one
@@ -21,29 +17,12 @@ import (
 // without the browser's same-origin attestation, is refused.
 func TestViewServedBesideRiverUI(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t, &testdb.Options{MaxConns: 4})
 	ctx := t.Context()
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, st := serveView(t, uiserver.Options{User: "ada", Password: "pw"})
 	id, err := st.Create(ctx, executions.CreateParams{Lane: "lane-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := ffview.New(st, ffview.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := uiserver.Start(ctx, client, uiserver.Options{Addr: "127.0.0.1:0", User: "ada", Password: "pw", View: view})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
 	if want := srv.URL + "ff/executions"; srv.ViewURL != want {
 		t.Fatalf("ViewURL %q, want %q", srv.ViewURL, want)
 	}
