@@ -215,9 +215,22 @@ func (v *View) serverError(w http.ResponseWriter, r *http.Request, err error) {
 
 // funcs are the template functions every page may use.
 var funcs = template.FuncMap{
-	"ms":    fmtMs,
-	"msp":   fmtMsPtr,
-	"deref": derefStr,
+	"ms":     fmtMs,
+	"msp":    fmtMsPtr,
+	"deref":  derefStr,
+	"policy": policyText,
+}
+
+// policyText describes an edge group's policy: "all_of", "any_of
+// (cancel_remaining)", "quorum 2 (let_run)".
+func policyText(p executions.EdgePolicy) string {
+	switch p.Kind {
+	case executions.PolicyQuorum:
+		return fmt.Sprintf("quorum %d (%s)", p.K, p.OnSatisfied)
+	case executions.PolicyAnyOf:
+		return "any_of (" + p.OnSatisfied + ")"
+	}
+	return p.Kind
 }
 
 // timeFormat is how pages print times (UTC, milliseconds).

@@ -7,11 +7,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/scanners"
 )
 
 // t0 is the fixture clock's start: a fixed instant so timestamps are exact.
@@ -41,6 +45,57 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	return &env{t: t, ctx: t.Context(), db: db, store: st, clock: clock, view: v}
+}
+
+// newPipelineEnv is newEnv with ffriver's whole pipeline running on the
+// schema (a scheduler process: ticks, scans, item jobs, the flow cascade,
+// scanners every 50 ms) on the manual clock: River jobs act on the
+// executions as in production.
+func newPipelineEnv(t *testing.T) *env {
+	t.Helper()
+	db := testdb.New(t, &testdb.Options{MaxConns: 12})
+	clock := ff.NewManualClock(t0)
+	fast := map[string]scanners.Settings{}
+	for _, s := range scanners.Builtins(0) {
+		fast[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond}
+	}
+	svc, err := ffriver.New(t.Context(), db.Pool, ffriver.Config{Schema: db.Schema, Clock: clock, Scanners: fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := svc.NewProcess(t.Context(), ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: 10 * time.Second,
+		Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 2, TestOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	v, err := ffview.New(svc.Store(), ffview.Options{RiverUI: "/riverui/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: t.Context(), db: db, store: svc.Store(), clock: clock, view: v}
+}
+
+// leaseOn leases the one waiting execution of lane for worker.
+func (e *env) leaseOn(lane, worker string, ttl time.Duration) executions.Lease {
+	e.t.Helper()
+	leases, err := e.store.Claim(e.ctx, executions.ClaimParams{Lane: lane, WorkerID: worker, WorkerInstanceID: worker + "-1", LeaseTTL: ttl})
+	if err != nil || len(leases) != 1 {
+		e.t.Fatalf("claim on %s: %d leases, %v", lane, len(leases), err)
+	}
+	return leases[0]
+}
+
+// await waits until the execution is in state.
+func (e *env) await(id ff.ExecutionID, state string) {
+	e.t.Helper()
+	fftest.Await(e.t, 20*time.Second, id.String()+" "+state, func() bool {
+		x, err := e.store.Get(e.ctx, id)
+		return err == nil && x.PublicState == state
+	})
 }
 
 // create makes an execution (lane "lane-a" unless p says).

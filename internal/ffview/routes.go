@@ -11,6 +11,7 @@ func (v *View) routes(mux *http.ServeMux) {
 	mux.Handle("GET /ff/{$}", http.RedirectHandler("/ff/executions", http.StatusFound))
 	mux.Handle("GET /ff/assets/", http.StripPrefix("/ff/", http.FileServerFS(assetFS)))
 	mux.Handle("GET /ff/executions", v.executionsList())
+	mux.Handle("GET /ff/executions/{id}", v.execution())
 	mux.Handle("GET /ff/live", v.livePageHandler())
 	mux.Handle("GET /ff/live/leases", v.liveLeases())
 	mux.Handle("GET /ff/live/completions", v.liveCompletions())
