@@ -36,21 +36,6 @@ const (
 	SkippedLocked Outcome = "skipped_locked"
 )
 
-// lockForAction locks an execution for a scanner action, mapping "gone" and
-// "locked elsewhere" onto outcomes instead of errors.
-func (s *Store) lockForAction(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, Outcome, error) {
-	l, err := s.lock(ctx, tx, id, true)
-	switch {
-	case errors.Is(err, errLockedElsewhere):
-		return nil, SkippedLocked, nil
-	case errors.Is(err, ff.ErrNotFound):
-		return nil, Orphaned, nil
-	case err != nil:
-		return nil, "", err
-	}
-	return l, "", nil
-}
-
 // ExpireAttemptTx is the attempt_timeout action for one execution: if
 // attemptIndex is still its current attempt, the execution is active and the
 // lease has expired, the attempt is interrupted and fenced (lease cleared,
@@ -58,16 +43,15 @@ func (s *Store) lockForAction(ctx context.Context, tx pgx.Tx, id ff.ExecutionID)
 // while attempt_index < max_retries, else becomes terminal expired with a
 // completion "expired" event. A lease "expired" event is written either way.
 func (s *Store) ExpireAttemptTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, attemptIndex int32) (Outcome, error) {
-	l, out, err := s.lockForAction(ctx, tx, id)
-	if l == nil {
-		return out, err
-	}
-	now := s.clock.NowMs()
+	return one(s.ExpireAttemptsTx(ctx, tx, []AttemptRef{{ID: id, AttemptIndex: attemptIndex}}))
+}
+
+// decideExpireAttempt is ExpireAttemptTx's decision on the locked row.
+func (s *Store) decideExpireAttempt(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, attemptIndex int32, now int64) (Outcome, error) {
 	if l.phase != ff.PhaseActive || l.attemptIndex != attemptIndex || l.leaseExpiresMs == nil || *l.leaseExpiresMs >= now {
 		return NoOp, nil
 	}
 	rp := l.retryPolicy()
-	b := &pgx.Batch{}
 	s.queueCloseAttempt(b, l, "interrupted", true, now)
 	if int(l.attemptIndex) < rp.MaxRetries {
 		s.queueRetry(b, l, rp, "attempt_timeout", now)
@@ -80,28 +64,25 @@ func (s *Store) ExpireAttemptTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionI
 	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseExpired, now)); err != nil {
 		return "", err
 	}
-	return Processed, sendBatch(ctx, tx, b, "expire attempt "+id.String())
+	return Processed, nil
 }
 
 // PromoteDelayedTx is the delayed_promoter action: a runnable execution whose
 // delay_until_ms has come becomes eligible now (public state waiting). It
 // writes no event.
 func (s *Store) PromoteDelayedTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (Outcome, error) {
-	l, out, err := s.lockForAction(ctx, tx, id)
-	if l == nil {
-		return out, err
-	}
-	now := s.clock.NowMs()
+	return one(s.PromoteDelayedManyTx(ctx, tx, []ff.ExecutionID{id}))
+}
+
+// decidePromote is PromoteDelayedTx's decision on the locked row.
+func (s *Store) decidePromote(b *pgx.Batch, l *locked, now int64) Outcome {
 	if l.phase != ff.PhaseRunnable || l.eligibility != ff.EligibleNotUntilTime || l.delayUntilMs == nil || *l.delayUntilMs > now {
-		return NoOp, nil
+		return NoOp
 	}
-	_, err = tx.Exec(ctx, s.sql(`UPDATE {S}ff_exec_core
+	b.Queue(s.sql(`UPDATE {S}ff_exec_core
 		SET eligibility_state = 'eligible_now', public_state = 'waiting', delay_until_ms = NULL, blocking_reason = NULL
-		WHERE partition_key = $1 AND execution_id = $2`), id.Partition, id.UUID)
-	if err != nil {
-		return "", dbutil.MapErr(err, "promote "+id.String())
-	}
-	return Processed, nil
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID)
+	return Processed
 }
 
 // ExpireDeadlineTx is the execution_deadline action: a non-terminal
@@ -109,16 +90,15 @@ func (s *Store) PromoteDelayedTx(ctx context.Context, tx pgx.Tx, id ff.Execution
 // fenced if it held one; a completion "expired" event is written, and a lease
 // "expired" event if it was leased.
 func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (Outcome, error) {
-	l, out, err := s.lockForAction(ctx, tx, id)
-	if l == nil {
-		return out, err
-	}
-	now := s.clock.NowMs()
+	return one(s.ExpireDeadlinesTx(ctx, tx, []ff.ExecutionID{id}))
+}
+
+// decideExpireDeadline is ExpireDeadlineTx's decision on the locked row.
+func (s *Store) decideExpireDeadline(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, now int64) (Outcome, error) {
 	if ff.IsTerminalPhase(l.phase) || l.deadlineAtMs == nil || *l.deadlineAtMs >= now {
 		return NoOp, nil
 	}
 	leased := l.leased()
-	b := &pgx.Batch{}
 	if leased {
 		s.queueCloseAttempt(b, l, "interrupted", true, now)
 	}
@@ -126,7 +106,7 @@ func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.Execution
 	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeExpired, ff.LeaseExpired, leased, now); err != nil {
 		return "", err
 	}
-	return Processed, sendBatch(ctx, tx, b, "expire deadline "+id.String())
+	return Processed, nil
 }
 
 // CancelSiblingTx cancels one sibling for the edge-cancel dispatcher: like
@@ -134,7 +114,7 @@ func (s *Store) ExpireDeadlineTx(ctx context.Context, tx pgx.Tx, id ff.Execution
 // but an already-terminal or missing sibling is a no-op, and the row lock is
 // waited for (the dispatcher already holds the group).
 func (s *Store) CancelSiblingTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reason string) (Outcome, error) {
-	l, err := s.lock(ctx, tx, id, false)
+	l, err := s.lock(ctx, tx, id)
 	if errors.Is(err, ff.ErrNotFound) {
 		return Orphaned, nil
 	}

@@ -239,7 +239,7 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	if err != nil {
 		return dbutil.MapErr(err, "add dependencies: locking flow")
 	}
-	d, err := s.lock(ctx, tx, p.Downstream, false)
+	d, err := s.lock(ctx, tx, p.Downstream)
 	if err != nil {
 		return err
 	}
@@ -436,7 +436,7 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 	if next == GroupPending {
 		return Processed, nil
 	}
-	d, err := s.lock(ctx, tx, ff.ExecutionID{Partition: part, UUID: h.Downstream}, false)
+	d, err := s.lock(ctx, tx, ff.ExecutionID{Partition: part, UUID: h.Downstream})
 	if errors.Is(err, ff.ErrNotFound) {
 		return Orphaned, nil
 	}

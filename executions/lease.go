@@ -198,7 +198,7 @@ func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseEvent {
 // lockLease locks the lease's execution and fences the lease against it,
 // returning the locked row and the time the check used.
 func (s *Store) lockLease(ctx context.Context, tx pgx.Tx, lease Lease) (*locked, int64, error) {
-	l, err := s.lock(ctx, tx, lease.ID, false)
+	l, err := s.lock(ctx, tx, lease.ID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -441,7 +441,7 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 	if err := p.validate(); err != nil {
 		return Lease{}, err
 	}
-	l, err := s.lock(ctx, tx, id, false)
+	l, err := s.lock(ctx, tx, id)
 	if err != nil {
 		return Lease{}, err
 	}

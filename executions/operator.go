@@ -33,7 +33,7 @@ func (s *Store) CancelTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p Ca
 	if err := validateText("by", p.By, false, 255); err != nil {
 		return err
 	}
-	l, err := s.lock(ctx, tx, id, false)
+	l, err := s.lock(ctx, tx, id)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (s *Store) RevokeTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reas
 	if err := validateText("reason", reason, false, 1024); err != nil {
 		return err
 	}
-	l, err := s.lock(ctx, tx, id, false)
+	l, err := s.lock(ctx, tx, id)
 	if err != nil {
 		return err
 	}

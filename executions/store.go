@@ -192,46 +192,36 @@ func (l *locked) leased() bool { return l.phase == ff.PhaseActive && l.leaseExpi
 
 func (l *locked) retryPolicy() RetryPolicy { return decodePolicy(l.policy).RetryPolicy }
 
-const lockSQL = `
-SELECT e.lifecycle_phase, e.ownership_state, e.eligibility_state, e.attempt_index, e.flow_id, e.policy,
+// lockedColumns selects a locked struct's fields (locked.fields) from an
+// execution e and its current attempt a.
+const lockedColumns = `
+       e.lifecycle_phase, e.ownership_state, e.eligibility_state, e.attempt_index, e.flow_id, e.policy,
        e.deadline_at_ms, e.delay_until_ms,
        a.attempt_index IS NOT NULL, COALESCE(a.lease_epoch, 0), a.lease_expires_at_ms, a.lease_id, a.worker_instance_id
 FROM {S}ff_exec_core e
 LEFT JOIN {S}ff_attempt a
-  ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index
+  ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index`
+
+const lockSQL = `SELECT` + lockedColumns + `
 WHERE e.partition_key = $1 AND e.execution_id = $2
 FOR NO KEY UPDATE OF e`
 
-// errLockedElsewhere is returned by lock with skipLocked when another
-// transaction holds the row.
-var errLockedElsewhere = errors.New("row locked by another transaction")
+// fields are the scan targets of lockedColumns.
+func (l *locked) fields() []any {
+	return []any{&l.phase, &l.ownership, &l.eligibility, &l.attemptIndex, &l.flowID, &l.policy,
+		&l.deadlineAtMs, &l.delayUntilMs,
+		&l.attemptExists, &l.epoch, &l.leaseExpiresMs, &l.leaseID, &l.workerInstance}
+}
 
-// lock checks id and locks the execution row. With skipLocked it returns errLockedElsewhere
-// instead of waiting when another transaction holds it.
-func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, skipLocked bool) (*locked, error) {
+// lock checks id and locks the execution row, waiting for another
+// transaction that holds it.
+func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, error) {
 	if err := s.checkID(id); err != nil {
 		return nil, err
 	}
-	q := lockSQL
-	if skipLocked {
-		q += " SKIP LOCKED"
-	}
 	l := &locked{id: id}
-	err := tx.QueryRow(ctx, s.sql(q), id.Partition, id.UUID).Scan(
-		&l.phase, &l.ownership, &l.eligibility, &l.attemptIndex, &l.flowID, &l.policy,
-		&l.deadlineAtMs, &l.delayUntilMs,
-		&l.attemptExists, &l.epoch, &l.leaseExpiresMs, &l.leaseID, &l.workerInstance)
+	err := tx.QueryRow(ctx, s.sql(lockSQL), id.Partition, id.UUID).Scan(l.fields()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if skipLocked {
-			var exists bool
-			if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2)`),
-				id.Partition, id.UUID).Scan(&exists); err != nil {
-				return nil, dbutil.MapErr(err, "probing "+id.String())
-			}
-			if exists {
-				return nil, errLockedElsewhere
-			}
-		}
 		return nil, fmt.Errorf("execution %s: %w", id, ff.ErrNotFound)
 	}
 	if err != nil {

@@ -20,6 +20,13 @@ import (
 // changed or locked row is an outcome (no_op, orphaned, skipped_locked).
 type Action[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args T) (Output, error)
 
+// GroupAction is an Action over the jobs of a group transaction at once
+// (GroupItemOf): one Output per args, in order. It returns an error only
+// for real failures, which fail the whole group: the engine then redoes the
+// group's jobs one by one with the Action, each in a savepoint, so the
+// failing job alone is retried.
+type GroupAction[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args []T) ([]Output, error)
+
 // itemWorker is the River worker of every item kind: Work hands the job to
 // the kind's engine.
 type itemWorker[T river.JobArgs] struct {

@@ -158,3 +158,59 @@ func TestGroupLockedItemDoesNotBlockOthers(t *testing.T) {
 		}
 	}
 }
+
+// The built-in expire item applies its group with one set-based pass; a
+// poison row that makes the pass fail (here: one the database refuses to
+// move out of active, by a check constraint) fails its own job only: the
+// others commit together, once each, and the poison row is left as it was.
+func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
+	t.Parallel()
+	f := newEngineFixture(t, 5)
+	poison := f.ids[3]
+	if _, err := f.db.Pool.Exec(f.ctx, fmt.Sprintf(`ALTER TABLE ff_exec_core ADD CONSTRAINT poison
+		CHECK (execution_id <> '%s' OR lifecycle_phase = 'active') NOT VALID`, poison.UUID)); err != nil {
+		t.Fatal(err)
+	}
+	env := NewEnv(f.store, nil)
+	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+		return expireAttempt(ctx, tx, env, a)
+	}, true)
+	passes := 0
+	g.many = func(ctx context.Context, tx pgx.Tx, as []jobs.ExpireAttemptArgs) ([]Output, error) {
+		passes++
+		return expireAttempts(ctx, tx, env, as)
+	}
+	group := f.group(f.ids...)
+	g.run(f.ctx, group)
+	if passes != 1 {
+		t.Errorf("%d set-based passes, want 1 (then one by one)", passes)
+	}
+	var xact string
+	for i, e := range group {
+		n, x := f.expired(t, f.ids[i])
+		if f.ids[i] == poison {
+			if e.err == nil || n != 0 {
+				t.Errorf("poison row: err %v, %d expired events; want its error and nothing written", e.err, n)
+			}
+			continue
+		}
+		if e.err != nil || e.out.Outcome != executions.Processed || n != 1 {
+			t.Errorf("item %d: %v, %s, %d expired events; want processed with one event", i, e.err, e.out.Outcome, n)
+		}
+		if xact == "" {
+			xact = x
+		} else if x != xact {
+			t.Errorf("item %d committed by transaction %s, another by %s: want one group transaction", i, x, xact)
+		}
+	}
+	var phase string
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT lifecycle_phase FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2`,
+		poison.Partition, poison.UUID).Scan(&phase); err != nil || phase != "active" {
+		t.Errorf("poison row: phase %q, %v; want it left active", phase, err)
+	}
+	// Without the poison the group's pass commits all at once.
+	g.run(f.ctx, f.group(f.ids[:3]...))
+	if passes != 2 {
+		t.Errorf("%d passes after a clean group, want 2", passes)
+	}
+}

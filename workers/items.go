@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
@@ -18,18 +19,19 @@ import (
 // builtinItems maps each built-in scanner to the items its scans produce.
 func builtinItems() map[string][]Item {
 	return map[string][]Item{
-		scanners.AttemptTimeout: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireAttemptArgs) (Output, error) {
-			out, err := env.Store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
-			return Output{Outcome: out}, err
-		}, Grouped())},
-		scanners.DelayedPromoter: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.PromoteDelayedArgs) (Output, error) {
+		scanners.AttemptTimeout: {GroupItemOf(expireAttempt, expireAttempts)},
+		scanners.DelayedPromoter: {GroupItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.PromoteDelayedArgs) (Output, error) {
 			out, err := env.Store.PromoteDelayedTx(ctx, tx, a.ID)
 			return Output{Outcome: out}, err
-		}, Grouped())},
-		scanners.ExecutionDeadline: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireDeadlineArgs) (Output, error) {
+		}, func(ctx context.Context, tx pgx.Tx, env *Env, as []jobs.PromoteDelayedArgs) ([]Output, error) {
+			return outputs(env.Store.PromoteDelayedManyTx(ctx, tx, argIDs(as, func(a jobs.PromoteDelayedArgs) ff.ExecutionID { return a.ID })))
+		})},
+		scanners.ExecutionDeadline: {GroupItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireDeadlineArgs) (Output, error) {
 			out, err := env.Store.ExpireDeadlineTx(ctx, tx, a.ID)
 			return Output{Outcome: out}, err
-		}, Grouped())},
+		}, func(ctx context.Context, tx pgx.Tx, env *Env, as []jobs.ExpireDeadlineArgs) ([]Output, error) {
+			return outputs(env.Store.ExpireDeadlinesTx(ctx, tx, argIDs(as, func(a jobs.ExpireDeadlineArgs) ff.ExecutionID { return a.ID })))
+		})},
 		scanners.EdgeCancelDispatcher: {ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.CancelGroupArgs) (Output, error) {
 			r, err := env.Store.DispatchCancelGroupTx(ctx, tx, groupKey(a.GroupKey))
 			return Output{Outcome: r.Outcome, Detail: r}, err
@@ -47,6 +49,21 @@ func builtinItems() map[string][]Item {
 			return Output{Outcome: out}, err
 		})},
 	}
+}
+
+// expireAttempt is ff.expire_attempt's action for one job.
+func expireAttempt(ctx context.Context, tx pgx.Tx, env *Env, a jobs.ExpireAttemptArgs) (Output, error) {
+	out, err := env.Store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+	return Output{Outcome: out}, err
+}
+
+// expireAttempts is ff.expire_attempt's action for a group.
+func expireAttempts(ctx context.Context, tx pgx.Tx, env *Env, as []jobs.ExpireAttemptArgs) ([]Output, error) {
+	refs := make([]executions.AttemptRef, len(as))
+	for i, a := range as {
+		refs[i] = executions.AttemptRef{ID: a.ID, AttemptIndex: a.AttemptIndex}
+	}
+	return outputs(env.Store.ExpireAttemptsTx(ctx, tx, refs))
 }
 
 // flowItem is ff.advance, one hop of a flow's cascade
@@ -84,6 +101,27 @@ func trimOutbox(ctx context.Context, tx pgx.Tx, env *Env, a jobs.TrimOutboxArgs)
 		out.Then = a
 	}
 	return out, nil
+}
+
+// outputs turns a group action's outcomes into item outputs.
+func outputs(outs []executions.Outcome, err error) ([]Output, error) {
+	if err != nil {
+		return nil, err
+	}
+	res := make([]Output, len(outs))
+	for i, o := range outs {
+		res[i] = Output{Outcome: o}
+	}
+	return res, nil
+}
+
+// argIDs returns the execution id of each of as.
+func argIDs[A any](as []A, id func(A) ff.ExecutionID) []ff.ExecutionID {
+	ids := make([]ff.ExecutionID, len(as))
+	for i, a := range as {
+		ids[i] = id(a)
+	}
+	return ids
 }
 
 func groupKey(k jobs.GroupKey) executions.GroupKey {

@@ -57,10 +57,33 @@ func ItemOf[T river.JobArgs](fn func(ctx context.Context, tx pgx.Tx, env *Env, a
 	}
 	return Item{kind: zero.Kind(), add: func(workers *river.Workers, env *Env) error {
 		action := func(ctx context.Context, tx pgx.Tx, args T) (Output, error) { return fn(ctx, tx, env, args) }
-		w := &itemWorker[T]{env: env, engine: newEngine(env, action, cfg.grouped)}
-		if err := river.AddWorkerSafely(workers, w); err != nil {
-			return fmt.Errorf("ffriver: adding the worker of item kind %s: %w", zero.Kind(), err)
-		}
-		return nil
+		return addItemWorker(workers, newEngine(env, action, cfg.grouped))
 	}}
+}
+
+// GroupItemOf returns a grouped item (see Grouped) of job args type T with
+// two forms of its action: many applies all the jobs of a group
+// transaction in one call (one Output per args, in order: set-based
+// statements over the group), one applies a single job. one runs a group
+// of one, and redoes a group one job at a time, each in a savepoint, when
+// many fails, so a failing job is retried alone. Both must decide each
+// execution alike; many must lock without waiting and treat an execution
+// named twice as one applied after the other.
+func GroupItemOf[T river.JobArgs](one func(ctx context.Context, tx pgx.Tx, env *Env, args T) (Output, error),
+	many func(ctx context.Context, tx pgx.Tx, env *Env, args []T) ([]Output, error)) Item {
+	var zero T
+	return Item{kind: zero.Kind(), add: func(workers *river.Workers, env *Env) error {
+		e := newEngine(env, func(ctx context.Context, tx pgx.Tx, args T) (Output, error) { return one(ctx, tx, env, args) }, true)
+		e.many = func(ctx context.Context, tx pgx.Tx, args []T) ([]Output, error) { return many(ctx, tx, env, args) }
+		return addItemWorker(workers, e)
+	}}
+}
+
+// addItemWorker registers the worker of an item kind that runs through e.
+func addItemWorker[T river.JobArgs](workers *river.Workers, e *engine[T]) error {
+	if err := river.AddWorkerSafely(workers, &itemWorker[T]{env: e.env, engine: e}); err != nil {
+		var zero T
+		return fmt.Errorf("ffriver: adding the worker of item kind %s: %w", zero.Kind(), err)
+	}
+	return nil
 }

@@ -1,0 +1,202 @@
+package executions
+
+import (
+	"context"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Group actions: the built-in scanner actions applied to many executions in
+// one pass, for the apply engine's group transactions (workers/engine.go).
+// A pass locks all of its executions with one statement and sends all of
+// their writes in one batch, so a group of n items costs the server a
+// handful of round trips instead of two per item, while each execution is
+// decided exactly as the one-execution action decides it (the one-execution
+// actions are passes of one).
+//
+// An execution named twice in one call is applied in a later pass, after the
+// earlier pass's writes: the same order, and so the same outcomes, as
+// applying the items one after the other.
+
+// AttemptRef names one attempt of an execution: what an attempt_timeout item
+// is about.
+type AttemptRef struct {
+	ID           ff.ExecutionID
+	AttemptIndex int32
+}
+
+// lockManySQL locks the executions of a pass without waiting: a row another
+// transaction holds is left out (SKIP LOCKED), as is a row that does not
+// exist; lockMany tells the two apart. Rows are locked in key order.
+const lockManySQL = `SELECT e.partition_key, e.execution_id,` + lockedColumns + `
+WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))
+ORDER BY e.partition_key, e.execution_id
+FOR NO KEY UPDATE OF e SKIP LOCKED`
+
+// existingSQL returns which of the given executions exist.
+const existingSQL = `
+SELECT partition_key, execution_id FROM {S}ff_exec_core
+WHERE (partition_key, execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))`
+
+// lockMany locks the distinct executions ids for a scanner action. An
+// execution it could not lock gets the outcome that says why instead:
+// SkippedLocked (another transaction holds it) or Orphaned (it does not
+// exist).
+func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (map[ff.ExecutionID]*locked, map[ff.ExecutionID]Outcome, error) {
+	parts, uuids := keyArrays(ids)
+	rows, err := tx.Query(ctx, s.sql(lockManySQL), parts, uuids)
+	if err != nil {
+		return nil, nil, dbutil.MapErr(err, "locking executions")
+	}
+	got := make(map[ff.ExecutionID]*locked, len(ids))
+	for rows.Next() {
+		l := &locked{}
+		if err := rows.Scan(append([]any{&l.id.Partition, &l.id.UUID}, l.fields()...)...); err != nil {
+			rows.Close()
+			return nil, nil, dbutil.MapErr(err, "locking executions: reading "+l.id.String())
+		}
+		got[l.id] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, dbutil.MapErr(err, "locking executions")
+	}
+	missing := make(map[ff.ExecutionID]Outcome)
+	var absent []ff.ExecutionID
+	for _, id := range ids {
+		if got[id] == nil {
+			missing[id] = Orphaned
+			absent = append(absent, id)
+		}
+	}
+	if len(absent) == 0 {
+		return got, missing, nil
+	}
+	parts, uuids = keyArrays(absent)
+	rows, err = tx.Query(ctx, s.sql(existingSQL), parts, uuids)
+	if err != nil {
+		return nil, nil, dbutil.MapErr(err, "probing executions")
+	}
+	for rows.Next() {
+		var id ff.ExecutionID
+		if err := rows.Scan(&id.Partition, &id.UUID); err != nil {
+			rows.Close()
+			return nil, nil, dbutil.MapErr(err, "probing executions")
+		}
+		missing[id] = SkippedLocked
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, dbutil.MapErr(err, "probing executions")
+	}
+	return got, missing, nil
+}
+
+func keyArrays(ids []ff.ExecutionID) ([]int16, []uuid.UUID) {
+	parts := make([]int16, len(ids))
+	uuids := make([]uuid.UUID, len(ids))
+	for i, id := range ids {
+		parts[i], uuids[i] = id.Partition, id.UUID
+	}
+	return parts, uuids
+}
+
+// passes splits the indexes of ids into passes in which no execution
+// appears twice, keeping order: the k-th occurrence of an execution goes to
+// pass k.
+func passes(ids []ff.ExecutionID) [][]int {
+	seen := make(map[ff.ExecutionID]int, len(ids))
+	var out [][]int
+	for i, id := range ids {
+		k := seen[id]
+		seen[id] = k + 1
+		if k == len(out) {
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], i)
+	}
+	return out
+}
+
+// decideFunc decides item i of a pass on its locked row at now, queueing its
+// writes into b, and returns its outcome.
+type decideFunc func(ctx context.Context, i int, l *locked, now int64, b *pgx.Batch) (Outcome, error)
+
+// applyMany runs a scanner action over ids: each pass locks its executions
+// with one statement, decides each locked one, and sends the writes of the
+// whole pass in one batch. Any error fails the whole call (the caller's
+// transaction is then unusable; the apply engine redoes the items one by one
+// to find the failing one).
+func (s *Store) applyMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID, doing string, decide decideFunc) ([]Outcome, error) {
+	for _, id := range ids {
+		if err := s.checkID(id); err != nil {
+			return nil, err
+		}
+	}
+	outs := make([]Outcome, len(ids))
+	for _, pass := range passes(ids) {
+		distinct := make([]ff.ExecutionID, len(pass))
+		for j, i := range pass {
+			distinct[j] = ids[i]
+		}
+		got, missing, err := s.lockMany(ctx, tx, distinct)
+		if err != nil {
+			return nil, err
+		}
+		now := s.clock.NowMs()
+		b := &pgx.Batch{}
+		for _, i := range pass {
+			l := got[ids[i]]
+			if l == nil {
+				outs[i] = missing[ids[i]]
+				continue
+			}
+			if outs[i], err = decide(ctx, i, l, now, b); err != nil {
+				return nil, err
+			}
+		}
+		if b.Len() > 0 {
+			if err := sendBatch(ctx, tx, b, doing); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return outs, nil
+}
+
+// ExpireAttemptsTx is ExpireAttemptTx for many attempts in one pass: the
+// outcome of each, in order.
+func (s *Store) ExpireAttemptsTx(ctx context.Context, tx pgx.Tx, refs []AttemptRef) ([]Outcome, error) {
+	ids := make([]ff.ExecutionID, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	return s.applyMany(ctx, tx, ids, "expire attempts", func(ctx context.Context, i int, l *locked, now int64, b *pgx.Batch) (Outcome, error) {
+		return s.decideExpireAttempt(ctx, tx, b, l, refs[i].AttemptIndex, now)
+	})
+}
+
+// PromoteDelayedManyTx is PromoteDelayedTx for many executions in one pass:
+// the outcome of each, in order.
+func (s *Store) PromoteDelayedManyTx(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) ([]Outcome, error) {
+	return s.applyMany(ctx, tx, ids, "promote delayed", func(_ context.Context, _ int, l *locked, now int64, b *pgx.Batch) (Outcome, error) {
+		return s.decidePromote(b, l, now), nil
+	})
+}
+
+// ExpireDeadlinesTx is ExpireDeadlineTx for many executions in one pass: the
+// outcome of each, in order.
+func (s *Store) ExpireDeadlinesTx(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) ([]Outcome, error) {
+	return s.applyMany(ctx, tx, ids, "expire deadlines", func(ctx context.Context, _ int, l *locked, now int64, b *pgx.Batch) (Outcome, error) {
+		return s.decideExpireDeadline(ctx, tx, b, l, now)
+	})
+}
+
+// one runs a group action for a single execution.
+func one(outs []Outcome, err error) (Outcome, error) {
+	if err != nil {
+		return "", err
+	}
+	return outs[0], nil
+}

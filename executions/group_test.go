@@ -1,0 +1,119 @@
+package executions_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5"
+)
+
+// One call over many executions gives each the outcome the one-execution
+// action gives it: due ones processed with their events, a not-yet-due one
+// no_op, a missing one orphaned, one locked by another transaction
+// skipped_locked (and left as it was), an execution named twice applied once.
+func TestExpireAttemptsTxMixedGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	retry := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}, Namespace: "n"})
+	f.claimOne("lane-a", time.Second)
+	final := f.create(executions.CreateParams{Namespace: "n"})
+	f.claimOne("lane-a", time.Second)
+	lockedElsewhere := f.create(executions.CreateParams{})
+	f.claimOne("lane-a", time.Second)
+	f.clock.Advance(2 * time.Second)
+	notDue := f.create(executions.CreateParams{})
+	f.claimOne("lane-a", time.Hour)
+	missing := ff.NewExecutionID(retry.Partition)
+
+	blocker, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(f.ctx)
+	if _, err := blocker.Exec(f.ctx, `SELECT 1 FROM ff_exec_core WHERE execution_id = $1 FOR UPDATE`, lockedElsewhere.UUID); err != nil {
+		t.Fatal(err)
+	}
+
+	refs := []executions.AttemptRef{
+		{ID: final, AttemptIndex: 0},
+		{ID: retry, AttemptIndex: 0},
+		{ID: missing, AttemptIndex: 0},
+		{ID: lockedElsewhere, AttemptIndex: 0},
+		{ID: retry, AttemptIndex: 0}, // a duplicate job: applied after the first, finds it done
+		{ID: notDue, AttemptIndex: 0},
+		{ID: retry, AttemptIndex: 1}, // the retry's next attempt was never leased: nothing to expire
+	}
+	var got []executions.Outcome
+	if err := f.inTx(func(tx pgx.Tx) error {
+		var err error
+		got, err = f.st.ExpireAttemptsTx(f.ctx, tx, refs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []executions.Outcome{executions.Processed, executions.Processed, executions.Orphaned, executions.SkippedLocked,
+		executions.NoOp, executions.NoOp, executions.NoOp}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outcomes = %v, want %v", got, want)
+	}
+	f.wantState(final, stExpired)
+	f.wantEvents(final, []string{"acquired", "expired"}, []string{"expired"})
+	f.wantState(retry, stRetry)
+	f.wantEvents(retry, []string{"acquired", "expired"}, nil)
+	f.wantState(lockedElsewhere, stActive)
+	f.wantEvents(lockedElsewhere, []string{"acquired"}, nil)
+	f.wantState(notDue, stActive)
+	if err := blocker.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.expireAttempt(lockedElsewhere, 0); got != executions.Processed {
+		t.Fatalf("expire after the lock is gone = %q", got)
+	}
+}
+
+// A bad id fails the whole call with a validation error naming it, and
+// nothing of the call is written.
+func TestGroupActionRejectsBadID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
+	f.clock.Advance(time.Second)
+	bad := ff.ExecutionID{Partition: id.Partition}
+	err := f.inTx(func(tx pgx.Tx) error {
+		_, err := f.st.PromoteDelayedManyTx(f.ctx, tx, []ff.ExecutionID{id, bad})
+		return err
+	})
+	wantErr(t, err, ff.ErrValidation)
+	promote(t, f, id, executions.Processed)
+}
+
+// Deadlines of several executions, leased or not, expire in one call.
+func TestExpireDeadlinesTx(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	deadline := time.UnixMilli(t0 + 1000)
+	leased := f.create(executions.CreateParams{Deadline: deadline})
+	f.claimOne("lane-a", time.Hour)
+	waiting := f.create(executions.CreateParams{Deadline: deadline})
+	later := f.create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 60_000)})
+	f.clock.Advance(2 * time.Second)
+	var got []executions.Outcome
+	if err := f.inTx(func(tx pgx.Tx) error {
+		var err error
+		got, err = f.st.ExpireDeadlinesTx(f.ctx, tx, []ff.ExecutionID{leased, waiting, later})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []executions.Outcome{executions.Processed, executions.Processed, executions.NoOp}; !slices.Equal(got, want) {
+		t.Fatalf("outcomes = %v, want %v", got, want)
+	}
+	f.wantState(leased, stExpired)
+	f.wantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
+	f.wantState(waiting, stExpired)
+	f.wantEvents(waiting, nil, []string{"expired"})
+	f.wantState(later, stWaiting)
+}
