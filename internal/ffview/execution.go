@@ -2,6 +2,7 @@ package ffview
 
 import (
 	"net/http"
+	"net/url"
 	"unicode/utf8"
 
 	"github.com/ffriver/ffriver/executions"
@@ -37,6 +38,8 @@ type executionPage struct {
 	LeaseLive, LeaseExpired bool
 	CanCancel, CanRevoke    bool
 	RiverUI                 string
+	// Done is the action just applied ("cancelled", "revoked"), or "".
+	Done string
 }
 
 // edgeEnd is the other end of one of the execution's edges.
@@ -72,14 +75,19 @@ func showBytes(b []byte) shownBytes {
 	return s
 }
 
-// pathID parses the {id} of the path: an ff.ExecutionID in its
-// {fp:N}:<uuid> form, in this schema's partitions.
-func (v *View) pathID(r *http.Request) (ff.ExecutionID, error) {
+// pathID checks r's query parameters (allowed) and parses the {id} of
+// the path: an ff.ExecutionID in its {fp:N}:<uuid> form, in this schema's
+// partitions.
+func (v *View) pathID(r *http.Request, allowed ...string) (ff.ExecutionID, url.Values, error) {
+	q, err := query(r, allowed...)
+	if err != nil {
+		return ff.ExecutionID{}, nil, err
+	}
 	id, err := ff.ParseExecutionID(r.PathValue("id"))
 	if err != nil {
-		return ff.ExecutionID{}, err
+		return ff.ExecutionID{}, nil, err
 	}
-	return id, v.store.Partitions().CheckID(id)
+	return id, q, v.store.Partitions().CheckID(id)
 }
 
 // execution serves GET /ff/executions/{id}: the state columns, attempts,
@@ -93,11 +101,7 @@ func (v *View) pathID(r *http.Request) (ff.ExecutionID, error) {
 // of the same transaction).
 func (v *View) execution() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, err := query(r); err != nil {
-			v.failErr(w, r, err)
-			return
-		}
-		id, err := v.pathID(r)
+		id, q, err := v.pathID(r, "done")
 		if err != nil {
 			v.failErr(w, r, err)
 			return
@@ -109,6 +113,13 @@ func (v *View) execution() http.HandlerFunc {
 			return
 		}
 		p := executionPage{E: e, NowMs: v.store.NowMs(), RiverUI: v.riverUI, Payload: showBytes(e.Payload), Result: showBytes(e.Result)}
+		// ?done= is where an action's redirect lands: the page says what
+		// was done (any other value is not shown).
+		for _, a := range actions {
+			if q.Get("done") == a.Done {
+				p.Done = a.Done
+			}
+		}
 		if p.Attempts, err = v.store.Attempts(ctx, id); err != nil {
 			v.failErr(w, r, err)
 			return
@@ -121,11 +132,11 @@ func (v *View) execution() http.HandlerFunc {
 		if !p.TimelineFull {
 			p.Timeline = p.Timeline[1:]
 		}
-		if a := e.Attempt; a != nil && a.LeaseExpiresAtMs != nil && a.TerminalAtMs == nil {
-			p.LeaseLive, p.LeaseExpired = true, *a.LeaseExpiresAtMs <= p.NowMs
+		if leaseLive(e) {
+			p.LeaseLive, p.LeaseExpired = true, *e.Attempt.LeaseExpiresAtMs <= p.NowMs
 		}
-		p.CanCancel = !ff.IsTerminalPhase(e.LifecyclePhase)
-		p.CanRevoke = e.LifecyclePhase == ff.PhaseActive && p.LeaseLive
+		p.CanCancel = actions["cancel"].allowed(e, p.NowMs)
+		p.CanRevoke = actions["revoke"].allowed(e, p.NowMs)
 		var downstreams []uuid.UUID
 		if e.FlowID != nil {
 			if p.Flow, err = v.store.GetFlow(ctx, *e.FlowID); err != nil {

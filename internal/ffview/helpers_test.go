@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,15 @@ type response struct {
 func (e *env) get(target string) response {
 	e.t.Helper()
 	return e.do(httptest.NewRequestWithContext(e.ctx, http.MethodGet, target, nil))
+}
+
+// post sends a form POST to the view (as the browser does from the
+// confirmation page; uiserver.Guard's checks are uiserver's tests).
+func (e *env) post(target string, form url.Values) response {
+	e.t.Helper()
+	r := httptest.NewRequestWithContext(e.ctx, http.MethodPost, target, strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return e.do(r)
 }
 
 func (e *env) do(r *http.Request) response {

@@ -18,18 +18,28 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	if err != nil {
 		return nil, ff.Validationf("query", "%v", err)
 	}
-	keys := make([]string, 0, len(q))
-	for k := range q {
+	return q, checkValues(q, "query", "parameter", allowed...)
+}
+
+// checkValues refuses a key of vals (a query string or a form: what, whose
+// keys are called kind) not in allowed, or given more than once.
+func checkValues(vals url.Values, what, kind string, allowed ...string) error {
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !slices.Contains(allowed, k) {
-			return nil, ff.Validationf("query", "unknown parameter %q: want %s", k, strings.Join(allowed, ", "))
+			want := "none"
+			if len(allowed) > 0 {
+				want = strings.Join(allowed, ", ")
+			}
+			return ff.Validationf(what, "unknown %s %q: want %s", kind, k, want)
 		}
-		if len(q[k]) > 1 {
-			return nil, ff.Validationf(k, "given %d times: want it once", len(q[k]))
+		if len(vals[k]) > 1 {
+			return ff.Validationf(k, "given %d times: want it once", len(vals[k]))
 		}
 	}
-	return q, nil
+	return nil
 }

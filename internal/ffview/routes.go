@@ -12,6 +12,10 @@ func (v *View) routes(mux *http.ServeMux) {
 	mux.Handle("GET /ff/assets/", http.StripPrefix("/ff/", http.FileServerFS(assetFS)))
 	mux.Handle("GET /ff/executions", v.executionsList())
 	mux.Handle("GET /ff/executions/{id}", v.execution())
+	for name, a := range actions {
+		mux.Handle("GET /ff/executions/{id}/"+name, v.confirm(a))
+		mux.Handle("POST /ff/executions/{id}/"+name, v.act(a))
+	}
 	mux.Handle("GET /ff/live", v.livePageHandler())
 	mux.Handle("GET /ff/live/leases", v.liveLeases())
 	mux.Handle("GET /ff/live/completions", v.liveCompletions())

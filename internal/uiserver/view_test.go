@@ -14,7 +14,8 @@ import (
 // TestViewServedBesideRiverUI serves River UI and the execution view on one
 // listener, behind one Guard and basic auth: both answer with credentials,
 // neither without, and a form post to the view from another page, or one
-// without the browser's same-origin attestation, is refused.
+// without the browser's same-origin attestation, is refused, while the
+// view's own confirmation form cancels.
 func TestViewServedBesideRiverUI(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -80,5 +81,15 @@ func TestViewServedBesideRiverUI(t *testing.T) {
 	}
 	if got.PublicState != "waiting" {
 		t.Errorf("after the refused posts the execution is %s, want waiting", got.PublicState)
+	}
+	// The view's own confirmation page: the browser says the post is
+	// same-origin, the cancel goes through, and the redirect shows it.
+	code, body := send("POST", "/ff/executions/"+url.PathEscape(id.String())+"/cancel", true,
+		map[string]string{"Content-Type": formCT["Content-Type"], "Origin": "http://" + host, "Sec-Fetch-Site": "same-origin"}, form)
+	if code != http.StatusOK || !strings.Contains(body, "was cancelled") {
+		t.Errorf("the view's own form post: %d, want the execution's page saying it was cancelled: %.300s", code, body)
+	}
+	if got, err = st.Get(ctx, id); err != nil || got.PublicState != "cancelled" {
+		t.Errorf("after the view's own post: %v, %v; want cancelled", got.PublicState, err)
 	}
 }
