@@ -2,6 +2,8 @@
 #
 #   make test      find or start a Postgres (scripts/devdb.sh) and a headless Chromium
 #                  (scripts/browser.sh), then go vet and the whole suite with -race
+#   make browser-test  only the execution view's browser test (headless Chromium), verbose
+#   make screenshots   the browser test, writing the README's screenshots to docs/screenshots/
 #   make lint      gofmt, go vet, staticcheck (fetched through the Go module proxy by `go run`)
 #   make demo      the live demo against the local database (ffctl demo)
 #   make bench     the performance scenarios (ffctl bench)
@@ -48,7 +50,7 @@ echo "==> bin/ffctl $(1) $(ARGS)"; \
 exec bin/ffctl $(1) $(ARGS)
 endef
 
-.PHONY: test vet lint demo bench migrate build devdb devdb-stop
+.PHONY: test browser-test screenshots vet lint demo bench migrate build devdb devdb-stop
 
 # browser exports FF_CHROMIUM, the headless Chromium of the browser test, for
 # the rest of the recipe line. Without one, CI=true fails; elsewhere the
@@ -74,6 +76,22 @@ test:
 	$(GO) vet ./...; \
 	echo "==> go test -race -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The browser test's screenshots are kept under $(FF_ARTIFACTS), else
+# bin/artifacts/TestBrowser/.
+browser-test:
+	@$(call db); \
+	$(call browser); \
+	echo "==> go test -count=1 -v -run '^TestBrowser$$' ./internal/ffview/"; \
+	$(GO) test -count=1 -v -run '^TestBrowser$$' ./internal/ffview/
+
+screenshots:
+	@$(call db); \
+	$(call browser); \
+	[[ -n "$${FF_CHROMIUM:-}" ]] || { echo "==> screenshots need a browser" >&2; exit 1; }; \
+	echo "==> FF_SCREENSHOTS=docs/screenshots go test -count=1 -run '^TestBrowser$$' ./internal/ffview/"; \
+	FF_SCREENSHOTS=docs/screenshots $(GO) test -count=1 -run '^TestBrowser$$' ./internal/ffview/; \
+	ls -l docs/screenshots/
 
 vet:
 	$(GO) vet ./...

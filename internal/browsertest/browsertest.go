@@ -60,21 +60,24 @@ func missing(tb testing.TB, why string) {
 
 // Options tune New.
 type Options struct {
-	// Width and Height of the window (default 1280×800).
+	// Width and Height of the viewport (default 1280×800).
 	Width, Height int
 	// Timeout bounds the whole browser session (default 2 minutes): every
 	// action of the test must finish within it.
 	Timeout time.Duration
+	// StepTimeout bounds each Run (default 30 s).
+	StepTimeout time.Duration
 }
 
 // Browser is one headless Chromium with one tab, for one test.
 type Browser struct {
 	// Ctx is the tab's context: pass it to chromedp.Run or chromedp.Do. It ends with the
 	// test or at Options.Timeout, whichever comes first.
-	Ctx context.Context
-	tb  testing.TB
-	dir string
-	n   int
+	Ctx  context.Context
+	tb   testing.TB
+	dir  string
+	n    int
+	step time.Duration
 }
 
 // New starts a headless Chromium with the flags a closed network needs
@@ -122,23 +125,31 @@ func New(tb testing.TB, opts *Options) *Browser {
 	})
 	// Start the browser now, so a browser that cannot start fails here,
 	// naming it, rather than in the test's first step.
-	if err := chromedp.Do(tabCtx); err != nil {
+	if err := chromedp.Do(tabCtx, chromedp.EmulateViewport(int64(w), int64(h))); err != nil {
 		tb.Fatalf("browsertest: starting %s: %v", path, err)
 	}
-	return &Browser{Ctx: tabCtx, tb: tb, dir: ArtifactsDir(tb)}
+	step := opts.StepTimeout
+	if step == 0 {
+		step = 30 * time.Second
+	}
+	return &Browser{Ctx: tabCtx, tb: tb, dir: ArtifactsDir(tb), step: step}
 }
 
-// Run runs actions in the tab and fails the test with step's name when one
-// fails (a screenshot of the page as it was is kept as "<n>-<step>-failed").
+// Run runs actions in the tab, within Options.StepTimeout, and fails the
+// test with step's name when one fails (a screenshot of the page as it was
+// is kept as "<n>-<step>-failed").
 func (b *Browser) Run(step string, actions ...chromedp.Action[chromedp.Void]) {
 	b.tb.Helper()
-	if err := chromedp.Do(b.Ctx, actions...); err != nil {
+	ctx, cancel := context.WithTimeout(b.Ctx, b.step)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
 		b.keep(step+"-failed", "")
 		b.tb.Fatalf("browser step %q: %v", step, err)
 	}
 }
 
-// Screenshot keeps a screenshot of the window as artifact "<n>-<name>.png".
+// Screenshot keeps a screenshot of the whole page (the window's width, the
+// page's height) as artifact "<n>-<name>.png".
 // With doc non-empty and FF_SCREENSHOTS set, it is also written there as
 // "<doc>.png", for the README.
 func (b *Browser) Screenshot(name, doc string) {
@@ -157,7 +168,7 @@ func (b *Browser) keep(name, doc string) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
+	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)) // 100: PNG
 	if err != nil {
 		b.tb.Logf("browsertest: screenshot %q: %v", name, err)
 		return
@@ -235,3 +246,17 @@ func safeName(s string) string {
 
 // Dir is the directory the browser's screenshots go to (ArtifactsDir).
 func (b *Browser) Dir() string { return b.dir }
+
+// Value runs an action that reads a value from the tab, within
+// Options.StepTimeout, and fails the test with step's name when it fails.
+func Value[T any](b *Browser, step string, a chromedp.Action[T]) T {
+	b.tb.Helper()
+	ctx, cancel := context.WithTimeout(b.Ctx, b.step)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		b.keep(step+"-failed", "")
+		b.tb.Fatalf("browser step %q: %v", step, err)
+	}
+	return v
+}

@@ -1,0 +1,260 @@
+package ffview_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/browsertest"
+	"github.com/ffriver/ffriver/internal/ffview"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/uiserver"
+	"github.com/google/uuid"
+)
+
+// browserSite is the view served as ffscheduler serves it: a scheduler
+// process (River leader with scan and apply workers, so leases expire and
+// flows cascade) and River UI with the view on one listener.
+type browserSite struct {
+	t     *testing.T
+	store *executions.Store
+	url   string // River UI's root; the view is under ff/
+}
+
+func startBrowserSite(t *testing.T) *browserSite {
+	t.Helper()
+	ctx := t.Context()
+	db := testdb.New(t, &testdb.Options{MaxConns: 12})
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	svc, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := svc.NewProcess(ctx, ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: 10 * time.Second,
+		Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 2, TestOnly: true, Logger: logger}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	view, err := ffview.New(svc.Store(), ffview.Options{Pipeline: svc.Pipeline(), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := uiserver.Start(p.Context(), p.Client(), uiserver.Options{Addr: "127.0.0.1:0", View: view, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return &browserSite{t: t, store: svc.Store(), url: srv.URL}
+}
+
+func (s *browserSite) create(p executions.CreateParams) ff.ExecutionID {
+	s.t.Helper()
+	id, err := s.store.Create(s.t.Context(), p)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return id
+}
+
+// claim leases the one execution waiting on lane.
+func (s *browserSite) claim(lane, worker string, ttl time.Duration) executions.Lease {
+	s.t.Helper()
+	ls, err := s.store.Claim(s.t.Context(), executions.ClaimParams{Lane: lane, WorkerID: worker, WorkerInstanceID: worker, LeaseTTL: ttl})
+	if err != nil || len(ls) != 1 {
+		s.t.Fatalf("claim on %s: %v, %d leases", lane, err, len(ls))
+	}
+	return ls[0]
+}
+
+func (s *browserSite) awaitState(id ff.ExecutionID, state string) {
+	s.t.Helper()
+	fftest.Await(s.t, 30*time.Second, id.String()+" "+state, func() bool {
+		e, err := s.store.Get(s.t.Context(), id)
+		return err == nil && e.PublicState == state
+	})
+}
+
+// seeded are the executions the browser test looks at.
+type seeded struct {
+	expired, done, victim ff.ExecutionID
+	flow                  uuid.UUID
+	first, sibling, merge ff.ExecutionID
+	billing               int // executions in namespace billing
+}
+
+// seed makes executions an operator would look at: an expired lease, a
+// completed execution with a renewal, a flow whose any-of group was
+// satisfied and cancelled its remaining sibling, some waiting ones.
+func (s *browserSite) seed() seeded {
+	t, ctx := s.t, s.t.Context()
+	var d seeded
+	d.expired = s.create(executions.CreateParams{Namespace: "billing", Lane: "invoices"})
+	s.claim("invoices", "invoicer-1", time.Second)
+	d.done = s.create(executions.CreateParams{Namespace: "billing", Lane: "receipts"})
+	l := s.claim("receipts", "mailer-2", time.Minute)
+	l, err := s.store.Renew(ctx, l, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.store.Complete(ctx, l, []byte(`{"sent":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	d.billing = 2
+	for i := range 4 {
+		s.create(executions.CreateParams{Namespace: "billing", Lane: "invoices", Priority: int32(i)})
+		d.billing++
+	}
+	for i := range 6 {
+		s.create(executions.CreateParams{Namespace: "ops", Lane: "reports-" + strconv.Itoa(i%2)})
+	}
+	d.victim = s.create(executions.CreateParams{Namespace: "ops", Lane: "cleanup"})
+
+	if d.flow, err = s.store.CreateFlow(ctx, uuid.Nil); err != nil {
+		t.Fatal(err)
+	}
+	var ups []ff.ExecutionID
+	for i := range 3 {
+		ups = append(ups, s.create(executions.CreateParams{FlowID: d.flow, Namespace: "search", Lane: fmt.Sprintf("search-%d", i)}))
+	}
+	d.first, d.sibling = ups[0], ups[1]
+	d.merge = s.create(executions.CreateParams{FlowID: d.flow, Namespace: "search", Lane: "merge"})
+	if err := s.store.AddDependencies(ctx, executions.DependencyParams{FlowID: d.flow, Downstream: d.merge, Upstreams: ups,
+		Policy: executions.AnyOf(executions.CancelRemaining)}); err != nil {
+		t.Fatal(err)
+	}
+	l = s.claim("search-0", "searcher-1", time.Minute)
+	if err := s.store.Complete(ctx, l, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.awaitState(d.expired, ff.PublicExpired)
+	s.awaitState(d.sibling, ff.PublicCancelled)
+	s.awaitState(d.merge, ff.PublicWaiting)
+	return d
+}
+
+// has reports whether the view serves a page at path (a page still being
+// built answers the view's 404 "no page at"): the steps of pages not in
+// the view yet are logged and left out, and run once the page is there.
+func (s *browserSite) has(path string) bool {
+	s.t.Helper()
+	resp, err := http.Get(s.url + strings.TrimPrefix(path, "/"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), "no page at") {
+		s.t.Logf("the view has no page at %s yet: its steps are left out", path)
+		return false
+	}
+	return true
+}
+
+// jsString quotes s for a JavaScript expression.
+func jsString(s string) string { return strconv.Quote(s) }
+
+// TestBrowser drives the view in headless Chromium as an operator would:
+// the executions list, a filter, one execution's timeline, its flow as a
+// graph, a live event arriving, and a cancel through its confirmation.
+// Screenshots of each step are kept (browsertest); with
+// FF_SCREENSHOTS=docs/screenshots the README's are written too.
+func TestBrowser(t *testing.T) {
+	browsertest.Chromium(t) // skip (or fail under CI) before seeding anything
+	site := startBrowserSite(t)
+	d := site.seed()
+	b := browsertest.New(t, &browsertest.Options{Width: 1280, Height: 800, Timeout: 3 * time.Minute})
+	view := site.url + "ff/"
+
+	// The executions list.
+	b.Run("open the executions list",
+		chromedp.Navigate(view+"executions"),
+		chromedp.WaitVisible(chromedp.CSS("table#executions")))
+	b.Screenshot("executions", "executions")
+
+	// Filter by namespace through the form.
+	b.Run("filter by namespace",
+		chromedp.SetValue(chromedp.CSS(`form.filters input[name="namespace"]`), "billing"),
+		chromedp.Submit(chromedp.CSS("form.filters")),
+		chromedp.WaitVisible(chromedp.CSS(`form.filters input[name="namespace"][value="billing"]`)),
+		chromedp.WaitVisible(chromedp.CSS("table#executions")))
+	rows := browsertest.Value(b, "count the filtered rows", chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("#executions tbody tr")].map(tr => tr.textContent)`))
+	if len(rows) != d.billing {
+		t.Fatalf("the billing filter lists %d rows, want %d", len(rows), d.billing)
+	}
+	b.Screenshot("executions-filtered", "")
+
+	hasExecution := site.has("/ff/executions/" + d.expired.String())
+	hasFlow := site.has("/ff/flows/" + d.flow.String())
+
+	// Open the expired execution from the list: its timeline shows the
+	// lease acquired, then expired by the scanner.
+	if hasExecution {
+		b.Run("open an execution from the list",
+			chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll("#executions a")].find(a => a.textContent.trim() === `+jsString(d.expired.String())+`)`)),
+			chromedp.WaitVisible(chromedp.ID("timeline")),
+			chromedp.Poll[chromedp.Void](`document.querySelector("#timeline").textContent.includes("acquired") && document.querySelector("#timeline").textContent.includes("expired")`))
+		b.Screenshot("execution", "execution")
+	}
+
+	// A flow: the graph of the satisfied any-of group, with the cancelled
+	// sibling marked.
+	if hasExecution && hasFlow {
+		b.Run("open the flow",
+			chromedp.Navigate(view+"executions/"+d.first.String()),
+			chromedp.WaitVisible(chromedp.ID("timeline")),
+			chromedp.Click(chromedp.JSPath(`document.querySelector('a[href^="/ff/flows/"]')`)),
+			chromedp.WaitVisible(chromedp.ID("graph")),
+			chromedp.Poll[chromedp.Void](`document.querySelector("#graph").textContent.includes("satisfied")`))
+		b.Screenshot("flow", "flow")
+	}
+
+	// Live: once both streams are open, a lease and a completion caused
+	// through the store arrive without a reload.
+	b.Run("open the live page",
+		chromedp.Navigate(view+"live"),
+		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "open" && document.querySelector("#live-completions").dataset.state === "open"`))
+	live := site.create(executions.CreateParams{Namespace: "live", Lane: "live"})
+	l := site.claim("live", "live-worker", time.Minute)
+	if err := site.store.Complete(t.Context(), l, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.Run("watch the live events arrive",
+		chromedp.Poll[chromedp.Void](`document.querySelector('#live-leases tr[data-execution=`+jsString(live.String())+`]') !== null`),
+		chromedp.Poll[chromedp.Void](`document.querySelector('#live-completions tr[data-execution=`+jsString(live.String())+`]') !== null`))
+	b.Screenshot("live", "live")
+
+	// Cancel an execution through the confirmation.
+	if !hasExecution {
+		return
+	}
+	b.Run("cancel an execution",
+		chromedp.Navigate(view+"executions/"+d.victim.String()),
+		chromedp.WaitVisible(chromedp.ID("cancel")),
+		chromedp.Click(chromedp.ID("cancel")),
+		chromedp.WaitVisible(chromedp.ID("confirm")))
+	b.Screenshot("cancel-confirm", "cancel")
+	b.Run("confirm the cancel",
+		chromedp.Click(chromedp.ID("confirm")),
+		chromedp.WaitVisible(chromedp.ID("state")),
+		chromedp.Poll[chromedp.Void](`document.querySelector("#state") && document.querySelector("#state").textContent.trim() === "cancelled"`))
+	b.Screenshot("cancelled", "")
+	e, err := site.store.Get(t.Context(), d.victim)
+	if err != nil || e.PublicState != ff.PublicCancelled {
+		t.Fatalf("after the confirmed cancel %s is %v (%v), want cancelled", d.victim, e.PublicState, err)
+	}
+}
