@@ -217,7 +217,7 @@ func TestBrowser(t *testing.T) {
 		b.Run("open the flow",
 			chromedp.Navigate(view+"executions/"+d.first.String()),
 			chromedp.WaitVisible(chromedp.ID("timeline")),
-			chromedp.Click(chromedp.JSPath(`document.querySelector('a[href^="/ff/flows/"]')`)),
+			chromedp.Click(chromedp.ID("flow")),
 			chromedp.WaitVisible(chromedp.ID("graph")),
 			chromedp.Poll[chromedp.Void](`document.querySelector("#graph").textContent.includes("satisfied")`))
 		b.Screenshot("flow", "flow")
@@ -246,15 +246,19 @@ func TestBrowser(t *testing.T) {
 		chromedp.Navigate(view+"executions/"+d.victim.String()),
 		chromedp.WaitVisible(chromedp.ID("cancel")),
 		chromedp.Click(chromedp.ID("cancel")),
-		chromedp.WaitVisible(chromedp.ID("confirm")))
+		chromedp.WaitVisible(chromedp.ID("confirm")),
+		chromedp.SendKeys(chromedp.CSS(`input[name="reason"]`), "cleanup no longer needed"))
 	b.Screenshot("cancel-confirm", "cancel")
 	b.Run("confirm the cancel",
 		chromedp.Click(chromedp.ID("confirm")),
-		chromedp.WaitVisible(chromedp.ID("state")),
+		chromedp.WaitVisible(chromedp.ID("done")),
 		chromedp.Poll[chromedp.Void](`document.querySelector("#state") && document.querySelector("#state").textContent.trim() === "cancelled"`))
 	b.Screenshot("cancelled", "")
 	e, err := site.store.Get(t.Context(), d.victim)
 	if err != nil || e.PublicState != ff.PublicCancelled {
 		t.Fatalf("after the confirmed cancel %s is %v (%v), want cancelled", d.victim, e.PublicState, err)
+	}
+	if e.CancellationReason == nil || *e.CancellationReason != "cleanup no longer needed" {
+		t.Errorf("cancellation reason %v, want the one typed into the confirmation", e.CancellationReason)
 	}
 }
