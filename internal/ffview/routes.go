@@ -12,6 +12,7 @@ func (v *View) routes(mux *http.ServeMux) {
 	mux.Handle("GET /ff/assets/", http.StripPrefix("/ff/", http.FileServerFS(assetFS)))
 	mux.Handle("GET /ff/executions", v.executionsList())
 	mux.Handle("GET /ff/executions/{id}", v.execution())
+	mux.Handle("GET /ff/flows/{flow}", v.flow())
 	for name, a := range actions {
 		mux.Handle("GET /ff/executions/{id}/"+name, v.confirm(a))
 		mux.Handle("POST /ff/executions/{id}/"+name, v.act(a))
