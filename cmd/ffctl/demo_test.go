@@ -147,6 +147,7 @@ func TestDemo(t *testing.T) {
 
 	var code int
 	uiStatus := 0
+	var viewURL string
 	select {
 	case url := <-out.url:
 		client := &http.Client{Timeout: 5 * time.Second}
@@ -161,6 +162,17 @@ func TestDemo(t *testing.T) {
 				t.Errorf("GET %s: the page does not look like River UI: %.200s", url, body)
 			}
 		}
+		// The execution view beside it, on the same listener.
+		if resp, err := client.Get(url + "ff/executions"); err != nil {
+			t.Errorf("GET %sff/executions while the demo runs: %v", url, err)
+		} else {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`id="executions"`)) {
+				t.Errorf("GET %sff/executions: %d, want the list of the demo's executions: %.300s", url, resp.StatusCode, body)
+			}
+		}
+		viewURL = url + "ff/executions"
 		code = <-done
 	case code = <-done:
 		t.Errorf("the demo ended without printing River UI's URL")
@@ -173,6 +185,9 @@ func TestDemo(t *testing.T) {
 	}
 	if uiStatus != http.StatusOK {
 		t.Errorf("River UI answered %d, want 200", uiStatus)
+	}
+	if viewURL != "" && !regexp.MustCompile(`(?m)^  executions  `+regexp.QuoteMeta(viewURL)+` `).MatchString(stdout) {
+		t.Errorf("the demo did not print the execution view's URL %s", viewURL)
 	}
 
 	summary := stdout[strings.Index(stdout, "\nSummary: "):]
