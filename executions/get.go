@@ -308,10 +308,21 @@ type HistoryEvent struct {
 // DefaultHistoryLimit is History's limit unless given.
 const DefaultHistoryLimit = 100
 
+// historySlack widens History's window over the lease outbox on both
+// sides: events are stamped by the clock of the process that wrote them,
+// which may be behind or ahead of the one that created the execution.
+const historySlack = 5 * 60 * 1000
+
 // History returns the execution's newest outbox events, lease and
 // completion, oldest first: at most limit of them (0: DefaultHistoryLimit).
-// Events retention deleted are gone. Lease events have no index by
-// execution, so this reads the lease outbox in full: an operator's query.
+// Events retention deleted are gone. Completion events are found through
+// their (partition_key, execution_id) index. Lease events have no index by
+// execution (one more index on the busiest insert of the hot path); they
+// are read within the execution's lifetime, from its creation to its
+// terminal transition (now while it runs), 5 minutes wider on each side,
+// through the outbox's BRIN index on occurred_at_ms: a range of the outbox
+// as long as the execution lived, not the whole outbox. An unknown
+// execution has no history (no error).
 func (s *Store) History(ctx context.Context, id ff.ExecutionID, limit int) ([]HistoryEvent, error) {
 	if err := s.checkID(id); err != nil {
 		return nil, err
@@ -322,15 +333,25 @@ func (s *Store) History(ctx context.Context, id ff.ExecutionID, limit int) ([]Hi
 	case limit == 0:
 		limit = DefaultHistoryLimit
 	}
+	var from, to int64
+	err := s.pool.QueryRow(ctx, s.sql(`SELECT created_at_ms - $3, COALESCE(terminal_at_ms + $3, 9223372036854775807)
+		FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2`), id.Partition, id.UUID, int64(historySlack)).Scan(&from, &to)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, dbutil.MapErr(err, "history of "+id.String())
+	}
 	rows, err := s.pool.Query(ctx, s.sql(`SELECT * FROM (
 		SELECT 'lease' AS stream, event_id, event_type, occurred_at_ms, attempt_index, lease_epoch, lease_id,
 		       worker_instance_id, NULL::bigint AS dispatched_at_ms
 		FROM {S}ff_lease_event WHERE partition_key = $1 AND execution_id = $2::uuid::text
+		  AND occurred_at_ms BETWEEN $4 AND $5
 		UNION ALL
 		SELECT 'completion', event_id, outcome, occurred_at_ms, NULL, NULL, NULL, NULL, dispatched_at_ms
 		FROM {S}ff_completion_event WHERE partition_key = $1 AND execution_id = $2
 		ORDER BY occurred_at_ms DESC, stream, event_id DESC
-		LIMIT $3) h ORDER BY occurred_at_ms, stream DESC, event_id`), id.Partition, id.UUID, limit)
+		LIMIT $3) h ORDER BY occurred_at_ms, stream DESC, event_id`), id.Partition, id.UUID, limit, from, to)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "history of "+id.String())
 	}

@@ -3,6 +3,7 @@ package executions_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,5 +208,37 @@ func TestHistory(t *testing.T) {
 	h, err = f.st.History(f.ctx, ff.ExecutionID{Partition: id.Partition, UUID: uuid.New()}, 0)
 	if err != nil || len(h) != 0 {
 		t.Errorf("History of an unknown id: %v, %v; want none", h, err)
+	}
+}
+
+// TestHistoryAcrossClocks: a worker whose clock is two minutes behind the
+// creator's stamps its events before the execution's creation; History,
+// which reads the lease outbox within the execution's lifetime, still
+// shows them.
+func TestHistoryAcrossClocks(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	behind, err := executions.Open(f.ctx, f.db.Pool, executions.Config{Schema: f.db.Schema, Clock: ff.NewManualClock(t0 - 120_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := f.create(executions.CreateParams{})
+	leases, err := behind.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerInstanceID: "slow", LeaseTTL: time.Hour})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim: %v, %d", err, len(leases))
+	}
+	if err := behind.Complete(f.ctx, leases[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	h, err := f.st.History(f.ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range h {
+		types = append(types, e.Type)
+	}
+	if want := []string{ff.LeaseAcquired, ff.LeaseRevoked, ff.OutcomeSuccess}; !slices.Equal(types, want) {
+		t.Errorf("history %v, want %v", types, want)
 	}
 }
