@@ -5,6 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,6 +149,24 @@ func (s *browserSite) seed() seeded {
 	return d
 }
 
+// proxy is a reverse proxy to the site whose client connections the test
+// can cut (httptest.Server.CloseClientConnections). It sends the site its
+// own Host, so only reads pass it (a form post's Origin would be the
+// proxy's).
+func (s *browserSite) proxy() *httptest.Server {
+	s.t.Helper()
+	target, err := url.Parse(s.url)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	p := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	s.t.Cleanup(func() {
+		p.CloseClientConnections() // a live stream through it never ends by itself
+		p.Close()
+	})
+	return p
+}
+
 // has reports whether the view serves a page at path (a page still being
 // built answers the view's 404 "no page at"): the steps of pages not in
 // the view yet are logged and left out, and run once the page is there.
@@ -237,6 +258,30 @@ func TestBrowser(t *testing.T) {
 		chromedp.Poll[chromedp.Void](`document.querySelector('#live-leases tr[data-execution=`+jsString(live.String())+`]') !== null`),
 		chromedp.Poll[chromedp.Void](`document.querySelector('#live-completions tr[data-execution=`+jsString(live.String())+`]') !== null`))
 	b.Screenshot("live", "live")
+
+	// The connection drops (a proxy in between closes it): the page says
+	// so, EventSource reconnects with the last event's id as Last-Event-ID,
+	// and the events committed meanwhile arrive, each once.
+	proxy := site.proxy()
+	b.Run("open the live page through a proxy",
+		chromedp.Navigate(proxy.URL+"/ff/live"),
+		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "open"`))
+	before := site.create(executions.CreateParams{Namespace: "live", Lane: "live"})
+	site.claim("live", "live-worker", time.Minute)
+	b.Run("a lease event arrives through the proxy",
+		chromedp.Poll[chromedp.Void](`document.querySelector('#live-leases tr[data-execution=`+jsString(before.String())+`]') !== null`))
+	proxy.CloseClientConnections()
+	b.Run("the page notices the lost connection",
+		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "reconnecting"`))
+	during := site.create(executions.CreateParams{Namespace: "live", Lane: "live"})
+	site.claim("live", "live-worker", time.Minute)
+	b.Run("the stream resumes after its last event",
+		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "open" && document.querySelector('#live-leases tr[data-execution=`+jsString(during.String())+`]') !== null`))
+	events := browsertest.Value(b, "read the lease rows", chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("#live-leases tbody tr")].map(tr => tr.dataset.event)`))
+	if len(events) != 2 || events[0] == events[1] {
+		t.Fatalf("lease rows after the reconnect: event ids %v, want the two acquired events, each once", events)
+	}
 
 	// Cancel an execution through the confirmation.
 	if !hasExecution || !site.has("/ff/executions/"+d.victim.String()+"/cancel") {
