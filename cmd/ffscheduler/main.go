@@ -215,7 +215,7 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 // startUI serves River UI and the execution view (internal/ffview, under
 // /ff/) of process p on one listener.
 func startUI(ctx context.Context, o *options, p *ffriver.Process, logger *slog.Logger) (*uiserver.Server, error) {
-	view, err := ffview.New(p.Service().Store(), ffview.Options{Logger: logger, Pipeline: p.Service().Pipeline()})
+	view, err := ffview.New(p.Service().Store(), ffview.Options{Logger: logger, Pipeline: p.Service().Pipeline(), RiverSchema: p.Config().Schema})
 	if err != nil {
 		return nil, err
 	}

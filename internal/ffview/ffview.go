@@ -62,6 +62,9 @@ type Options struct {
 	// "/"): the navigation links it and a River job links to
 	// RiverUI+"jobs/ID".
 	RiverUI string
+	// RiverSchema holds River's tables (river_job), when not the store's
+	// schema (ffriver.Config.RiverSchema; a River client's Config.Schema).
+	RiverSchema string
 	// Logger receives the failures answered with 500 (default: discarded).
 	Logger *slog.Logger
 	// Pipeline, when set, gives the live page each scanner's backlog (as
@@ -75,14 +78,16 @@ type Options struct {
 // View serves the execution pages. It is an http.Handler for the paths
 // under Prefix; build one with New.
 type View struct {
-	store   *executions.Store
-	pool    *pgxpool.Pool
-	schema  dbutil.Schema
-	riverUI string
-	log     *slog.Logger
-	pages   map[string]*template.Template
-	mux     *http.ServeMux
-	live    *liveHub
+	store  *executions.Store
+	pool   *pgxpool.Pool
+	schema dbutil.Schema
+	// riverSchema holds river_job (the store's schema unless told).
+	riverSchema dbutil.Schema
+	riverUI     string
+	log         *slog.Logger
+	pages       map[string]*template.Template
+	mux         *http.ServeMux
+	live        *liveHub
 }
 
 // New returns the view of store's executions: it reads through store (and
@@ -101,6 +106,14 @@ func New(store *executions.Store, o Options) (*View, error) {
 	}
 	if v.log == nil {
 		v.log = slog.New(slog.DiscardHandler)
+	}
+	v.riverSchema = v.schema
+	if o.RiverSchema != "" {
+		rs, err := dbutil.ParseSchema(o.RiverSchema)
+		if err != nil {
+			return nil, fmt.Errorf("ffview: River schema: %w", err)
+		}
+		v.riverSchema = rs
 	}
 	pages, err := parsePages()
 	if err != nil {

@@ -91,7 +91,7 @@ func (v *View) jobsFor(ctx context.Context, matches []jobMatch) ([]riverJob, err
 		whyCase += " WHEN " + cond + " THEN $" + strconv.Itoa(len(args))
 	}
 	whyCase += " END"
-	rows, err := v.pool.Query(ctx, v.schema.SQL(`SELECT id, kind, state::text, queue, attempt, max_attempts, created_at, finalized_at,
+	rows, err := v.pool.Query(ctx, v.riverSchema.SQL(`SELECT id, kind, state::text, queue, attempt, max_attempts, created_at, finalized_at,
 		       COALESCE(metadata->>'output', ''), COALESCE(errors[array_upper(errors, 1)]->>'error', ''), `+whyCase+`
 		FROM {S}river_job WHERE `+strings.Join(ors, " OR ")+`
 		ORDER BY id LIMIT `+strconv.Itoa(maxJobs)), args...)
