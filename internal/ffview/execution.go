@@ -48,6 +48,11 @@ type edgeEnd struct {
 	State   string
 	Edge    executions.Edge
 	Present bool
+	// Group is a downstream's edge group; CancelledUs is set when that
+	// group, satisfied with cancel_remaining, is what cancelled this
+	// execution as a sibling.
+	Group       *executions.EdgeGroup
+	CancelledUs bool
 }
 
 // shownBytes is a payload or result as the page prints it: its text when
@@ -181,10 +186,17 @@ func (p *executionPage) relate(id ff.ExecutionID) []uuid.UUID {
 			downstreams = append(downstreams, e.Downstream)
 		}
 	}
+	groups := map[uuid.UUID]*executions.EdgeGroup{}
 	for i := range p.Flow.Groups {
-		if p.Flow.Groups[i].Downstream == id.UUID {
-			p.Group = &p.Flow.Groups[i]
-		}
+		groups[p.Flow.Groups[i].Downstream] = &p.Flow.Groups[i]
+	}
+	p.Group = groups[id.UUID]
+	sibling := p.E.CancellationReason != nil && *p.E.CancellationReason == executions.SiblingCancelReason
+	for i := range p.Downstreams {
+		d := &p.Downstreams[i]
+		d.Group = groups[d.ID.UUID]
+		d.CancelledUs = sibling && d.Group != nil && d.Group.State == executions.GroupSatisfied &&
+			d.Group.Policy.OnSatisfied == executions.CancelRemaining
 	}
 	return downstreams
 }

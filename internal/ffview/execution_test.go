@@ -78,8 +78,13 @@ func TestExecutionPage(t *testing.T) {
 	e.awaitJob(jobs.KindCancelGroup)
 
 	e.get(execPath(a)).want(t, http.StatusOK, `id="cancelled"`, executions.SiblingCancelReason, jobs.KindCancelGroup,
-		"the siblings of downstream "+c.UUID.String(), ">revoked<", ">cancelled<", `href="/ff/flows/`+flow.String()+`"`)
-	e.get(execPath(b)).want(t, http.StatusOK, ">success<", "done", jobs.KindAdvance, "its completion, cascading")
+		"the siblings of downstream "+c.UUID.String(), ">revoked<", ">cancelled<", `href="/ff/flows/`+flow.String()+`"`,
+		`id="downstreams"`, "any_of (cancel_remaining)", "its satisfaction cancelled this execution")
+	rb := e.get(execPath(b))
+	rb.want(t, http.StatusOK, ">success<", "done", jobs.KindAdvance, "its completion, cascading")
+	if strings.Contains(rb.Body, "cancelled this execution") {
+		t.Error("the winner's page says the group cancelled it")
+	}
 	r = e.get(execPath(c))
 	r.want(t, http.StatusOK, `id="group"`, "any_of (cancel_remaining)", "state-satisfied", "1 succeeded",
 		a.String(), b.String(), `id="cancel"`, "an upstream&#39;s completion into its edge group")
