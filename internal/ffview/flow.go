@@ -33,7 +33,7 @@ type stateCount struct {
 
 // Graph geometry, in SVG pixels: nodes are boxes in columns by depth.
 const (
-	nodeW, nodeH = 270, 40
+	nodeW, nodeH = 300, 40
 	colGap       = 90
 	rowGap       = 14
 	margin       = 16
@@ -75,7 +75,8 @@ type node struct {
 }
 
 // groupBrief is an edge group on one short line: "quorum 2 of 50 ·
-// satisfied · 2 ok, 0 failed, 0 skipped, 48 open".
+// satisfied · 2 ok 0 bad 48 open" (skipped and open upstreams only when
+// there are some).
 func groupBrief(g *executions.EdgeGroup) string {
 	n := g.Success + g.Fail + g.Skip + g.Running
 	kind := g.Policy.Kind
@@ -85,7 +86,14 @@ func groupBrief(g *executions.EdgeGroup) string {
 	case executions.PolicyAllOf, executions.PolicyAnyOf:
 		kind = fmt.Sprintf("%s %d", g.Policy.Kind, n)
 	}
-	return fmt.Sprintf("%s · %s · %d ok %d bad %d skip %d open", kind, g.State, g.Success, g.Fail, g.Skip, g.Running)
+	brief := fmt.Sprintf("%s · %s · %d ok %d bad", kind, g.State, g.Success, g.Fail)
+	if g.Skip > 0 {
+		brief += fmt.Sprintf(" %d skip", g.Skip)
+	}
+	if g.Running > 0 {
+		brief += fmt.Sprintf(" %d open", g.Running)
+	}
+	return brief
 }
 
 // edge is one dependency drawn from its upstream's right side to its
