@@ -70,6 +70,26 @@
     var count = section.querySelector(".live-count");
     var pause = section.querySelector(".live-pause");
     var n = 0, last = "", es = null;
+    // Events are drawn once a frame, however many arrived: a busy stream
+    // does not rebuild the table per event.
+    var queue = [], drawing = false;
+
+    function draw() {
+      drawing = false;
+      count.textContent = String(n);
+      var rows = document.createDocumentFragment();
+      for (var i = queue.length - 1; i >= 0; i--) {
+        var ev = JSON.parse(queue[i]);
+        var tr = rowOf[kind](ev);
+        tr.className = "fresh";
+        tr.dataset.execution = ev.execution_id;
+        tr.dataset.event = String(ev.event_id);
+        rows.appendChild(tr);
+      }
+      queue = [];
+      body.insertBefore(rows, body.firstChild);
+      while (body.rows.length > MAX_ROWS) body.deleteRow(body.rows.length - 1);
+    }
 
     function state(s, text) {
       section.dataset.state = s;
@@ -87,15 +107,14 @@
       es.addEventListener(kind, function (e) {
         last = e.lastEventId;
         n++;
-        count.textContent = String(n);
-        if (pause.checked) return;
-        var ev = JSON.parse(e.data);
-        var tr = rowOf[kind](ev);
-        tr.className = "fresh";
-        tr.dataset.execution = ev.execution_id;
-        tr.dataset.event = String(ev.event_id);
-        body.insertBefore(tr, body.firstChild);
-        while (body.rows.length > MAX_ROWS) body.deleteRow(body.rows.length - 1);
+        if (!pause.checked) {
+          queue.push(e.data);
+          if (queue.length > MAX_ROWS) queue.shift(); // only the newest are shown
+        }
+        if (!drawing) {
+          drawing = true;
+          requestAnimationFrame(draw);
+        }
       });
       es.addEventListener("ff-status", function (e) {
         status.textContent = JSON.parse(e.data).message;
