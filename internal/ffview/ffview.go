@@ -11,7 +11,10 @@
 //	POST /ff/executions/{id}/cancel   cancel (executions.Store.Cancel)
 //	GET  /ff/executions/{id}/revoke   the confirmation form of a revoke
 //	POST /ff/executions/{id}/revoke   revoke (executions.Store.Revoke)
-//	GET  /ff/assets/...               the embedded stylesheet
+//	GET  /ff/live                     the lease and completion streams as delivered (live.go)
+//	GET  /ff/live/leases, /completions server-sent events from package subscribe
+//	GET  /ff/live/backlog             each scanner's backlog as JSON
+//	GET  /ff/assets/...               the embedded stylesheet and scripts
 //
 // The pages are html/template files embedded in the binary (templates/),
 // each rendered inside one shared layout (templates/layout.html) whose
@@ -20,8 +23,9 @@
 //
 // Bad input (a malformed id, an unknown query parameter, a page size out of
 // range) answers 400 with a sentence naming the problem, an unknown
-// execution or flow 404, an action on an execution in the wrong state 409;
-// only a database failure answers 500.
+// execution or flow 404, a method a page does not take 405, an action on
+// an execution in the wrong state 409, an unreachable database 503; only
+// another failure of the database answers 500.
 //
 // The view has no authentication of its own: uiserver serves it on River
 // UI's listener behind the same Guard and basic auth.

@@ -2,16 +2,24 @@ package ffview_test
 
 import (
 	"html"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/ffview"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestRootRedirectsToExecutions(t *testing.T) {
@@ -22,6 +30,11 @@ func TestRootRedirectsToExecutions(t *testing.T) {
 		t.Fatalf("GET /ff/: %d to %q, want 302 to /ff/executions", r.Code, r.Loc)
 	}
 	e.get("/ff/nothing-here").want(t, http.StatusNotFound, "no page at /ff/nothing-here")
+	for _, m := range []string{http.MethodDelete, http.MethodPost, http.MethodPut} {
+		r := e.do(httptest.NewRequestWithContext(e.ctx, m, "/ff/executions", nil))
+		r.want(t, http.StatusMethodNotAllowed, m+" is not an action on /ff/executions")
+	}
+	e.do(httptest.NewRequestWithContext(e.ctx, http.MethodDelete, "/ff/nothing", nil)).want(t, http.StatusNotFound, "no page at /ff/nothing")
 	e.get("/ff/assets/style.css").want(t, http.StatusOK, "ffview")
 }
 
@@ -123,4 +136,72 @@ func TestExecutionsListBadInput(t *testing.T) {
 	} {
 		e.get(target).want(t, http.StatusBadRequest, msg)
 	}
+}
+
+// With the database gone (its address refusing connections), a page
+// answers 503 saying so, not 500.
+func TestDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create(executions.CreateParams{})
+
+	// The view's own pool goes through a proxy the test then shuts.
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	addr := ln.Addr().(*net.TCPAddr)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(addr.Port)
+	cfg.ConnConfig.RuntimeParams["search_path"] = e.db.Schema
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := executions.Open(e.ctx, pool, executions.Config{Schema: e.db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ffview.New(st, ffview.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.view = v
+	e.get(execPath(id)).want(t, http.StatusOK, id.String())
+
+	_ = ln.Close()
+	mu.Lock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	mu.Unlock()
+	pool.Reset()
+	e.get("/ff/executions").want(t, http.StatusServiceUnavailable, "unavailable")
+	e.get(execPath(id)).want(t, http.StatusServiceUnavailable, "unavailable")
 }

@@ -21,9 +21,18 @@ func (v *View) routes(mux *http.ServeMux) {
 	mux.Handle("GET /ff/live/leases", v.liveLeases())
 	mux.Handle("GET /ff/live/completions", v.liveCompletions())
 	mux.Handle("GET /ff/live/backlog", v.liveBacklog())
-	// Anything else under /ff/ is an unknown page (or a method a page does
-	// not take): a 404 or 405 in the layout, not the mux's plain text.
+	// Anything else under /ff/ is an unknown page, or a method a page does
+	// not take: a 404 or 405 in the layout, not the mux's plain text.
 	mux.HandleFunc("/ff/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			get := r.Clone(r.Context())
+			get.Method = http.MethodGet
+			if _, pattern := mux.Handler(get); pattern != "/ff/" {
+				w.Header().Set("Allow", "GET, HEAD")
+				v.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not an action on "+r.URL.Path+": it is a page to GET")
+				return
+			}
+		}
 		v.fail(w, r, http.StatusNotFound, "no page at "+r.URL.Path)
 	})
 }
