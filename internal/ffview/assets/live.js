@@ -125,6 +125,7 @@
       });
       es.onerror = function () {
         if (section.dataset.state === "stopped") return;
+        section.dataset.reconnects = String(Number(section.dataset.reconnects || 0) + 1);
         if (es.readyState === EventSource.CLOSED) {
           // The server refused (too many streams, shutting down): the
           // browser does not retry by itself.
