@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +24,7 @@ import (
 // The live page (/ff/live) shows the lease and completion streams as they
 // are delivered and each scanner's backlog, refreshed without reloading:
 //
-//	GET /ff/live               the page
+//	GET /ff/live               the page (?namespace=NS narrows both streams)
 //	GET /ff/live/leases        server-sent events: the lease stream
 //	GET /ff/live/completions   server-sent events: the completion stream
 //	GET /ff/live/backlog       JSON: each scanner's backlog (the page polls it)
@@ -43,8 +44,11 @@ import (
 // once; one more answers 503 with Retry-After. A stream ends when its
 // client goes away, when the view is closed (View.Close, which uiserver
 // calls when it shuts down), or on a terminal stream error, which is sent
-// first as an "ff-error" message (for a gap after outbox retention: start
-// the page again from now). A comment is sent after 15 s without events, so
+// first as an "ff-error" message. A cursor whose following events outbox
+// retention deleted (subscribe.ErrGap) is not a bad request: the stream
+// answers 200 with only an "ff-error" message saying what was lost (a
+// browser cannot read an error answer's body, and would retry it), and the
+// page offers to start again from now. A comment is sent after 15 s without events, so
 // proxies keep the connection and a client that went away is noticed. The
 // scanners' backlog is the figure `ffctl status` shows (workers.Pipeline's
 // Backlog), read by each poll; without Options.Pipeline it says it is not
@@ -95,6 +99,9 @@ func (v *View) Close() {
 // livePage is the data of templates/live.html.
 type livePage struct {
 	Backlog backlogJSON
+	// Namespace narrows both streams ("" = every namespace); Query is
+	// the streams' query string for it ("" or "?namespace=NS").
+	Namespace, Query string
 }
 
 // backlogJSON is what GET /ff/live/backlog answers.
@@ -157,11 +164,21 @@ func (v *View) backlog(ctx context.Context) backlogJSON {
 // livePageHandler serves GET /ff/live.
 func (v *View) livePageHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := query(r); err != nil {
+		q, err := query(r, "namespace")
+		if err != nil {
 			v.failErr(w, r, err)
 			return
 		}
-		v.render(w, r, http.StatusOK, "live", "live", "Live", livePage{Backlog: v.backlog(r.Context())})
+		page := livePage{Namespace: strings.TrimSpace(q.Get("namespace"))}
+		if page.Namespace != "" {
+			if err := (ff.Filter{Namespace: page.Namespace}).Validate(); err != nil {
+				v.failErr(w, r, err)
+				return
+			}
+			page.Query = "?" + url.Values{"namespace": {page.Namespace}}.Encode()
+		}
+		page.Backlog = v.backlog(r.Context())
+		v.render(w, r, http.StatusOK, "live", "live", "Live", page)
 	})
 }
 
@@ -243,6 +260,9 @@ func liveStart(r *http.Request) (subscribe.Options, error) {
 			return o, ff.Validationf("namespace", "is empty: leave it out for every namespace")
 		}
 		o.Filter.Namespace = ns[0]
+		if err := o.Filter.Validate(); err != nil {
+			return o, err
+		}
 	}
 	raw, from := "", ""
 	if h := r.Header.Values("Last-Event-ID"); len(h) > 0 {
@@ -297,29 +317,26 @@ func liveStream[E any](v *View, kind string, open func(context.Context, *pgxpool
 		opts.Schema = string(v.schema)
 		opts.Logger = v.log
 		s, err := open(ctx, v.pool, opts)
-		if err != nil {
-			switch {
-			case errors.Is(err, subscribe.ErrForeignCursor):
-				v.fail(w, r, http.StatusBadRequest, err.Error())
-			case errors.Is(err, subscribe.ErrGap):
-				v.fail(w, r, http.StatusGone, err.Error())
-			default:
-				v.failErr(w, r, err)
-			}
+		switch {
+		case errors.Is(err, subscribe.ErrForeignCursor):
+			v.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		case errors.Is(err, subscribe.ErrGap):
+			// A browser cannot read the body of an error answer, and
+			// would retry it: the stream opens only to say why it ends.
+			v.log.Warn("ffview: live stream cannot resume", "stream", kind, "error", err)
+			sse := startSSE(w)
+			sse.event("", "ff-error", map[string]any{"message": err.Error(), "gap": true})
+			_ = sse.flush()
+			return
+		case err != nil:
+			v.failErr(w, r, err)
 			return
 		}
 		defer s.Close()
 
-		rc := http.NewResponseController(w)
-		_ = rc.SetWriteDeadline(time.Time{}) // a stream has no end to wait for
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
-		sse := &sseWriter{w: bufio.NewWriterSize(w, 16<<10), rc: rc}
+		sse := startSSE(w)
 		resumed := opts.Start == subscribe.StartAfter
-		sse.retry(liveRetryMs)
 		sse.event(s.StartCursor().String(), "ready", map[string]any{"stream": kind, "resumed": resumed})
 		if sse.flush() != nil {
 			return
@@ -360,6 +377,21 @@ func liveStream[E any](v *View, kind string, open func(context.Context, *pgxpool
 			pending = false
 		}
 	})
+}
+
+// startSSE answers 200 with an event stream and tells the client how soon
+// to reconnect.
+func startSSE(w http.ResponseWriter) *sseWriter {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream has no end to wait for
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sse := &sseWriter{w: bufio.NewWriterSize(w, 16<<10), rc: rc}
+	sse.retry(liveRetryMs)
+	return sse
 }
 
 // sseWriter writes server-sent events; the first write error sticks.

@@ -163,6 +163,16 @@ func decodeLease(t *testing.T, ev sseEvent) leaseData {
 	return d
 }
 
+// newLiveEnv is newEnv with the view served over real HTTP, as event
+// streams need.
+func newLiveEnv(t *testing.T) (*env, *httptest.Server) {
+	t.Helper()
+	e := newEnv(t)
+	srv := httptest.NewServer(e.view)
+	t.Cleanup(srv.Close)
+	return e, srv
+}
+
 // claim takes a lease on id's lane as worker.
 func (e *env) claim(worker string) executions.Lease {
 	e.t.Helper()
@@ -180,9 +190,7 @@ func (e *env) claim(worker string) executions.Lease {
 // nothing gets everything since it first connected.
 func TestLiveLeasesArriveAndResumeWithoutLoss(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	srv := httptest.NewServer(e.view)
-	t.Cleanup(srv.Close)
+	e, srv := newLiveEnv(t)
 
 	first := openSSE(t, srv, "/ff/live/leases", "")
 	ready := first.next(10 * time.Second)
@@ -246,9 +254,7 @@ func TestLiveLeasesArriveAndResumeWithoutLoss(t *testing.T) {
 // The completion stream carries outcomes with the execution and its flow.
 func TestLiveCompletions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	srv := httptest.NewServer(e.view)
-	t.Cleanup(srv.Close)
+	e, srv := newLiveEnv(t)
 	c := openSSE(t, srv, "/ff/live/completions?namespace=ns-b", "")
 	if r := c.next(10 * time.Second); r.Event != "ready" {
 		t.Fatalf("first message %+v, want ready", r)
@@ -278,9 +284,7 @@ func TestLiveCompletions(t *testing.T) {
 // before any stream opens; so do unknown parameters.
 func TestLiveBadCursorIs400(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	srv := httptest.NewServer(e.view)
-	t.Cleanup(srv.Close)
+	_, srv := newLiveEnv(t)
 	ahead := ff.NewBatch(ff.Snapshot{Xmin: 1 << 40, Xmax: 1 << 40}, ff.Snapshot{Xmin: 1 << 40, Xmax: 1<<40 + 5}).Cursor(1<<40+1, 3)
 	for _, tc := range []struct {
 		path, header, want string
@@ -293,6 +297,7 @@ func TestLiveBadCursorIs400(t *testing.T) {
 		{"/ff/live/leases?after=xyz", "", "after"},
 		{"/ff/live/leases?cursor=00", "", "unknown parameter"},
 		{"/ff/live/leases?namespace=", "", "namespace"},
+		{"/ff/live/leases?namespace=a%00b", "", "NUL"},
 		{"/ff/live/leases", ahead.String(), "another server"},
 		{"/ff/live?x=1", "", "unknown parameter"},
 		{"/ff/live/backlog?x=1", "", "unknown parameter"},
@@ -395,4 +400,47 @@ func TestLiveBacklog(t *testing.T) {
 
 	// Without a pipeline the page says the backlog is not available.
 	e.get("/ff/live").want(t, http.StatusOK, "no scanners configured")
+	// ?namespace= narrows both streams.
+	e.get("/ff/live?namespace=tenant+b").want(t, http.StatusOK,
+		`data-src="/ff/live/leases?namespace=tenant&#43;b"`, `data-src="/ff/live/completions?namespace=tenant&#43;b"`, `value="tenant b"`)
+	e.get("/ff/live?namespace=%00").want(t, http.StatusBadRequest, "NUL")
+}
+
+// A cursor whose following events retention deleted cannot resume without
+// a hole: the stream opens only to say so (an "ff-error" message naming
+// the deleted events, which a browser can read) and ends.
+func TestLiveGapSaysWhatWasLost(t *testing.T) {
+	t.Parallel()
+	e, srv := newLiveEnv(t)
+	c := openSSE(t, srv, "/ff/live/leases", "")
+	c.next(10 * time.Second) // ready
+	e.create(executions.CreateParams{})
+	lease := e.claim("w")
+	acquired := c.next(10 * time.Second)
+	decodeLease(t, acquired)
+	if err := e.store.Complete(e.ctx, lease, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.close()
+
+	tx, err := e.db.Pool.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(e.ctx) }()
+	if n, err := e.store.TrimOutboxTx(e.ctx, tx, executions.OutboxLease, t0+1, nil, nil, 1000); err != nil || n != 2 {
+		t.Fatalf("trimming the lease outbox: %d, %v; want the 2 events", n, err)
+	}
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	gap := openSSE(t, srv, "/ff/live/leases", acquired.ID)
+	ev := gap.next(10 * time.Second)
+	if ev.Event != "ff-error" || !strings.Contains(ev.Data, "deleted before the stream read them") || !strings.Contains(ev.Data, `"gap":true`) {
+		t.Fatalf("resuming after events retention deleted: %+v, want an ff-error saying so", ev)
+	}
+	if !gap.ended(10 * time.Second) {
+		t.Fatal("the stream went on after the gap")
+	}
 }

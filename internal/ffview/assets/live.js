@@ -69,6 +69,13 @@
     var status = section.querySelector(".live-status");
     var count = section.querySelector(".live-count");
     var pause = section.querySelector(".live-pause");
+    var restart = section.querySelector(".live-restart");
+    restart.addEventListener("click", function () {
+      restart.hidden = true;
+      last = "";
+      state("connecting", "connecting…");
+      connect();
+    });
     var n = 0, last = "", es = null;
     // Events are drawn once a frame, however many arrived: a busy stream
     // does not rebuild the table per event.
@@ -98,7 +105,7 @@
     function connect() {
       // A new EventSource sends no Last-Event-ID: the position goes in
       // the URL. EventSource's own reconnects send the header.
-      es = new EventSource(last ? src + "?after=" + encodeURIComponent(last) : src);
+      es = new EventSource(last ? src + (src.indexOf("?") < 0 ? "?" : "&") + "after=" + encodeURIComponent(last) : src);
       es.addEventListener("ready", function (e) {
         last = e.lastEventId || last;
         var d = JSON.parse(e.data);
@@ -122,6 +129,7 @@
       es.addEventListener("ff-error", function (e) {
         es.close();
         state("stopped", "stopped: " + JSON.parse(e.data).message);
+        restart.hidden = false;
       });
       es.onerror = function () {
         if (section.dataset.state === "stopped") return;
