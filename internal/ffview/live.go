@@ -40,21 +40,22 @@ import (
 // one namespace.
 //
 // Decisions: each stream holds two database connections of its own
-// (package subscribe), so at most Options.MaxLiveStreams (default 8) run at
-// once; one more answers 503 with Retry-After. A stream ends when its
+// (package subscribe), so at most Options.MaxLiveStreams (default 8: four
+// open live pages, each with its two streams) run at once; one more
+// answers 503 with Retry-After. A stream ends when its
 // client goes away, when the view is closed (View.Close, which uiserver
 // calls when it shuts down), or on a terminal stream error, which is sent
 // first as an "ff-error" message. A cursor whose following events outbox
 // retention deleted (subscribe.ErrGap) is not a bad request: the stream
 // answers 200 with only an "ff-error" message saying what was lost (a
 // browser cannot read an error answer's body, and would retry it), and the
-// page offers to start again from now. A comment is sent after 15 s without events, so
-// proxies keep the connection and a client that went away is noticed. The
-// scanners' backlog is the figure `ffctl status` shows (workers.Pipeline's
-// Backlog), read by each poll; without Options.Pipeline it says it is not
-// available.
-
-// Defaults of the live page.
+// page offers to start again from now. A comment is sent after 15 s
+// without events, so proxies keep the connection and a client that went
+// away is noticed. The scanners' backlog is the figure `ffctl status` shows
+// (workers.Pipeline's Backlog), read at most once a second however many
+// pages poll it; without Options.Pipeline the page says it has none.
+//
+// These are its bounds.
 const (
 	// DefaultMaxLiveStreams bounds the event streams open at once.
 	DefaultMaxLiveStreams = 8
@@ -74,7 +75,15 @@ type liveHub struct {
 	cancel   context.CancelFunc
 	once     sync.Once
 	pipeline *workers.Pipeline
+
+	// The backlog read last and when: polls within backlogMaxAge share it.
+	mu        sync.Mutex
+	backlog   backlogJSON
+	backlogAt time.Time
 }
+
+// backlogMaxAge is how long a backlog read serves the pages that poll it.
+const backlogMaxAge = time.Second
 
 func newLiveHub(o Options) (*liveHub, error) {
 	n := o.MaxLiveStreams
@@ -130,8 +139,24 @@ type scannerJSON struct {
 	Unprocessable int64 `json:"unprocessable"`
 }
 
-// backlog reads each scanner's backlog as `ffctl status` does.
+// backlog returns each scanner's backlog as `ffctl status` reads it, read
+// at most once per backlogMaxAge: every page polls it.
 func (v *View) backlog(ctx context.Context) backlogJSON {
+	h := v.live
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.backlogAt.IsZero() && time.Since(h.backlogAt) < backlogMaxAge {
+		return h.backlog
+	}
+	b := v.readBacklog(ctx)
+	if ctx.Err() == nil {
+		h.backlog, h.backlogAt = b, time.Now()
+	}
+	return b
+}
+
+// readBacklog reads each scanner's backlog.
+func (v *View) readBacklog(ctx context.Context) backlogJSON {
 	p := v.live.pipeline
 	out := backlogJSON{Scanners: []scannerJSON{}}
 	if p == nil {
