@@ -7,9 +7,10 @@
 // PATH, else /usr/bin/chromium. Without one the test is skipped, saying how
 // to get one, except with CI=true, where a missing browser is a failure.
 //
-// Screenshots go to $FF_ARTIFACTS/<test name>/, else bin/artifacts/<test
-// name>/ of the repository (git-ignored), one PNG per step, so a failed run
-// can be looked at afterwards. With FF_SCREENSHOTS set to a directory (the
+// Screenshots go to $FF_ARTIFACTS/<test name>/ (a relative path is taken
+// from the repository's root), else bin/artifacts/<test name>/ of the
+// repository (git-ignored), one PNG per step, so a failed run can be looked
+// at afterwards. With FF_SCREENSHOTS set to a directory (the
 // README's are made with FF_SCREENSHOTS=docs/screenshots), the screenshots
 // a test marks as documentation are also written there.
 package browsertest
@@ -203,8 +204,11 @@ func (b *Browser) keep(name, doc string) {
 func ArtifactsDir(tb testing.TB) string {
 	tb.Helper()
 	root := os.Getenv("FF_ARTIFACTS")
-	if root == "" {
+	switch {
+	case root == "":
 		root = filepath.Join(repoRoot(tb), "bin", "artifacts")
+	case !filepath.IsAbs(root):
+		root = filepath.Join(repoRoot(tb), root) // as given from the repository's root
 	}
 	dir := filepath.Join(root, safeName(tb.Name()))
 	if err := os.RemoveAll(dir); err != nil {
