@@ -61,9 +61,9 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	o := &options{common: cli.AddCommon(fs)}
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
-		"items share transactions, so they need few connections); River's own per-job cost caps a\n"+
-		"process near 2,800 jobs/s at 16 and 7,400-10,000 at 64 on 2 cores: on bigger machines\n"+
-		"raise it, or run more ffworkers, and raise Postgres' max_connections for the pools")
+		"items share transactions, so they need few connections); on 2 cores 128 drained about 1.5x\n"+
+		"what 64 did and 256 no more: on bigger machines raise it, or run more ffworkers, and raise\n"+
+		"Postgres' max_connections for the pools")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
@@ -92,14 +92,16 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: poolSize(o.applyConc, o.scanConc)}, Serve: o.serve}, err
 }
 
-// defaultConcurrency is --concurrency's default. River's own no-op
-// burn-down on the 2-core reference machine (README, ffctl bench expire)
-// reaches about 2,800 jobs/s with 16 workers and 7,400-10,000 with 64: a
-// worker mostly waits for its job's fetch and completion round trips, so
-// more of them in flight, not more CPU, is what a per-execution-job design
-// needs. Grouped items share a transaction, so 64 jobs in flight need far
-// fewer than 64 connections (poolSize).
-const defaultConcurrency = 64
+// defaultConcurrency is --concurrency's default, chosen by ffctl bench
+// expire on the 2-core reference machine (23 Nov 2026, two runs each, the
+// engine's default groups of 64 and 2 lanes): 64 workers drained 2,914 and
+// 2,625 leases/s, 128 drained 4,475 and 3,838, 256 drained 3,894 and 4,522.
+// A worker mostly waits (for its group's transaction, its job's fetch and
+// completion), and with 64 all of a process's jobs fit in one group, so one
+// lane worked while the other idled; 128 fill both lanes. Grouped items
+// share a transaction, so the jobs in flight need far fewer connections
+// (poolSize).
+const defaultConcurrency = 128
 
 // poolSize is the connections of an ffworker's pool: up to 16 for the item
 // jobs (the grouped kinds use at most workers.DefaultGroupLanes each; the

@@ -21,16 +21,16 @@ import (
 // The standalone processes' default concurrency (the flag defaults of
 // cmd/ffscheduler and cmd/ffworker; keep them in step).
 const (
-	schedulerScanWorkers = 4  // ffscheduler --scan-concurrency
-	schedulerApplyWorker = 0  // ffscheduler --apply-concurrency
-	workerApplyWorkers   = 64 // ffworker --concurrency
-	workerScanWorkers    = 2  // ffworker --scan-concurrency
+	schedulerScanWorkers = 4   // ffscheduler --scan-concurrency
+	schedulerApplyWorker = 0   // ffscheduler --apply-concurrency
+	workerApplyWorkers   = 128 // ffworker --concurrency
+	workerScanWorkers    = 2   // ffworker --scan-concurrency
 	workerTickStaleAfter = 30 * time.Second
 )
 
 // PipelineOptions size the in-process pipeline (defaults: the binaries').
 type PipelineOptions struct {
-	// ApplyWorkers of the worker process (default ffworker's 64).
+	// ApplyWorkers of the worker process (default ffworker's 128).
 	ApplyWorkers int
 	// Scanners overrides settings by scanner name (default: none, every
 	// built-in scanner runs with its defaults, as in the binaries).
