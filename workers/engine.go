@@ -48,16 +48,17 @@ import (
 // waited, which capped the drain near 1,400 leases/s. With the pass the
 // same run drained 2,522 leases/s (1,409 before, back to back).
 //
-// Group size and lanes. ffctl bench expire on the 2-core reference machine
-// (23 Nov 2026, one run each, 64 apply workers): 1, 2 and 4 lanes drained
-// at 1.89, 2.05 and 2.02 times the per-row loop of the same run, within
-// the machine's noise of each other; a group size of 1 (no grouping) ran
-// at 1.18 in a run on a loaded machine where grouping ran at 1.14, so the
-// gain of grouping is not shown on two cores either, where the River job's
-// own fetch and completion dominate (README). Two lanes are kept: one can
-// commit while the other works, and lanes bound the connections a kind
-// holds. A group of 64 matches ffworker's default worker count, so one lane
-// can take every job River has handed the process; a larger group only
+// Group size and lanes, measured with ffctl bench expire on the 2-core
+// reference machine (23 Nov 2026, set-based pass, 128 apply workers, two
+// runs each on a machine shared with other work; ratio to River's own
+// no-op burn-down at 64 workers in the same run): groups of 1 (no grouping)
+// 0.23 and 0.15, of 32 0.38 and 0.40, of 64 0.41 and 0.33, of 128 0.21 and
+// 0.35; with groups of 64, 1 lane 0.42 and 0.45, 2 lanes as above, 4 lanes
+// 0.63 and 0.40. Grouping pays (about twice the drain of no grouping);
+// sizes from 32 to 128 and 1 to 4 lanes are within the machine's noise of
+// each other. Groups of 64 in 2 lanes are kept: with ffworker's 128
+// workers both lanes take full groups, one can commit while the other
+// works, lanes bound the connections a kind holds, and a larger group only
 // holds its row locks longer.
 
 // A failing item never takes its group with it: when an action returns an
