@@ -215,6 +215,10 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("graph")),
 		chromedp.Poll[chromedp.Void](`document.querySelector("#graph").textContent.includes("satisfied") && document.querySelector("#graph").textContent.includes("cancelled (sibling)")`))
 	b.Screenshot("flow", "flow")
+	b.Run("open a cancelled sibling from the graph",
+		chromedp.Click(chromedp.CSS(`#graph a.node[data-id=`+jsString(d.sibling.String())+`]`)),
+		chromedp.WaitVisible(chromedp.ID("timeline")),
+		chromedp.Poll[chromedp.Void](`document.querySelector("#state").textContent.trim() === "cancelled" && document.querySelector("h1").textContent.includes(`+jsString(d.sibling.String())+`)`))
 
 	// Live: once both streams are open, a lease and a completion caused
 	// through the store arrive without a reload.
