@@ -122,9 +122,14 @@ func tagItems(ctx context.Context, tx pgx.Tx, env *Env, scanner string, f ff.Fil
 			}
 		}
 		if len(ids) > 0 {
-			rows, err := tx.Query(ctx, env.SQL(`SELECT c.execution_id, coalesce(c.raw_fields->>'namespace', '')
-				FROM unnest($1::int2[], $2::uuid[]) AS u(p, id)
-				JOIN {S}ff_exec_core c ON c.partition_key = u.p AND c.execution_id = u.id`), ps, ids)
+			// One primary-key lookup per item, whatever the planner
+			// estimates: as a join, a scan's few hundred items were
+			// hash-joined against a sequential scan of ff_exec_core, 45 ms
+			// a scan with 40,000 executions (pg_stat_statements, ffctl
+			// bench expire).
+			rows, err := tx.Query(ctx, env.SQL(`SELECT u.id, coalesce((SELECT c.raw_fields->>'namespace' FROM {S}ff_exec_core c
+				WHERE c.partition_key = u.p AND c.execution_id = u.id), '')
+				FROM unnest($1::int2[], $2::uuid[]) AS u(p, id)`), ps, ids)
 			if err != nil {
 				return dbutil.MapErr(err, "reading the namespaces of items")
 			}
