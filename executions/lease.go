@@ -192,7 +192,7 @@ func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
 func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseEvent {
 	idx, epoch := l.attemptIndex, l.epoch
 	return outbox.LeaseEvent{ID: l.id, Type: typ, LeaseID: l.leaseID, AttemptIndex: &idx, LeaseEpoch: &epoch,
-		WorkerInstanceID: l.workerInstance, OccurredAtMs: now}
+		WorkerInstanceID: l.workerInstance, OccurredAtMs: now, Source: &l.source}
 }
 
 // lockLease locks the lease's execution and fences the lease against it,

@@ -186,6 +186,8 @@ type locked struct {
 	leaseExpiresMs *int64
 	leaseID        *uuid.UUID
 	workerInstance *string
+	// source is what the execution's events copy from its row.
+	source outbox.Source
 }
 
 func (l *locked) leased() bool { return l.phase == ff.PhaseActive && l.leaseExpiresMs != nil }
@@ -197,7 +199,8 @@ func (l *locked) retryPolicy() RetryPolicy { return decodePolicy(l.policy).Retry
 const lockedColumns = `
        e.lifecycle_phase, e.ownership_state, e.eligibility_state, e.attempt_index, e.flow_id, e.policy,
        e.deadline_at_ms, e.delay_until_ms,
-       a.attempt_index IS NOT NULL, COALESCE(a.lease_epoch, 0), a.lease_expires_at_ms, a.lease_id, a.worker_instance_id
+       a.attempt_index IS NOT NULL, COALESCE(a.lease_epoch, 0), a.lease_expires_at_ms, a.lease_id, a.worker_instance_id,
+       e.raw_fields->>'namespace', e.raw_fields->'tags'->>'cairn.instance_id'
 FROM {S}ff_exec_core e
 LEFT JOIN {S}ff_attempt a
   ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index`
@@ -210,7 +213,8 @@ FOR NO KEY UPDATE OF e`
 func (l *locked) fields() []any {
 	return []any{&l.phase, &l.ownership, &l.eligibility, &l.attemptIndex, &l.flowID, &l.policy,
 		&l.deadlineAtMs, &l.delayUntilMs,
-		&l.attemptExists, &l.epoch, &l.leaseExpiresMs, &l.leaseID, &l.workerInstance}
+		&l.attemptExists, &l.epoch, &l.leaseExpiresMs, &l.leaseID, &l.workerInstance,
+		&l.source.Namespace, &l.source.InstanceTag}
 }
 
 // lock checks id and locks the execution row, waiting for another

@@ -43,6 +43,16 @@ type LeaseEvent struct {
 	// WorkerInstanceID that held (or now holds) the lease, when known.
 	WorkerInstanceID *string
 	OccurredAtMs     int64
+	// Source, when set, is the execution's namespace and instance tag as
+	// the producer read them in its transaction (under the execution's
+	// lock), so the INSERT does not read the execution's row again.
+	Source *Source
+}
+
+// Source is what an event copies from its execution's row: its namespace
+// and the value of its "cairn.instance_id" tag (nil when absent).
+type Source struct {
+	Namespace, InstanceTag *string
 }
 
 // CompletionEvent is one terminal transition.
@@ -58,9 +68,10 @@ type CompletionEvent struct {
 
 // Writer writes events into one schema's outbox tables.
 type Writer struct {
-	leaseSQL      string
-	completionSQL string
-	discard       bool
+	leaseSQL       string
+	leaseSourceSQL string
+	completionSQL  string
+	discard        bool
 }
 
 // Discarding returns a Writer that validates events but writes none. It
@@ -78,7 +89,7 @@ func NewWriter(schema string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{leaseSQL: s.SQL(leaseSQL), completionSQL: s.SQL(completionSQL)}, nil
+	return &Writer{leaseSQL: s.SQL(leaseSQL), leaseSourceSQL: s.SQL(leaseSourceSQL), completionSQL: s.SQL(completionSQL)}, nil
 }
 
 // The execution's row is read in the same statement. An event for an
@@ -96,6 +107,13 @@ LEFT JOIN LATERAL (
          raw_fields->'tags'->>'cairn.instance_id' AS instance_tag
   FROM {S}ff_exec_core
   WHERE partition_key = $5 AND execution_id = $6::uuid) x ON true`
+
+// leaseSourceSQL is leaseSQL for an event whose Source the producer gives.
+const leaseSourceSQL = `
+INSERT INTO {S}ff_lease_event
+  (execution_id, lease_id, event_type, occurred_at_ms, partition_key,
+   namespace, instance_tag, attempt_index, lease_epoch, worker_instance_id)
+VALUES ($1::uuid::text, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 const completionSQL = `
 INSERT INTO {S}ff_completion_event
@@ -119,8 +137,20 @@ func (w *Writer) leaseArgs(ev LeaseEvent) ([]any, error) {
 		s := ev.LeaseID.String()
 		leaseID = &s
 	}
+	if ev.Source != nil {
+		return []any{ev.ID.UUID, leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.Source.Namespace, ev.Source.InstanceTag,
+			ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
+	}
 	return []any{ev.ID.UUID, leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.ID.UUID,
 		ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
+}
+
+// leaseStatement is the INSERT of ev.
+func (w *Writer) leaseStatement(ev LeaseEvent) string {
+	if ev.Source != nil {
+		return w.leaseSourceSQL
+	}
+	return w.leaseSQL
 }
 
 func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
@@ -138,7 +168,7 @@ func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
 	if err != nil || w.discard {
 		return err
 	}
-	if _, err := tx.Exec(ctx, w.leaseSQL, args...); err != nil {
+	if _, err := tx.Exec(ctx, w.leaseStatement(ev), args...); err != nil {
 		return dbutil.MapErr(err, fmt.Sprintf("outbox: lease %s event for %s", ev.Type, ev.ID))
 	}
 	return nil
@@ -163,7 +193,7 @@ func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
 	if err != nil || w.discard {
 		return err
 	}
-	b.Queue(w.leaseSQL, args...)
+	b.Queue(w.leaseStatement(ev), args...)
 	return nil
 }
 
