@@ -117,3 +117,59 @@ func TestExpireDeadlinesTx(t *testing.T) {
 	f.wantEvents(waiting, nil, []string{"expired"})
 	f.wantState(later, stWaiting)
 }
+
+// Events written under an execution's lock copy its namespace, instance tag
+// and (completion events) flow from the locked row, as the outbox's own
+// lookup does for other producers.
+func TestEventsCarryTheLockedRowsSource(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	flow := f.flow()
+	id := f.create(executions.CreateParams{FlowID: flow, Namespace: "ns-1", Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
+	plain := f.create(executions.CreateParams{Lane: "lane-b"})
+	if err := f.st.Complete(f.ctx, f.claimOne("lane-a", time.Minute), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Complete(f.ctx, f.claimOne("lane-b", time.Minute), nil); err != nil {
+		t.Fatal(err)
+	}
+	type src struct {
+		ns, tag *string
+		flow    *string
+	}
+	read := func(q string, eid ff.ExecutionID) []src {
+		rows, err := f.db.Pool.Query(f.ctx, q, eid.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []src
+		for rows.Next() {
+			var s src
+			if err := rows.Scan(&s.ns, &s.tag, &s.flow); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	const leaseQ = `SELECT namespace, instance_tag, NULL::text FROM ff_lease_event WHERE execution_id = $1::text ORDER BY event_id`
+	const completionQ = `SELECT namespace, instance_tag, flow_id::text FROM ff_completion_event WHERE execution_id = $1`
+	lease, completion := read(leaseQ, id), read(completionQ, id)
+	if len(lease) != 2 || len(completion) != 1 {
+		t.Fatalf("%d lease and %d completion events, want 2 and 1", len(lease), len(completion))
+	}
+	for _, s := range append(lease, completion...) {
+		if s.ns == nil || *s.ns != "ns-1" || s.tag == nil || *s.tag != "inst-1" {
+			t.Errorf("event of %s: namespace %v tag %v, want ns-1 and inst-1", id, s.ns, s.tag)
+		}
+	}
+	if c := completion[0]; c.flow == nil || *c.flow != flow.String() {
+		t.Errorf("completion event flow %v, want %s", c.flow, flow)
+	}
+	for _, s := range append(read(leaseQ, plain), read(completionQ, plain)...) {
+		if s.ns != nil || s.tag != nil || s.flow != nil {
+			t.Errorf("event of a solo execution without namespace or tag: %+v", s)
+		}
+	}
+}

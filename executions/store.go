@@ -254,7 +254,9 @@ func (s *Store) fence(l *locked, lease Lease, now int64) error {
 }
 
 func outboxCompletion(l *locked, outcome string, now int64) outbox.CompletionEvent {
-	return outbox.CompletionEvent{ID: l.id, Outcome: outcome, OccurredAtMs: now}
+	src := l.source
+	src.FlowID = l.flowID
+	return outbox.CompletionEvent{ID: l.id, Outcome: outcome, OccurredAtMs: now, Source: &src}
 }
 
 // sendBatch runs b on tx and reports the first error.

@@ -49,10 +49,12 @@ type LeaseEvent struct {
 	Source *Source
 }
 
-// Source is what an event copies from its execution's row: its namespace
-// and the value of its "cairn.instance_id" tag (nil when absent).
+// Source is what an event copies from its execution's row: its namespace,
+// the value of its "cairn.instance_id" tag (nil when absent) and, for a
+// completion event, its flow.
 type Source struct {
 	Namespace, InstanceTag *string
+	FlowID                 *uuid.UUID
 }
 
 // CompletionEvent is one terminal transition.
@@ -64,14 +66,19 @@ type CompletionEvent struct {
 	// downstream edge groups (the writer enqueued the cascade in the same
 	// transaction); nil leaves it to the dependency scanner.
 	DispatchedAtMs *int64
+	// Source, when set, is the execution's namespace, instance tag and
+	// flow as the producer read them under the execution's lock, so the
+	// INSERT does not read the execution's row again.
+	Source *Source
 }
 
 // Writer writes events into one schema's outbox tables.
 type Writer struct {
-	leaseSQL       string
-	leaseSourceSQL string
-	completionSQL  string
-	discard        bool
+	leaseSQL            string
+	leaseSourceSQL      string
+	completionSQL       string
+	completionSourceSQL string
+	discard             bool
 }
 
 // Discarding returns a Writer that validates events but writes none. It
@@ -89,7 +96,8 @@ func NewWriter(schema string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{leaseSQL: s.SQL(leaseSQL), leaseSourceSQL: s.SQL(leaseSourceSQL), completionSQL: s.SQL(completionSQL)}, nil
+	return &Writer{leaseSQL: s.SQL(leaseSQL), leaseSourceSQL: s.SQL(leaseSourceSQL),
+		completionSQL: s.SQL(completionSQL), completionSourceSQL: s.SQL(completionSourceSQL)}, nil
 }
 
 // The execution's row is read in the same statement. An event for an
@@ -126,6 +134,13 @@ LEFT JOIN LATERAL (
   FROM {S}ff_exec_core
   WHERE partition_key = $1 AND execution_id = $2::uuid) x ON true`
 
+// completionSourceSQL is completionSQL for an event whose Source the
+// producer gives.
+const completionSourceSQL = `
+INSERT INTO {S}ff_completion_event
+  (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms, dispatched_at_ms)
+VALUES ($1, $2::uuid, $6, $3, $7, $8, $4, $5)`
+
 func (w *Writer) leaseArgs(ev LeaseEvent) ([]any, error) {
 	switch ev.Type {
 	case ff.LeaseAcquired, ff.LeaseRenewed, ff.LeaseExpired, ff.LeaseReclaimed, ff.LeaseRevoked:
@@ -159,7 +174,19 @@ func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
 	default:
 		return nil, ff.Validationf("outcome", "%q is not a completion outcome", ev.Outcome)
 	}
+	if ev.Source != nil {
+		return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs,
+			ev.Source.FlowID, ev.Source.Namespace, ev.Source.InstanceTag}, nil
+	}
 	return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs}, nil
+}
+
+// completionStatement is the INSERT of ev.
+func (w *Writer) completionStatement(ev CompletionEvent) string {
+	if ev.Source != nil {
+		return w.completionSourceSQL
+	}
+	return w.completionSQL
 }
 
 // Lease writes one lease event on tx.
@@ -180,7 +207,7 @@ func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) 
 	if err != nil || w.discard {
 		return err
 	}
-	if _, err := tx.Exec(ctx, w.completionSQL, args...); err != nil {
+	if _, err := tx.Exec(ctx, w.completionStatement(ev), args...); err != nil {
 		return dbutil.MapErr(err, fmt.Sprintf("outbox: completion %s event for %s", ev.Outcome, ev.ID))
 	}
 	return nil
@@ -203,6 +230,6 @@ func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionEvent) error {
 	if err != nil || w.discard {
 		return err
 	}
-	b.Queue(w.completionSQL, args...)
+	b.Queue(w.completionStatement(ev), args...)
 	return nil
 }
