@@ -72,6 +72,32 @@ func (f *engineFixture) expired(t *testing.T, id ff.ExecutionID) (events int, xa
 	return events, xact
 }
 
+// wantFailedAlone checks that group's item for failed got its error and
+// wrote nothing, while every other item was processed, with one expired
+// event, all in one transaction.
+func (f *engineFixture) wantFailedAlone(t *testing.T, group []*entry[jobs.ExpireAttemptArgs], failed ff.ExecutionID) {
+	t.Helper()
+	var xact string
+	for i, e := range group {
+		id := e.job.Args.ID
+		n, x := f.expired(t, id)
+		if id == failed {
+			if e.err == nil || n != 0 {
+				t.Errorf("failing item: err %v, %d expired events; want its error and nothing written", e.err, n)
+			}
+			continue
+		}
+		if e.err != nil || e.out.Outcome != executions.Processed || n != 1 {
+			t.Errorf("item %d: %v, %s, %d expired events; want processed with one event", i, e.err, e.out.Outcome, n)
+		}
+		if xact == "" {
+			xact = x
+		} else if x != xact {
+			t.Errorf("item %d committed by transaction %s, another by %s: want one group transaction", i, x, xact)
+		}
+	}
+}
+
 // A group in which one item fails commits the others in one transaction,
 // and the failing item's own writes (done before it failed) roll back.
 func TestGroupFailingItemRollsBackAlone(t *testing.T) {
@@ -89,24 +115,7 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	group := f.group(f.ids...)
 	g.run(f.ctx, group)
 
-	var xact string
-	for i, e := range group {
-		n, x := f.expired(t, f.ids[i])
-		if f.ids[i] == poison {
-			if e.err == nil || n != 0 {
-				t.Errorf("poisoned item: err %v, %d expired events; want its error and nothing written", e.err, n)
-			}
-			continue
-		}
-		if e.err != nil || e.out.Outcome != executions.Processed || n != 1 {
-			t.Errorf("item %d: %v, %s, %d expired events; want processed with one event", i, e.err, e.out.Outcome, n)
-		}
-		if xact == "" {
-			xact = x
-		} else if x != xact {
-			t.Errorf("item %d committed by transaction %s, item 0 by %s: want one group transaction", i, x, xact)
-		}
-	}
+	f.wantFailedAlone(t, group, poison)
 	// The failed item alone, retried (here: without the poison) is applied
 	// once; the others re-run find nothing to do.
 	g2 := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
@@ -185,24 +194,7 @@ func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
 	if passes != 1 {
 		t.Errorf("%d set-based passes, want 1 (then one by one)", passes)
 	}
-	var xact string
-	for i, e := range group {
-		n, x := f.expired(t, f.ids[i])
-		if f.ids[i] == poison {
-			if e.err == nil || n != 0 {
-				t.Errorf("poison row: err %v, %d expired events; want its error and nothing written", e.err, n)
-			}
-			continue
-		}
-		if e.err != nil || e.out.Outcome != executions.Processed || n != 1 {
-			t.Errorf("item %d: %v, %s, %d expired events; want processed with one event", i, e.err, e.out.Outcome, n)
-		}
-		if xact == "" {
-			xact = x
-		} else if x != xact {
-			t.Errorf("item %d committed by transaction %s, another by %s: want one group transaction", i, x, xact)
-		}
-	}
+	f.wantFailedAlone(t, group, poison)
 	var phase string
 	if err := f.db.Pool.QueryRow(f.ctx, `SELECT lifecycle_phase FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2`,
 		poison.Partition, poison.UUID).Scan(&phase); err != nil || phase != "active" {
