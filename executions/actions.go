@@ -81,7 +81,7 @@ func (s *Store) decidePromote(b *pgx.Batch, l *locked, now int64) Outcome {
 	}
 	b.Queue(s.sql(`UPDATE {S}ff_exec_core
 		SET eligibility_state = 'eligible_now', public_state = 'waiting', delay_until_ms = NULL, blocking_reason = NULL
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID)
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, dbutil.UUID(l.id.UUID))
 	return Processed
 }
 

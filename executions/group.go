@@ -5,7 +5,6 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -93,11 +92,11 @@ func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (
 	return got, missing, nil
 }
 
-func keyArrays(ids []ff.ExecutionID) ([]int16, []uuid.UUID) {
+func keyArrays(ids []ff.ExecutionID) ([]int16, [][16]byte) {
 	parts := make([]int16, len(ids))
-	uuids := make([]uuid.UUID, len(ids))
+	uuids := make([][16]byte, len(ids))
 	for i, id := range ids {
-		parts[i], uuids[i] = id.Partition, id.UUID
+		parts[i], uuids[i] = id.Partition, dbutil.UUID(id.UUID)
 	}
 	return parts, uuids
 }

@@ -262,7 +262,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
 		    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
 		    terminal_at_ms = $3, result = $4
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, result)
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, dbutil.UUID(l.id.UUID), now, result)
 	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, true, now); err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 	b.Queue(s.sql(`UPDATE {S}ff_attempt
 		SET outcome = $4, lease_expires_at_ms = NULL, terminal_at_ms = $5, lease_epoch = lease_epoch + $6
 		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`),
-		l.id.Partition, l.id.UUID, l.attemptIndex, outcome, now, inc)
+		l.id.Partition, dbutil.UUID(l.id.UUID), l.attemptIndex, outcome, now, inc)
 }
 
 // queueTerminalEvents queues the completion event (and, for a flow member,
@@ -367,7 +367,7 @@ func (s *Store) queueRetry(b *pgx.Batch, l *locked, rp RetryPolicy, message stri
 		    delay_until_ms = $6, blocking_reason = $7,
 		    raw_fields = raw_fields || jsonb_build_object('last_failure_message', $8::text, 'retry_count', $5::int)
 		WHERE partition_key = $1 AND execution_id = $2`),
-		l.id.Partition, l.id.UUID, elig, public, next, delayUntil, blocking, message)
+		l.id.Partition, dbutil.UUID(l.id.UUID), elig, public, next, delayUntil, blocking, message)
 	res := FailResult{Retried: true, NextAttempt: next}
 	if delayUntil != nil {
 		res.DelayUntilMs = *delayUntil
@@ -384,7 +384,7 @@ func (s *Store) queueTerminal(b *pgx.Batch, l *locked, public, message string, n
 		    raw_fields = CASE WHEN $5::text = '' THEN raw_fields
 		                      ELSE raw_fields || jsonb_build_object('last_failure_message', $5::text) END
 		WHERE partition_key = $1 AND execution_id = $2`),
-		l.id.Partition, l.id.UUID, public, now, message)
+		l.id.Partition, dbutil.UUID(l.id.UUID), public, now, message)
 }
 
 // Delay ends the leased attempt without consuming a retry and parks the
@@ -409,7 +409,7 @@ func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.
 		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
 		    public_state = 'delayed', attempt_state = 'attempt_interrupted', delay_until_ms = $3,
 		    blocking_reason = 'waiting_for_delay'
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, until.UnixMilli())
+		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, dbutil.UUID(l.id.UUID), until.UnixMilli())
 	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
 		return err
 	}

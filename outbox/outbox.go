@@ -153,10 +153,10 @@ func (w *Writer) leaseArgs(ev LeaseEvent) ([]any, error) {
 		leaseID = &s
 	}
 	if ev.Source != nil {
-		return []any{ev.ID.UUID, leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.Source.Namespace, ev.Source.InstanceTag,
+		return []any{dbutil.UUID(ev.ID.UUID), leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.Source.Namespace, ev.Source.InstanceTag,
 			ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
 	}
-	return []any{ev.ID.UUID, leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.ID.UUID,
+	return []any{dbutil.UUID(ev.ID.UUID), leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), dbutil.UUID(ev.ID.UUID),
 		ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
 }
 
@@ -175,10 +175,10 @@ func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
 		return nil, ff.Validationf("outcome", "%q is not a completion outcome", ev.Outcome)
 	}
 	if ev.Source != nil {
-		return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs,
-			ev.Source.FlowID, ev.Source.Namespace, ev.Source.InstanceTag}, nil
+		return []any{ev.ID.Partition, dbutil.UUID(ev.ID.UUID), ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs,
+			dbutil.NullUUID(ev.Source.FlowID), ev.Source.Namespace, ev.Source.InstanceTag}, nil
 	}
-	return []any{ev.ID.Partition, ev.ID.UUID, ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs}, nil
+	return []any{ev.ID.Partition, dbutil.UUID(ev.ID.UUID), ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs}, nil
 }
 
 // completionStatement is the INSERT of ev.

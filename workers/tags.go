@@ -115,10 +115,10 @@ func tagItems(ctx context.Context, tx pgx.Tx, env *Env, scanner string, f ff.Fil
 	namespaces := map[uuid.UUID]string{}
 	if f.Namespace == "" {
 		var ps []int16
-		var ids []uuid.UUID
+		var ids [][16]byte
 		for _, pr := range params {
 			if p, id, ok := itemExecution(pr.Args); ok {
-				ps, ids = append(ps, p), append(ids, id)
+				ps, ids = append(ps, p), append(ids, dbutil.UUID(id))
 			}
 		}
 		if len(ids) > 0 {

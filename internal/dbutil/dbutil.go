@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -162,4 +163,19 @@ func IsUndefinedTable(err error) bool {
 func IsLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// UUID returns u as pgx encodes natively. google/uuid's UUID implements
+// driver.Valuer, which pgx honours by formatting it as text and parsing
+// that back for every parameter: about a tenth of the apply engine's Go CPU
+// in ffctl bench expire (perf), spent on ids.
+func UUID(u uuid.UUID) [16]byte { return [16]byte(u) }
+
+// NullUUID is UUID for a nullable id (nil: NULL).
+func NullUUID(u *uuid.UUID) *[16]byte {
+	if u == nil {
+		return nil
+	}
+	b := [16]byte(*u)
+	return &b
 }
