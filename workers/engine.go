@@ -61,6 +61,14 @@ import (
 // works, lanes bound the connections a kind holds, and a larger group only
 // holds its row locks longer.
 
+// The cancel-group items (ff.cancel_group, ff.reconcile_group) and flow
+// hops (ff.advance) are not grouped: they wait for their locks (a hop up to
+// its lock_timeout, 2 s) instead of skipping them, so one waiting item
+// would hold its whole group and every worker waiting on it, and they
+// touch several executions' rows each, which a set-based pass could not
+// split back into one outcome per job. They are rarer than expiries too
+// (one per flow edge or cancelled group); nothing was measured for them.
+
 // A failing item never takes its group with it: when an action returns an
 // error the group's transaction is rolled back and the group is run again
 // with a savepoint around each item, so the failing item's changes are
