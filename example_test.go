@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
+	ffworkers "github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -56,6 +57,10 @@ func Example_embed() {
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+
+	// River's insert notifications are spaced by the client's cooldown
+	// (100 ms by default); ffriver's item jobs want them at once.
+	rc.FetchCooldown = ffworkers.QueueFetchCooldown
 
 	// ffriver verifies the schema, then adds its workers, ticks and queues.
 	f, err := ffriver.New(ctx, pool, ffriver.Config{
