@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -162,15 +163,26 @@ func TestDemo(t *testing.T) {
 				t.Errorf("GET %s: the page does not look like River UI: %.200s", url, body)
 			}
 		}
-		// The execution view beside it, on the same listener.
-		if resp, err := client.Get(url + "ff/executions"); err != nil {
-			t.Errorf("GET %sff/executions while the demo runs: %v", url, err)
-		} else {
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`id="executions"`)) {
-				t.Errorf("GET %sff/executions: %d, want the list of the demo's executions: %.300s", url, resp.StatusCode, body)
+		// The execution view beside it, on the same listener, lists the
+		// demo's executions once its workload has created some (the URL is
+		// printed before the first is).
+		listed, last := false, ""
+		for deadline := time.Now().Add(4 * time.Second); !listed && time.Now().Before(deadline); {
+			resp, err := client.Get(url + "ff/executions")
+			if err != nil {
+				last = err.Error()
+			} else {
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				last = fmt.Sprintf("%d: %.300s", resp.StatusCode, body)
+				listed = resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`id="executions"`))
 			}
+			if !listed {
+				time.Sleep(100 * time.Millisecond) // polling a page: there is no event to await
+			}
+		}
+		if !listed {
+			t.Errorf("GET %sff/executions never listed the demo's executions within 4 s; last answer %s", url, last)
 		}
 		viewURL = url + "ff/executions"
 		code = <-done
