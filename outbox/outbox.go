@@ -141,11 +141,13 @@ INSERT INTO {S}ff_completion_event
   (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms, dispatched_at_ms)
 VALUES ($1, $2::uuid, $6, $3, $7, $8, $4, $5)`
 
-func (w *Writer) leaseArgs(ev LeaseEvent) ([]any, error) {
+// leaseInsert returns ev's INSERT and its arguments: with ev.Source the
+// values it carries, else the lookup of the execution's row.
+func (w *Writer) leaseInsert(ev LeaseEvent) (string, []any, error) {
 	switch ev.Type {
 	case ff.LeaseAcquired, ff.LeaseRenewed, ff.LeaseExpired, ff.LeaseReclaimed, ff.LeaseRevoked:
 	default:
-		return nil, ff.Validationf("event_type", "%q is not a lease event type", ev.Type)
+		return "", nil, ff.Validationf("event_type", "%q is not a lease event type", ev.Type)
 	}
 	var leaseID *string
 	if ev.LeaseID != nil {
@@ -153,49 +155,34 @@ func (w *Writer) leaseArgs(ev LeaseEvent) ([]any, error) {
 		leaseID = &s
 	}
 	if ev.Source != nil {
-		return []any{dbutil.UUID(ev.ID.UUID), leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), ev.Source.Namespace, ev.Source.InstanceTag,
-			ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
+		return w.leaseSourceSQL, []any{dbutil.UUID(ev.ID.UUID), leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition),
+			ev.Source.Namespace, ev.Source.InstanceTag, ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
 	}
-	return []any{dbutil.UUID(ev.ID.UUID), leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition), dbutil.UUID(ev.ID.UUID),
-		ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
+	return w.leaseSQL, []any{dbutil.UUID(ev.ID.UUID), leaseID, ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition),
+		dbutil.UUID(ev.ID.UUID), ev.AttemptIndex, ev.LeaseEpoch, ev.WorkerInstanceID}, nil
 }
 
-// leaseStatement is the INSERT of ev.
-func (w *Writer) leaseStatement(ev LeaseEvent) string {
-	if ev.Source != nil {
-		return w.leaseSourceSQL
-	}
-	return w.leaseSQL
-}
-
-func (w *Writer) completionArgs(ev CompletionEvent) ([]any, error) {
+// completionInsert returns ev's INSERT and its arguments, as leaseInsert.
+func (w *Writer) completionInsert(ev CompletionEvent) (string, []any, error) {
 	switch ev.Outcome {
 	case ff.OutcomeSuccess, ff.OutcomeFailed, ff.OutcomeExpired, ff.OutcomeCancelled, ff.OutcomeSkipped:
 	default:
-		return nil, ff.Validationf("outcome", "%q is not a completion outcome", ev.Outcome)
+		return "", nil, ff.Validationf("outcome", "%q is not a completion outcome", ev.Outcome)
 	}
 	if ev.Source != nil {
-		return []any{ev.ID.Partition, dbutil.UUID(ev.ID.UUID), ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs,
+		return w.completionSourceSQL, []any{ev.ID.Partition, dbutil.UUID(ev.ID.UUID), ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs,
 			dbutil.NullUUID(ev.Source.FlowID), ev.Source.Namespace, ev.Source.InstanceTag}, nil
 	}
-	return []any{ev.ID.Partition, dbutil.UUID(ev.ID.UUID), ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs}, nil
-}
-
-// completionStatement is the INSERT of ev.
-func (w *Writer) completionStatement(ev CompletionEvent) string {
-	if ev.Source != nil {
-		return w.completionSourceSQL
-	}
-	return w.completionSQL
+	return w.completionSQL, []any{ev.ID.Partition, dbutil.UUID(ev.ID.UUID), ev.Outcome, ev.OccurredAtMs, ev.DispatchedAtMs}, nil
 }
 
 // Lease writes one lease event on tx.
 func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
-	args, err := w.leaseArgs(ev)
+	sql, args, err := w.leaseInsert(ev)
 	if err != nil || w.discard {
 		return err
 	}
-	if _, err := tx.Exec(ctx, w.leaseStatement(ev), args...); err != nil {
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return dbutil.MapErr(err, fmt.Sprintf("outbox: lease %s event for %s", ev.Type, ev.ID))
 	}
 	return nil
@@ -203,11 +190,11 @@ func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
 
 // Completion writes one completion event on tx.
 func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) error {
-	args, err := w.completionArgs(ev)
+	sql, args, err := w.completionInsert(ev)
 	if err != nil || w.discard {
 		return err
 	}
-	if _, err := tx.Exec(ctx, w.completionStatement(ev), args...); err != nil {
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return dbutil.MapErr(err, fmt.Sprintf("outbox: completion %s event for %s", ev.Outcome, ev.ID))
 	}
 	return nil
@@ -216,20 +203,20 @@ func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) 
 // QueueLease adds the lease event's INSERT to a batch, so that it travels in
 // the same round trip as the state change it belongs to.
 func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
-	args, err := w.leaseArgs(ev)
+	sql, args, err := w.leaseInsert(ev)
 	if err != nil || w.discard {
 		return err
 	}
-	b.Queue(w.leaseStatement(ev), args...)
+	b.Queue(sql, args...)
 	return nil
 }
 
 // QueueCompletion adds the completion event's INSERT to a batch.
 func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionEvent) error {
-	args, err := w.completionArgs(ev)
+	sql, args, err := w.completionInsert(ev)
 	if err != nil || w.discard {
 		return err
 	}
-	b.Queue(w.completionStatement(ev), args...)
+	b.Queue(sql, args...)
 	return nil
 }
