@@ -79,9 +79,10 @@ func (s *Store) decidePromote(b *pgx.Batch, l *locked, now int64) Outcome {
 	if l.phase != ff.PhaseRunnable || l.eligibility != ff.EligibleNotUntilTime || l.delayUntilMs == nil || *l.delayUntilMs > now {
 		return NoOp
 	}
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, "promote", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET eligibility_state = 'eligible_now', public_state = 'waiting', delay_until_ms = NULL, blocking_reason = NULL
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, dbutil.UUID(l.id.UUID))
+		WHERE partition_key = $1 AND execution_id = $2 AND eligibility_state = 'not_eligible_until_time'`+coreGuard(3),
+		l.id.Partition, dbutil.UUID(l.id.UUID), l.phase, l.attemptIndex)
 	return Processed
 }
 

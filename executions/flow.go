@@ -239,6 +239,19 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	if err != nil {
 		return dbutil.MapErr(err, "add dependencies: locking flow")
 	}
+	// The downstream and its upstreams are locked together, in key order,
+	// the order the edge-cancel dispatcher locks a group's members in: two
+	// transactions that lock several executions then never wait for each
+	// other in a circle. Holding the upstreams also holds off their
+	// terminal transitions until these edges commit, so each upstream
+	// outcome is counted either here or by the hop its transition
+	// enqueues, never lost in between. What the decisions below need is
+	// read after the locks are held (see lockRowSQL).
+	if _, err := tx.Exec(ctx, s.sql(`SELECT FROM {S}ff_exec_core
+		WHERE partition_key = $1 AND execution_id = ANY($2)
+		ORDER BY execution_id FOR NO KEY UPDATE`), part, append([]uuid.UUID{p.Downstream.UUID}, ups...)); err != nil {
+		return dbutil.MapErr(err, "add dependencies: locking the executions")
+	}
 	d, err := s.lock(ctx, tx, p.Downstream)
 	if err != nil {
 		return err
@@ -257,11 +270,8 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	if exists {
 		return ff.Validationf("downstream", "%s's edge group is already fixed", p.Downstream)
 	}
-	// FOR SHARE holds off concurrent terminal transitions of the upstreams
-	// until these edges commit, so each upstream outcome is counted either
-	// here or by the hop its transition enqueues, never lost in between.
 	rows, err := tx.Query(ctx, s.sql(`SELECT execution_id, lifecycle_phase, public_state FROM {S}ff_exec_core
-		WHERE partition_key = $1 AND execution_id = ANY($2) AND flow_id = $3 FOR SHARE`), part, ups, p.FlowID)
+		WHERE partition_key = $1 AND execution_id = ANY($2) AND flow_id = $3`), part, ups, p.FlowID)
 	if err != nil {
 		return dbutil.MapErr(err, "add dependencies: reading upstreams")
 	}

@@ -29,65 +29,61 @@ type AttemptRef struct {
 
 // lockManySQL locks the executions of a pass without waiting: a row another
 // transaction holds is left out (SKIP LOCKED), as is a row that does not
-// exist; lockMany tells the two apart. Rows are locked in key order.
-const lockManySQL = `SELECT e.partition_key, e.execution_id,` + lockedColumns + `
+// exist. Rows are locked in key order. readManySQL then reads every named
+// execution with its current attempt, with a snapshot taken after the locks
+// are held (see lockRowSQL for why that takes a statement of its own): an
+// execution it reads but the lock left out is held by another transaction,
+// one it does not read does not exist.
+const (
+	lockManySQL = `SELECT e.partition_key, e.execution_id FROM {S}ff_exec_core e
 WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))
 ORDER BY e.partition_key, e.execution_id
-FOR NO KEY UPDATE OF e SKIP LOCKED`
+FOR NO KEY UPDATE SKIP LOCKED`
+	readManySQL = `SELECT e.partition_key, e.execution_id,` + lockedColumns + `
+WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))`
+)
 
-// existingSQL returns which of the given executions exist.
-const existingSQL = `
-SELECT partition_key, execution_id FROM {S}ff_exec_core
-WHERE (partition_key, execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))`
-
-// lockMany locks the distinct executions ids for a scanner action. An
-// execution it could not lock gets the outcome that says why instead:
-// SkippedLocked (another transaction holds it) or Orphaned (it does not
-// exist).
+// lockMany locks the distinct executions ids for a scanner action, in one
+// round trip. An execution it could not lock gets the outcome that says why
+// instead: SkippedLocked (another transaction holds it) or Orphaned (it
+// does not exist).
 func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (map[ff.ExecutionID]*locked, map[ff.ExecutionID]Outcome, error) {
 	parts, uuids := keyArrays(ids)
-	rows, err := tx.Query(ctx, s.sql(lockManySQL), parts, uuids)
-	if err != nil {
+	held := make(map[ff.ExecutionID]bool, len(ids))
+	read := make(map[ff.ExecutionID]*locked, len(ids))
+	b := &pgx.Batch{}
+	b.Queue(s.sql(lockManySQL), parts, uuids).Query(func(rows pgx.Rows) error {
+		var id ff.ExecutionID
+		_, err := pgx.ForEachRow(rows, []any{&id.Partition, &id.UUID}, func() error {
+			held[id] = true
+			return nil
+		})
+		return err
+	})
+	b.Queue(s.sql(readManySQL), parts, uuids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			l := &locked{}
+			if err := rows.Scan(append([]any{&l.id.Partition, &l.id.UUID}, l.fields()...)...); err != nil {
+				return err
+			}
+			read[l.id] = l
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, dbutil.MapErr(err, "locking executions")
 	}
 	got := make(map[ff.ExecutionID]*locked, len(ids))
-	for rows.Next() {
-		l := &locked{}
-		if err := rows.Scan(append([]any{&l.id.Partition, &l.id.UUID}, l.fields()...)...); err != nil {
-			rows.Close()
-			return nil, nil, dbutil.MapErr(err, "locking executions: reading "+l.id.String())
-		}
-		got[l.id] = l
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, dbutil.MapErr(err, "locking executions")
-	}
 	missing := make(map[ff.ExecutionID]Outcome)
-	var absent []ff.ExecutionID
 	for _, id := range ids {
-		if got[id] == nil {
+		switch {
+		case read[id] == nil:
 			missing[id] = Orphaned
-			absent = append(absent, id)
+		case !held[id]:
+			missing[id] = SkippedLocked
+		default:
+			got[id] = read[id]
 		}
-	}
-	if len(absent) == 0 {
-		return got, missing, nil
-	}
-	parts, uuids = keyArrays(absent)
-	rows, err = tx.Query(ctx, s.sql(existingSQL), parts, uuids)
-	if err != nil {
-		return nil, nil, dbutil.MapErr(err, "probing executions")
-	}
-	for rows.Next() {
-		var id ff.ExecutionID
-		if err := rows.Scan(&id.Partition, &id.UUID); err != nil {
-			rows.Close()
-			return nil, nil, dbutil.MapErr(err, "probing executions")
-		}
-		missing[id] = SkippedLocked
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, dbutil.MapErr(err, "probing executions")
 	}
 	return got, missing, nil
 }

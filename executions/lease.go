@@ -70,18 +70,28 @@ func (p *ClaimParams) validate() error {
 	return nil
 }
 
-// One statement claims across all partitions: pick eligible rows with SKIP
-// LOCKED, open (or re-lease) their attempt with epoch = previous max + 1, and
-// mark them active.
+// A claim is two statements. claimLockSQL picks eligible rows across all
+// partitions with SKIP LOCKED and locks them; claimSQL then opens (or
+// re-leases) their attempts with epoch = the previous maximum + 1 and marks
+// them active. The second statement's snapshot is taken after the locks are
+// held: in one statement the previous epochs would be read from a snapshot
+// taken before the row locks, and a revoke and a claim that committed in
+// between would see their epoch written back, letting a revoked lease pass
+// the fence again (see lockRowSQL).
+const claimLockSQL = `
+SELECT partition_key, execution_id
+FROM {S}ff_exec_core
+WHERE lane_id = $1 AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
+  AND required_capabilities <@ $2::text[]
+ORDER BY priority DESC, created_at_ms, execution_id
+LIMIT $3
+FOR NO KEY UPDATE SKIP LOCKED`
+
 const claimSQL = `
 WITH cand AS (
-  SELECT partition_key, execution_id, attempt_index
-  FROM {S}ff_exec_core
-  WHERE lane_id = $1 AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
-    AND required_capabilities <@ $2::text[]
-  ORDER BY priority DESC, created_at_ms, execution_id
-  LIMIT $3
-  FOR NO KEY UPDATE SKIP LOCKED
+  SELECT e.partition_key, e.execution_id, e.attempt_index
+  FROM unnest($1::int2[], $2::uuid[]) AS k(partition_key, execution_id)
+  JOIN {S}ff_exec_core e USING (partition_key, execution_id)
 ), prev AS (
   SELECT a.partition_key, a.execution_id, max(a.lease_epoch) AS max_epoch
   FROM {S}ff_attempt a JOIN cand c USING (partition_key, execution_id)
@@ -90,12 +100,12 @@ WITH cand AS (
   INSERT INTO {S}ff_attempt AS a
     (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
      lease_epoch, lease_expires_at_ms, started_at_ms)
-  SELECT c.partition_key, c.execution_id, c.attempt_index, $4, $5, gen_random_uuid(),
-         COALESCE(p.max_epoch, 0) + 1, $6::bigint + $7::bigint, $6
+  SELECT c.partition_key, c.execution_id, c.attempt_index, $3, $4, gen_random_uuid(),
+         COALESCE(p.max_epoch, 0) + 1, $5::bigint + $6::bigint, $5
   FROM cand c LEFT JOIN prev p USING (partition_key, execution_id)
   ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
     SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
-        lease_id = EXCLUDED.lease_id, lease_epoch = EXCLUDED.lease_epoch,
+        lease_id = EXCLUDED.lease_id, lease_epoch = GREATEST(EXCLUDED.lease_epoch, a.lease_epoch + 1),
         lease_expires_at_ms = EXCLUDED.lease_expires_at_ms, started_at_ms = EXCLUDED.started_at_ms,
         terminal_at_ms = NULL, outcome = NULL
   RETURNING a.partition_key, a.execution_id, a.attempt_index, a.lease_id, a.lease_epoch, a.lease_expires_at_ms
@@ -103,7 +113,7 @@ WITH cand AS (
   UPDATE {S}ff_exec_core e
   SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
       attempt_state = 'running_attempt', public_state = 'active', blocking_reason = NULL,
-      delay_until_ms = NULL, started_at_ms = COALESCE(e.started_at_ms, $6)
+      delay_until_ms = NULL, started_at_ms = COALESCE(e.started_at_ms, $5)
   FROM att
   WHERE e.partition_key = att.partition_key AND e.execution_id = att.execution_id
   RETURNING e.partition_key, e.execution_id, e.payload, e.priority, e.created_at_ms
@@ -136,12 +146,35 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease,
 	if caps == nil {
 		caps = []string{}
 	}
-	now := s.clock.NowMs()
-	rows, err := tx.Query(ctx, s.sql(claimSQL), p.Lane, caps, p.Max, p.WorkerID, p.WorkerInstanceID, now, p.LeaseTTL.Milliseconds())
+	rows, err := tx.Query(ctx, s.sql(claimLockSQL), p.Lane, caps, p.Max)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
-	var leases []Lease
+	var ids []ff.ExecutionID
+	var id ff.ExecutionID
+	if _, err := pgx.ForEachRow(rows, []any{&id.Partition, &id.UUID}, func() error {
+		ids = append(ids, id)
+		return nil
+	}); err != nil {
+		return nil, dbutil.MapErr(err, "claim")
+	}
+	if len(ids) == 0 {
+		var known bool
+		if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_lane_registry WHERE lane_id = $1)`), p.Lane).Scan(&known); err != nil {
+			return nil, dbutil.MapErr(err, "claim: checking lane")
+		}
+		if !known {
+			return nil, ff.Validationf("lane", "%q is unknown: no execution was ever created in it (RegisterLane registers one ahead)", p.Lane)
+		}
+		return nil, nil
+	}
+	parts, uuids := keyArrays(ids)
+	now := s.clock.NowMs()
+	rows, err = tx.Query(ctx, s.sql(claimSQL), parts, uuids, p.WorkerID, p.WorkerInstanceID, now, p.LeaseTTL.Milliseconds())
+	if err != nil {
+		return nil, dbutil.MapErr(err, "claim")
+	}
+	leases := make([]Lease, 0, len(ids))
 	for rows.Next() {
 		l := Lease{WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
 		if err := rows.Scan(&l.ID.Partition, &l.ID.UUID, &l.AttemptIndex, &l.LeaseID, &l.Epoch, &l.ExpiresAtMs, &l.Payload); err != nil {
@@ -152,16 +185,6 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease,
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbutil.MapErr(err, "claim")
-	}
-	if len(leases) == 0 {
-		var known bool
-		if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_lane_registry WHERE lane_id = $1)`), p.Lane).Scan(&known); err != nil {
-			return nil, dbutil.MapErr(err, "claim: checking lane")
-		}
-		if !known {
-			return nil, ff.Validationf("lane", "%q is unknown: no execution was ever created in it (RegisterLane registers one ahead)", p.Lane)
-		}
-		return nil, nil
 	}
 	b := &pgx.Batch{}
 	for i := range leases {
@@ -231,9 +254,9 @@ func (s *Store) RenewTx(ctx context.Context, tx pgx.Tx, lease Lease, ttl time.Du
 	}
 	lease.ExpiresAtMs = now + ttl.Milliseconds()
 	b := &pgx.Batch{}
-	b.Queue(s.sql(`UPDATE {S}ff_attempt SET lease_expires_at_ms = $4
-		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`),
-		lease.ID.Partition, lease.ID.UUID, lease.AttemptIndex, lease.ExpiresAtMs)
+	s.queueGuarded(b, l, "renew", ff.ErrStaleLease, `UPDATE {S}ff_attempt SET lease_expires_at_ms = $4
+		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND lease_epoch = $5`,
+		lease.ID.Partition, dbutil.UUID(lease.ID.UUID), lease.AttemptIndex, lease.ExpiresAtMs, l.epoch)
 	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRenewed, now)); err != nil {
 		return Lease{}, err
 	}
@@ -258,11 +281,12 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 	}
 	b := &pgx.Batch{}
 	s.queueCloseAttempt(b, l, "success", false, now)
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, "complete", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
 		    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
 		    terminal_at_ms = $3, result = $4
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, dbutil.UUID(l.id.UUID), now, result)
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(5), l.id.Partition, dbutil.UUID(l.id.UUID), now, result,
+		l.phase, l.attemptIndex)
 	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, true, now); err != nil {
 		return err
 	}
@@ -279,10 +303,10 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 	if bump {
 		inc = 1
 	}
-	b.Queue(s.sql(`UPDATE {S}ff_attempt
+	s.queueGuarded(b, l, "closing the attempt of", ff.ErrStaleLease, `UPDATE {S}ff_attempt
 		SET outcome = $4, lease_expires_at_ms = NULL, terminal_at_ms = $5, lease_epoch = lease_epoch + $6
-		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`),
-		l.id.Partition, dbutil.UUID(l.id.UUID), l.attemptIndex, outcome, now, inc)
+		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND lease_epoch = $7`,
+		l.id.Partition, dbutil.UUID(l.id.UUID), l.attemptIndex, outcome, now, inc, l.epoch)
 }
 
 // queueTerminalEvents queues the completion event (and, for a flow member,
@@ -361,13 +385,13 @@ func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams
 func (s *Store) queueRetry(b *pgx.Batch, l *locked, rp RetryPolicy, message string, now int64) FailResult {
 	next := l.attemptIndex + 1
 	elig, public, delayUntil, blocking := retryTarget(rp, next, now)
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, "retrying", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = $3,
 		    public_state = $4, attempt_state = 'pending_retry_attempt', attempt_index = $5,
 		    delay_until_ms = $6, blocking_reason = $7,
 		    raw_fields = raw_fields || jsonb_build_object('last_failure_message', $8::text, 'retry_count', $5::int)
-		WHERE partition_key = $1 AND execution_id = $2`),
-		l.id.Partition, dbutil.UUID(l.id.UUID), elig, public, next, delayUntil, blocking, message)
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(9),
+		l.id.Partition, dbutil.UUID(l.id.UUID), elig, public, next, delayUntil, blocking, message, l.phase, l.attemptIndex)
 	res := FailResult{Retried: true, NextAttempt: next}
 	if delayUntil != nil {
 		res.DelayUntilMs = *delayUntil
@@ -377,14 +401,14 @@ func (s *Store) queueRetry(b *pgx.Batch, l *locked, rp RetryPolicy, message stri
 
 // queueTerminal makes the execution terminal with the given public state.
 func (s *Store) queueTerminal(b *pgx.Batch, l *locked, public, message string, now int64) {
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, public, ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
 		    attempt_state = 'attempt_terminal', public_state = $3, blocking_reason = NULL,
 		    delay_until_ms = NULL, terminal_at_ms = $4,
 		    raw_fields = CASE WHEN $5::text = '' THEN raw_fields
 		                      ELSE raw_fields || jsonb_build_object('last_failure_message', $5::text) END
-		WHERE partition_key = $1 AND execution_id = $2`),
-		l.id.Partition, dbutil.UUID(l.id.UUID), public, now, message)
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(6),
+		l.id.Partition, dbutil.UUID(l.id.UUID), public, now, message, l.phase, l.attemptIndex)
 }
 
 // Delay ends the leased attempt without consuming a retry and parks the
@@ -405,11 +429,12 @@ func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.
 	}
 	b := &pgx.Batch{}
 	s.queueCloseAttempt(b, l, "interrupted", false, now)
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, "delay", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
 		    public_state = 'delayed', attempt_state = 'attempt_interrupted', delay_until_ms = $3,
 		    blocking_reason = 'waiting_for_delay'
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, dbutil.UUID(l.id.UUID), until.UnixMilli())
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(4), l.id.Partition, dbutil.UUID(l.id.UUID), until.UnixMilli(),
+		l.phase, l.attemptIndex)
 	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
 		return err
 	}
@@ -469,28 +494,18 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
 		id.Partition, id.UUID, lease.AttemptIndex, p.WorkerID, p.WorkerInstanceID, lease.LeaseID, lease.Epoch,
 		lease.ExpiresAtMs, now)
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, "reclaim", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET attempt_index = $3, lease_reclaim_count = lease_reclaim_count + 1, ownership_state = 'leased',
 		    attempt_state = 'running_attempt', public_state = 'active'
-		WHERE partition_key = $1 AND execution_id = $2 RETURNING payload`), id.Partition, id.UUID, lease.AttemptIndex)
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(4),
+		id.Partition, dbutil.UUID(id.UUID), lease.AttemptIndex, l.phase, l.attemptIndex)
+	b.Queue(s.sql(`SELECT payload FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2`),
+		id.Partition, dbutil.UUID(id.UUID)).QueryRow(func(row pgx.Row) error { return row.Scan(&lease.Payload) })
 	if err := s.out.QueueLease(b, leaseEvent(&lease, ff.LeaseReclaimed, now)); err != nil {
 		return Lease{}, err
 	}
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
-		}
-	}
-	if err := br.QueryRow().Scan(&lease.Payload); err != nil {
-		return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
-	}
-	if _, err := br.Exec(); err != nil {
-		return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
-	}
-	if err := br.Close(); err != nil {
-		return Lease{}, dbutil.MapErr(err, "reclaim "+id.String())
+	if err := sendBatch(ctx, tx, b, "reclaim "+id.String()); err != nil {
+		return Lease{}, err
 	}
 	return lease, nil
 }

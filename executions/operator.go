@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -71,12 +72,13 @@ func (s *Store) terminateLocked(ctx context.Context, tx pgx.Tx, l *locked, t ter
 	if leased {
 		s.queueCloseAttempt(b, l, t.outcome, true, now)
 	}
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, t.public, ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
 		    attempt_state = 'attempt_terminal', public_state = $6, blocking_reason = NULL,
 		    delay_until_ms = NULL, terminal_at_ms = $3,
 		    cancellation_reason = $4, cancelled_by = $5
-		WHERE partition_key = $1 AND execution_id = $2`), l.id.Partition, l.id.UUID, now, t.reason, t.by, t.public)
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(7),
+		l.id.Partition, dbutil.UUID(l.id.UUID), now, t.reason, t.by, t.public, l.phase, l.attemptIndex)
 	if err := s.queueTerminalEvents(ctx, tx, b, l, t.outcome, ff.LeaseRevoked, leased, now); err != nil {
 		return err
 	}
@@ -107,12 +109,13 @@ func (s *Store) RevokeTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reas
 	now := s.clock.NowMs()
 	b := &pgx.Batch{}
 	s.queueCloseAttempt(b, l, "revoked", true, now)
-	b.Queue(s.sql(`UPDATE {S}ff_exec_core
+	s.queueGuarded(b, l, "revoke", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'eligible_now',
 		    public_state = 'waiting', attempt_state = 'attempt_interrupted', blocking_reason = NULL,
 		    raw_fields = CASE WHEN $3::text = '' THEN raw_fields
 		                      ELSE raw_fields || jsonb_build_object('revoke_reason', $3::text) END
-		WHERE partition_key = $1 AND execution_id = $2`), id.Partition, id.UUID, reason)
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(4), id.Partition, dbutil.UUID(id.UUID), reason,
+		l.phase, l.attemptIndex)
 	if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
 		return err
 	}

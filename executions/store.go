@@ -15,7 +15,16 @@
 // row first (the one lock order every writer follows), rechecks the state it
 // needs, writes the transition and its outbox rows, and commits. Each
 // operation has a ...Tx variant that runs inside a transaction the caller
-// owns; the caller then decides whether it commits.
+// owns; the caller then decides whether it commits. After an error from a
+// ...Tx method, roll the transaction back: it may hold part of the
+// operation's writes. The ...Tx methods expect READ COMMITTED, Postgres's
+// default (see lockRowSQL).
+//
+// Every decision is taken on the rows as they are once the execution's lock
+// is held, never on a snapshot taken before a lock wait, and every write
+// restates in its WHERE clause what the decision read (queueGuarded), so a
+// row changed by a writer that skipped the lock fails the operation instead
+// of being overwritten.
 //
 // # Leases and fencing
 //
@@ -52,6 +61,7 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -205,9 +215,34 @@ FROM {S}ff_exec_core e
 LEFT JOIN {S}ff_attempt a
   ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index`
 
-const lockSQL = `SELECT` + lockedColumns + `
-WHERE e.partition_key = $1 AND e.execution_id = $2
-FOR NO KEY UPDATE OF e`
+// Locking an execution and reading what a decision needs are two
+// statements, sent in one round trip (lockBatch): lockRowSQL takes the row
+// lock, waiting for a transaction that holds it, and readLockedSQL then
+// reads the execution and its current attempt with a snapshot taken after
+// the lock is held.
+//
+// One statement cannot do both. In READ COMMITTED, a SELECT … FOR UPDATE
+// that waited for a lock re-reads only the locked row (ff_exec_core) as the
+// other transaction left it; a row joined to it (the ff_attempt row) keeps
+// the version of the statement's snapshot, taken before the wait. A Renew
+// changes only ff_attempt, and a revoke followed by a claim in one
+// transaction leaves ff_exec_core as it was: a fence on that joined row
+// would compare a worker's lease against an epoch that has moved on (a
+// superseded worker's Complete would succeed). Every writer of ff_attempt
+// holds its execution's row lock, so once the lock is held the second
+// statement reads the attempt as it is, and it cannot change until commit.
+//
+// Under REPEATABLE READ or SERIALIZABLE the second statement still reads
+// the transaction's snapshot; a concurrent change then surfaces as a
+// serialization failure at the lock or at the guarded writes (queueGuarded),
+// never as a write based on a stale read. The ...Tx variants are meant for
+// READ COMMITTED, the default.
+const (
+	lockRowSQL = `SELECT FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2
+FOR NO KEY UPDATE`
+	readLockedSQL = `SELECT` + lockedColumns + `
+WHERE e.partition_key = $1 AND e.execution_id = $2`
+)
 
 // fields are the scan targets of lockedColumns.
 func (l *locked) fields() []any {
@@ -218,13 +253,46 @@ func (l *locked) fields() []any {
 }
 
 // lock checks id and locks the execution row, waiting for another
-// transaction that holds it.
+// transaction that holds it, then reads the row and its current attempt as
+// they are once the lock is held.
 func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, error) {
 	if err := s.checkID(id); err != nil {
 		return nil, err
 	}
+	if staleLock {
+		return s.lockStale(ctx, tx, id)
+	}
 	l := &locked{id: id}
-	err := tx.QueryRow(ctx, s.sql(lockSQL), id.Partition, id.UUID).Scan(l.fields()...)
+	found := false
+	b := &pgx.Batch{}
+	b.Queue(s.sql(lockRowSQL), id.Partition, dbutil.UUID(id.UUID))
+	b.Queue(s.sql(readLockedSQL), id.Partition, dbutil.UUID(id.UUID)).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(l.fields()...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, dbutil.MapErr(err, "locking "+id.String())
+	}
+	if !found {
+		return nil, fmt.Errorf("execution %s: %w", id, ff.ErrNotFound)
+	}
+	return l, nil
+}
+
+// lockStale is the lock of earlier releases, one statement that locks
+// ff_exec_core and reads the joined attempt from its snapshot: after a lock
+// wait it fences against the attempt as it was before the wait. It is kept
+// only behind the ffstalelock build tag, so that the lease history checker
+// (integration/leasecheck) and the hand-over tests can show that they catch
+// it.
+func (s *Store) lockStale(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, error) {
+	l := &locked{id: id}
+	err := tx.QueryRow(ctx, s.sql(readLockedSQL+`
+FOR NO KEY UPDATE OF e`), id.Partition, dbutil.UUID(id.UUID)).Scan(l.fields()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("execution %s: %w", id, ff.ErrNotFound)
 	}
@@ -251,6 +319,36 @@ func (s *Store) fence(l *locked, lease Lease, now int64) error {
 		return fmt.Errorf("execution %s: lease expired at %d (now %d): %w", l.id, at, now, ff.ErrLeaseExpired)
 	}
 	return nil
+}
+
+// coreGuard is the end of the WHERE clause of a guarded write of an
+// ff_exec_core row (queueGuarded): the phase and attempt index read under
+// the lock, bound as parameters $n and $n+1.
+func coreGuard(n int) string {
+	return fmt.Sprintf(" AND lifecycle_phase = $%d AND attempt_index = $%d", n, n+1)
+}
+
+// queueGuarded queues a write of the locked execution's row or of its
+// current attempt whose WHERE clause restates what the decision read under
+// the lock (the phase and attempt index of ff_exec_core, the epoch of
+// ff_attempt). Every writer that keeps the lock protocol (lock the
+// ff_exec_core row first) leaves those unchanged while the lock is held, so
+// the write finds its one row; a write that finds none was overtaken by a
+// writer that did not take the lock (plain SQL, a foreign writer), and the
+// operation fails with notFound instead of writing on a stale decision.
+//
+// The failure is found by the client after the batch ran: the transaction
+// still holds the operation's other writes and must be rolled back, as
+// after any error of a ...Tx method (the non-Tx methods and the apply
+// engine do so).
+func (s *Store) queueGuarded(b *pgx.Batch, l *locked, what string, notFound error, q string, args ...any) {
+	b.Queue(s.sql(q), args...).Exec(func(ct pgconn.CommandTag) error {
+		if n := ct.RowsAffected(); n != 1 {
+			return fmt.Errorf("%s %s: the row no longer holds what was read under its lock (%d rows matched): "+
+				"a writer changed it without locking the execution first: %w", what, l.id, n, notFound)
+		}
+		return nil
+	})
 }
 
 func outboxCompletion(l *locked, outcome string, now int64) outbox.CompletionEvent {
