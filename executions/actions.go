@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -176,7 +177,7 @@ func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutof
 			  AND ($2::text IS NULL OR namespace = $2::text) AND ($3::text IS NULL OR instance_tag = $3::text)
 			  AND NOT EXISTS (SELECT 1 FROM {S}ff_stream_consumer c
 			      WHERE c.stream = $5 AND c.position_at_ms >= $6 - c.max_lag_ms
-			        AND NOT (x.xact_id < c.snap_xmin OR (x.xact_id < c.snap_xmax AND x.xact_id <> ALL(c.snap_xip))))
+			        AND `+outbox.UnackedSQL+`)
 			LIMIT $4 FOR UPDATE SKIP LOCKED) d
 		WHERE e.event_id = d.event_id
 		RETURNING e.xact_id, e.event_id, e.occurred_at_ms),

@@ -26,6 +26,13 @@ import (
 )
 
 // Execer is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool. Producers are
+// UnackedSQL is a SQL predicate that holds for an outbox event x that the
+// named stream consumer c (a row of ff_stream_consumer) has not
+// acknowledged: x's transaction is not visible in the snapshot of c's
+// position. Retention keeps such events while c is younger than its
+// maximum lag.
+const UnackedSQL = `NOT (x.xact_id < c.snap_xmin OR (x.xact_id < c.snap_xmax AND x.xact_id <> ALL(c.snap_xip)))`
+
 // meant to run on a transaction the caller owns.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

@@ -3,12 +3,15 @@ package scanners
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/outbox"
 )
 
 // DefaultOutboxRetention is how long outbox events are kept by default.
@@ -147,3 +150,69 @@ func (s *OutboxRetentionScanner) Scan(ctx context.Context, q Querier, req ScanRe
 	}
 	return res, nil
 }
+
+// heldCountLimit bounds the count of events a consumer holds back: the
+// audit runs at most once per report interval, but a week of events is
+// worth counting only as "at least".
+const heldCountLimit = 100_000
+
+// Unprocessable implements Auditor: events older than the retention that
+// are kept because a named stream consumer has not acknowledged them (its
+// position is older than the retention and younger than its maximum lag,
+// subscribe.Options.ConsumerMaxLag), one set per consumer. A consumer that
+// nobody runs any more holds retention back this way until its maximum lag
+// (a week by default); the set's reason names it and the command that
+// drops it. Counts stop at 100,000 per consumer.
+func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	ns, tag, ok := eventFilter(req.Filter)
+	if !ok {
+		return nil, nil
+	}
+	cutoff, err := s.cutoff(req.Params, req.NowMs)
+	if err != nil {
+		return nil, err
+	}
+	var out []Unprocessable
+	for _, st := range []struct{ stream, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
+		held := `FROM {S}` + st.table + ` x WHERE x.occurred_at_ms < $1` + eventFilterSQL + ` AND ` + outbox.UnackedSQL
+		rows, err := q.Query(ctx, schemaSQL(req.Store, `SELECT c.name, $4 - c.position_at_ms, c.max_lag_ms,
+			(SELECT count(*) FROM (SELECT 1 `+held+` LIMIT `+fmt.Sprint(heldCountLimit)+`) h)
+			FROM {S}ff_stream_consumer c
+			WHERE c.stream = $5 AND c.position_at_ms < $1 AND c.position_at_ms >= $4 - c.max_lag_ms
+			ORDER BY c.name`), cutoff, ns, tag, req.NowMs, st.table)
+		if err != nil {
+			return nil, dbutil.MapErr(err, "reading the consumers that hold retention")
+		}
+		for rows.Next() {
+			var name string
+			var lagMs, maxMs, n int64
+			if err := rows.Scan(&name, &lagMs, &maxMs, &n); err != nil {
+				rows.Close()
+				return nil, dbutil.MapErr(err, "reading the consumers that hold retention")
+			}
+			if n == 0 {
+				continue
+			}
+			count := fmt.Sprint(n)
+			if n >= heldCountLimit {
+				count = "at least " + count
+			}
+			out = append(out, Unprocessable{
+				Reason: fmt.Sprintf("%s events of the %s stream older than the retention (%s) kept for consumer %q, whose position is %s old "+
+					"(retention waits for it until %s): if nobody runs it any more, `ffctl consumer drop --stream %s %s` releases them",
+					count, st.stream, time.Duration(req.NowMs-cutoff)*time.Millisecond, name, time.Duration(lagMs)*time.Millisecond,
+					time.Duration(maxMs)*time.Millisecond, st.stream, name),
+				Count: n,
+				List: req.SQL(fmt.Sprintf(`SELECT x.* FROM {S}ff_stream_consumer c, {S}%s x WHERE c.stream = '%s' AND c.name = %s AND x.occurred_at_ms < %d AND %s`,
+					st.table, st.table, quoteLiteral(name), cutoff, outbox.UnackedSQL)),
+			})
+		}
+		if err := rows.Err(); err != nil {
+			return nil, dbutil.MapErr(err, "reading the consumers that hold retention")
+		}
+	}
+	return out, nil
+}
+
+// quoteLiteral quotes s as a SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

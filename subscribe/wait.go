@@ -47,7 +47,7 @@ func (w Wait) String() string {
 		who, w.Xact, w.Application, w.Database, w.State, w.Stream, w.Age.Round(time.Millisecond))
 }
 
-// Querier is what OpenWriters reads with: a pool, a connection or a
+// Querier is what OpenWriters and Consumers read with: a pool, a connection or a
 // transaction.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

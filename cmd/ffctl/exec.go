@@ -26,10 +26,7 @@ var execCommand = command{
 
 // execSubcommands are ffctl exec's subcommands, in the order its help lists
 // them.
-var execSubcommands = []struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) int
-}{
+var execSubcommands = []subcommand{
 	{"get", "an execution's state, attempts, lease and outbox events", runExecGet},
 	{"list", "executions by namespace, lane, state, flow or id prefix, newest first", runExecList},
 	{"cancel", "cancel an execution (terminal cancelled; a lease it holds is fenced)", runExecCancel},
@@ -37,31 +34,44 @@ var execSubcommands = []struct {
 }
 
 func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runSubcommands(ctx, "exec", "[flags] [ID]",
+		"The operator's view of executions, the equivalent of `temporal workflow describe`.\n"+
+			"Every subcommand takes --format text|json and the common connection flags.", execSubcommands, args, stdout, stderr)
+}
+
+// subcommand is one subcommand of an ffctl command with subcommands (exec,
+// consumer).
+type subcommand struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+// runSubcommands runs the subcommand of ffctl command that args name, or
+// prints the command's help (intro, then the subcommands).
+func runSubcommands(ctx context.Context, command, usage, intro string, subs []subcommand, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		w := stdout
 		if len(args) == 0 {
 			w = stderr
 		}
 		var b strings.Builder
-		b.WriteString("Usage: ffctl exec <subcommand> [flags] [ID]\n\n" +
-			"The operator's view of executions, the equivalent of `temporal workflow describe`.\n" +
-			"Every subcommand takes --format text|json and the common connection flags.\n\nSubcommands:\n")
-		for _, s := range execSubcommands {
+		fmt.Fprintf(&b, "Usage: ffctl %s <subcommand> %s\n\n%s\n\nSubcommands:\n", command, usage, intro)
+		for _, s := range subs {
 			fmt.Fprintf(&b, "  %-7s %s\n", s.name, s.summary)
 		}
-		b.WriteString("\nRun 'ffctl exec <subcommand> --help' for its flags.\n")
+		fmt.Fprintf(&b, "\nRun 'ffctl %s <subcommand> --help' for its flags.\n", command)
 		_, _ = io.WriteString(w, b.String())
 		if len(args) == 0 {
 			return cli.ExitUsage
 		}
 		return cli.ExitOK
 	}
-	for _, s := range execSubcommands {
+	for _, s := range subs {
 		if s.name == args[0] {
 			return s.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "ffctl exec: unknown subcommand %q\nRun 'ffctl exec --help' for the list.\n", args[0])
+	fmt.Fprintf(stderr, "ffctl %s: unknown subcommand %q\nRun 'ffctl %s --help' for the list.\n", command, args[0], command)
 	return cli.ExitUsage
 }
 
@@ -73,7 +83,13 @@ type execFlags struct {
 }
 
 func newExecFlags(name, argsUsage, summary string, stdout io.Writer) *execFlags {
-	fs := cli.NewFlagSet("ffctl exec "+name, argsUsage, summary)
+	return newSubcommandFlags("ffctl exec "+name, argsUsage, summary, stdout)
+}
+
+// newSubcommandFlags returns the flags of the subcommand called name (its
+// whole name, "ffctl exec get"): the common ones and --format.
+func newSubcommandFlags(name, argsUsage, summary string, stdout io.Writer) *execFlags {
+	fs := cli.NewFlagSet(name, argsUsage, summary)
 	fs.Stdout = stdout
 	f := &execFlags{fs: fs, common: cli.AddCommon(fs)}
 	f.format = fs.String("format", "text", "output `format`: text or json")

@@ -39,6 +39,7 @@ var commands = []command{
 	benchCommand,
 	statusCommand,
 	execCommand,
+	consumerCommand,
 	versionCommand,
 }
 

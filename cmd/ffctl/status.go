@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"os"
+	"time"
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/scanners"
 )
 
 var statusCommand = command{
@@ -29,11 +31,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			"Exits 3 when the schema is not migrated. River's tables are read in the same schema.")
 	common := cli.AddCommon(fs)
 	format := fs.String("format", "text", "output `format`: text or json")
+	retention := fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
+		"the outbox `retention` ffscheduler runs with (its --outbox-retention): what is due for\n"+
+			"retention, and which consumers hold it back, are judged against it")
 	fs.AfterParse(func() error {
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
-		return nil
+		return cli.CheckDuration("outbox-retention", *retention, time.Second, 10*365*24*time.Hour)
 	})
 	if err := fs.Parse(args); err != nil {
 		return cli.Report(stderr, fs.Name(), err)
@@ -43,11 +48,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	defer pool.Close()
-	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema})
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema, OutboxRetention: *retention})
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}
-	r, err := status.Collect(ctx, pool, f)
+	r, err := status.Collect(ctx, pool, f, *retention)
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}

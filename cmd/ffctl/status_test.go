@@ -119,9 +119,9 @@ func TestStatusReport(t *testing.T) {
 	if leases := leasesOf(r); leases == nil || leases.Events != 2 || len(leases.Waiting) != 1 || leases.Waiting[0].PID != openPID {
 		t.Errorf("leases stream = %+v, want 2 events and the open writer, pid %d", leases, openPID)
 	}
-	if len(r.Consumers) != 1 || r.Consumers[0].Name != "audit" || !r.Consumers[0].Attached || !r.Consumers[0].HoldsRetention ||
-		r.Consumers[0].Stream != "ff_lease_event" {
-		t.Errorf("consumers = %+v, want audit, attached", r.Consumers)
+	if len(r.Consumers) != 1 || r.Consumers[0].Name != "audit" || !r.Consumers[0].Attached || r.Consumers[0].HoldsRetention ||
+		r.Consumers[0].Stream != "leases" || r.Consumers[0].Retention != "within retention" {
+		t.Errorf("consumers = %+v, want audit of leases, attached, within retention", r.Consumers)
 	}
 	if r.OldestWriter == nil || r.OldestWriter.Age <= 0 {
 		t.Errorf("oldest writer = %+v, want the open transaction", r.OldestWriter)

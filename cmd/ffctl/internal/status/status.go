@@ -38,21 +38,27 @@ type Report struct {
 	OldestWriter *Writer `json:"oldest_writer,omitempty"`
 }
 
-// Consumer is one named stream consumer.
+// Consumer is one named stream consumer, and what retention does about it.
 type Consumer struct {
-	Stream string `json:"stream"`
-	Name   string `json:"name"`
-	// Lag is how old the consumer's acknowledged position is: every event
-	// committed before then was acknowledged.
-	Lag time.Duration `json:"lag_ns"`
-	// MaxLag is how old it may grow before retention stops waiting for it;
-	// HoldsRetention says it is younger than that.
-	MaxLag         time.Duration `json:"max_lag_ns"`
-	HoldsRetention bool          `json:"holds_retention"`
-	// Attached says a stream is attached to the consumer now.
-	Attached bool `json:"attached"`
-	// UpdatedAt is when the position was last stored.
-	UpdatedAt time.Time `json:"updated_at"`
+	subscribe.ConsumerInfo
+	// HoldsRetention says the consumer keeps events that retention would
+	// delete (subscribe.ConsumerInfo.HoldsRetention).
+	HoldsRetention bool `json:"holds_retention"`
+	// Retention says the same in words.
+	Retention string `json:"retention"`
+}
+
+// ConsumerRetention says in words what a retention of retention does about
+// consumer c.
+func ConsumerRetention(c subscribe.ConsumerInfo, retention time.Duration) string {
+	switch {
+	case c.HoldsRetention(retention):
+		return fmt.Sprintf("HOLDS events older than %s (until its lag passes %s; ffctl consumer drop releases them)", retention, c.MaxLag)
+	case c.Lag > c.MaxLag:
+		return "past its max lag: retention no longer waits for it"
+	default:
+		return "within retention"
+	}
 }
 
 // Scanner is one scanner's backlog.
@@ -113,8 +119,9 @@ type Writer struct {
 }
 
 // Collect reads a report. f carries the scanners (built as the processes
-// build them; its schema must be migrated).
-func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Report, error) {
+// build them; its schema must be migrated); retention is the outbox
+// retention they run with, against which the consumers are judged.
+func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retention time.Duration) (*Report, error) {
 	p := f.Pipeline()
 	env := p.Env()
 	s := dbutil.Schema(env.Schema())
@@ -170,29 +177,13 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service) (*Repo
 		r.Streams = append(r.Streams, st)
 	}
 
-	rows, err = pool.Query(ctx, s.SQL(`SELECT c.stream, c.name, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - c.position_at_ms,
-		c.max_lag_ms, c.updated_at_ms,
-		EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-		        AND l.classid::bigint = ((k.key >> 32) & 4294967295) AND l.objid::bigint = (k.key & 4294967295) AND l.objsubid = 1)
-		FROM {S}ff_stream_consumer c,
-		LATERAL (SELECT hashtextextended($1 || '.' || c.stream || '.' || c.name, 0) AS key) k
-		ORDER BY c.stream, c.name`), string(s))
+	cs, err := subscribe.Consumers(ctx, pool, env.Schema())
 	if err != nil {
-		return nil, dbutil.MapErr(err, "status: reading the stream consumers")
+		return nil, fmt.Errorf("status: %w", err)
 	}
-	for rows.Next() {
-		var c Consumer
-		var lagMs, maxMs, updMs int64
-		if err := rows.Scan(&c.Stream, &c.Name, &lagMs, &maxMs, &updMs, &c.Attached); err != nil {
-			rows.Close()
-			return nil, dbutil.MapErr(err, "status: reading the stream consumers")
-		}
-		c.Lag, c.MaxLag = time.Duration(max(lagMs, 0))*time.Millisecond, time.Duration(maxMs)*time.Millisecond
-		c.HoldsRetention, c.UpdatedAt = lagMs <= maxMs, time.UnixMilli(updMs)
-		r.Consumers = append(r.Consumers, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbutil.MapErr(err, "status: reading the stream consumers")
+	for _, c := range cs {
+		r.Consumers = append(r.Consumers, Consumer{ConsumerInfo: c, HoldsRetention: c.HoldsRetention(retention),
+			Retention: ConsumerRetention(c, retention)})
 	}
 
 	var w Writer
@@ -287,13 +278,13 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.Name, s.Events, id, at, waiting)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "consumer\tstream\tlag\tmax lag\tholds retention\tattached\tstored at")
+	fmt.Fprintln(tw, "consumer\tstream\tlag\tmax lag\tattached\tstored at\tretention")
 	if len(r.Consumers) == 0 {
 		fmt.Fprintln(tw, "(no named consumers)")
 	}
 	for _, c := range r.Consumers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%t\t%s\n", c.Name, c.Stream, age(c.Lag), c.MaxLag, c.HoldsRetention, c.Attached,
-			c.UpdatedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", c.Name, c.Stream, age(c.Lag), c.MaxLag, c.Attached,
+			c.UpdatedAt.UTC().Format(time.RFC3339), c.Retention)
 	}
 	fmt.Fprintln(tw)
 	if o := r.OldestWriter; o != nil {
