@@ -566,3 +566,26 @@ func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 		t.Fatal("the orphaned hop left its edge without an outcome: it would stay due forever")
 	}
 }
+
+// An edge written by hand after its upstream became terminal is due at once
+// (migration 0008): before, it had no mark and no outcome, so its hop was
+// never enqueued and its downstream waited forever.
+func TestHandInsertedEdgeOfTerminalUpstreamIsDue(t *testing.T) {
+	t.Parallel()
+	f := newFlowFixture(t)
+	flow := f.flow()
+	ups := f.members(flow, "a")
+	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	f.finish("a", true)
+	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid)
+		VALUES ($1, $2, gen_random_uuid(), $3, $4)`, down.Partition, flow, ups[0].UUID, down.UUID); err != nil {
+		t.Fatal(err)
+	}
+	var at *int64
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT upstream_terminal_at_ms FROM ff_edge WHERE upstream_eid = $1`, ups[0].UUID).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	if at == nil || *at != t0 {
+		t.Fatalf("hand-inserted edge of a terminal upstream marked at %v, want its terminal time %d", at, t0)
+	}
+}
