@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -93,8 +94,9 @@ func ExamplePlugin() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_scanner"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	// A schema of its own (two runs at once never share one), dropped at
+	// the end.
+	schema := fftest.SchemaName("example_scanner")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		fmt.Println(err)
 		return
