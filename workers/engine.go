@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -360,7 +361,9 @@ func (g *engine[T]) then(ctx context.Context, tx pgx.Tx, e *entry[T], out Output
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, e.job); err != nil {
 			return Output{}, dbutil.MapErr(err, "completing job")
 		}
-		opts := &river.InsertOpts{Queue: e.job.Queue, MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+		// The successor carries on the same item: it keeps its tags.
+		opts := &river.InsertOpts{Queue: e.job.Queue, MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight(),
+			Tags: slices.Clone(e.job.Tags)}
 		if _, _, err := insertMany(ctx, tx, []river.InsertManyParams{{Args: out.Then, InsertOpts: opts}}); err != nil {
 			return Output{}, err
 		}

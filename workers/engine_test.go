@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,5 +127,8 @@ func TestDeadProcessItemRescuedEarly(t *testing.T) {
 	h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 	if n := h.count(`SELECT count(*) FROM river_job WHERE id = $1 AND array_length(errors, 1) = 1 AND errors[1]->>'error' LIKE '%ff.rescue%'`, res.Job.ID); n != 1 {
 		t.Error("the rescued job does not say who re-queued it")
+	}
+	if tags := h.strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = 'ff.rescue' ORDER BY 1`); !slices.Equal(tags, []string{workers.TagRescue}) {
+		t.Errorf("ff.rescue tags %q, want %q", tags, workers.TagRescue)
 	}
 }

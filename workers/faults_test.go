@@ -275,6 +275,10 @@ func TestOutboxRetention(t *testing.T) {
 	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND (metadata->'output'->'detail'->>'continued')::bool`); n != 3 {
 		t.Errorf("%d trims continued, want 3", n)
 	}
+	// A continuation keeps the tags of the trim it continues.
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND NOT ('item' = ANY(tags) AND 'scanner-outbox_retention' = ANY(tags))`); n != 0 {
+		t.Errorf("%d trim jobs without the item and scanner tags", n)
+	}
 }
 
 // TestTickWithoutScannerIsCancelled: a tick naming a scanner this process

@@ -77,7 +77,7 @@ func (w *RescueWorker) Work(ctx context.Context, job *river.Job[jobs.RescueArgs]
 // rescueJob is the leader's periodic ff.rescue of the pipeline's queues.
 func (p *Pipeline) rescueJob() *river.PeriodicJob {
 	args := jobs.RescueArgs{Queues: []string{p.ScanQueue(), p.ApplyQueue()}, AfterMs: (p.env.JobTimeout + RescueGrace).Milliseconds()}
-	opts := p.TickInsertOpts()
+	opts := withTags(p.TickInsertOpts(), RescueTags(p.filter))
 	return river.NewPeriodicJob(river.PeriodicInterval(RescueInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return args, opts },
 		&river.PeriodicJobOpts{ID: "ff.rescue:" + p.ScanQueue()})
