@@ -39,22 +39,22 @@ type CreateParams struct {
 }
 
 func (s *Store) validateCreate(p *CreateParams) error {
-	if err := validateText("lane", p.Lane, true, 255); err != nil {
+	if err := ff.CheckText("lane", p.Lane, true, ff.MaxName); err != nil {
 		return err
 	}
-	if err := validateText("namespace", p.Namespace, false, 255); err != nil {
+	if err := ff.CheckText("namespace", p.Namespace, false, ff.MaxName); err != nil {
 		return err
 	}
 	for k, v := range p.Tags {
-		if err := validateText("tag key", k, true, 255); err != nil {
+		if err := ff.CheckText("tag key", k, true, ff.MaxName); err != nil {
 			return err
 		}
-		if err := validateText("tag "+k, v, false, 4096); err != nil {
+		if err := ff.CheckText("tag "+k, v, false, ff.MaxTagValue); err != nil {
 			return err
 		}
 	}
 	for _, c := range p.RequiredCapabilities {
-		if err := validateText("required_capabilities", c, true, 255); err != nil {
+		if err := ff.CheckText("required_capabilities", c, true, ff.MaxName); err != nil {
 			return err
 		}
 	}
@@ -164,7 +164,7 @@ func (s *Store) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (ff.Exe
 // RegisterLane records a lane so Claim accepts it before any execution was
 // created in it. Registering twice is fine.
 func (s *Store) RegisterLane(ctx context.Context, lane, by string) error {
-	if err := validateText("lane", lane, true, 255); err != nil {
+	if err := ff.CheckText("lane", lane, true, ff.MaxName); err != nil {
 		return err
 	}
 	_, err := s.pool.Exec(ctx, s.sql(`INSERT INTO {S}ff_lane_registry (lane_id, registered_at_ms, registered_by)

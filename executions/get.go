@@ -204,12 +204,12 @@ type ListParams struct {
 // and 1,600-1,700 with them (the spread is the shared machine's noise).
 func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
 	if p.State != "" && !slices.Contains(publicStates, p.State) {
-		return nil, ff.Validationf("state", "%q is not a state: want one of %s", p.State, strings.Join(publicStates, ", "))
+		return nil, ff.Validationf("state", "%s is not a state: want one of %s", ff.Excerpt(p.State), strings.Join(publicStates, ", "))
 	}
-	if err := validateText("namespace", p.Namespace, false, 255); err != nil {
+	if err := ff.CheckText("namespace", p.Namespace, false, ff.MaxName); err != nil {
 		return nil, err
 	}
-	if err := validateText("lane", p.Lane, false, 255); err != nil {
+	if err := ff.CheckText("lane", p.Lane, false, ff.MaxName); err != nil {
 		return nil, err
 	}
 	switch {

@@ -41,13 +41,13 @@ type ClaimParams struct {
 }
 
 func (p *ClaimParams) validate() error {
-	if err := validateText("lane", p.Lane, true, 255); err != nil {
+	if err := ff.CheckText("lane", p.Lane, true, ff.MaxName); err != nil {
 		return err
 	}
-	if err := validateText("worker_id", p.WorkerID, false, 255); err != nil {
+	if err := ff.CheckText("worker_id", p.WorkerID, false, ff.MaxName); err != nil {
 		return err
 	}
-	if err := validateText("worker_instance_id", p.WorkerInstanceID, false, 255); err != nil {
+	if err := ff.CheckText("worker_instance_id", p.WorkerInstanceID, false, ff.MaxName); err != nil {
 		return err
 	}
 	if p.LeaseTTL <= 0 {
@@ -63,7 +63,7 @@ func (p *ClaimParams) validate() error {
 		p.Max = 1
 	}
 	for _, c := range p.Capabilities {
-		if err := validateText("capabilities", c, true, 255); err != nil {
+		if err := ff.CheckText("capabilities", c, true, ff.MaxName); err != nil {
 			return err
 		}
 	}
@@ -164,7 +164,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease,
 			return nil, dbutil.MapErr(err, "claim: checking lane")
 		}
 		if !known {
-			return nil, ff.Validationf("lane", "%q is unknown: no execution was ever created in it (RegisterLane registers one ahead)", p.Lane)
+			return nil, ff.Validationf("lane", "%s is unknown: no execution was ever created in it (RegisterLane registers one ahead)", ff.Excerpt(p.Lane))
 		}
 		return nil, nil
 	}
@@ -354,7 +354,7 @@ func (s *Store) Fail(ctx context.Context, lease Lease, p FailParams) (FailResult
 
 // FailTx is Fail inside the caller's transaction.
 func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams) (FailResult, error) {
-	if err := validateText("message", p.Message, false, 64<<10); err != nil {
+	if err := ff.CheckText("message", p.Message, false, ff.MaxMessage); err != nil {
 		return FailResult{}, err
 	}
 	l, now, err := s.lockLease(ctx, tx, lease)

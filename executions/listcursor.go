@@ -33,19 +33,19 @@ func (c ListCursor) String() string {
 func ParseListCursor(s string) (*ListCursor, error) {
 	parts := strings.Split(s, ".")
 	if len(parts) != 3 {
-		return nil, ff.Validationf("after", "%q: want <created_at_ms>.<partition>.<uuid>", s)
+		return nil, ff.Validationf("after", "%s: want <created_at_ms>.<partition>.<uuid>", ff.Excerpt(s))
 	}
 	ms, err := strconv.ParseInt(parts[0], 10, 64)
 	if err != nil || ms < 0 {
-		return nil, ff.Validationf("after", "%q: %q is not a time in milliseconds", s, parts[0])
+		return nil, ff.Validationf("after", "%s: %s is not a time in milliseconds", ff.Excerpt(s), ff.Excerpt(parts[0]))
 	}
 	p, err := strconv.ParseInt(parts[1], 10, 16)
 	if err != nil || p < 0 || p >= ff.MaxPartitions {
-		return nil, ff.Validationf("after", "%q: %q is not a partition number", s, parts[1])
+		return nil, ff.Validationf("after", "%s: %s is not a partition number", ff.Excerpt(s), ff.Excerpt(parts[1]))
 	}
 	u, err := uuid.Parse(parts[2])
 	if err != nil || len(parts[2]) != 36 {
-		return nil, ff.Validationf("after", "%q: %q is not a UUID", s, parts[2])
+		return nil, ff.Validationf("after", "%s: %s is not a UUID", ff.Excerpt(s), ff.Excerpt(parts[2]))
 	}
 	return &ListCursor{CreatedAtMs: ms, Partition: int16(p), UUID: u}, nil
 }
@@ -81,11 +81,11 @@ func ParseIDPrefix(s string) (IDPrefix, error) {
 	if strings.HasPrefix(rest, "{fp:") {
 		end := strings.Index(rest, "}:")
 		if end < 0 {
-			return IDPrefix{}, ff.Validationf("id", "%q: want {fp:N}:<uuid or its beginning>", s)
+			return IDPrefix{}, ff.Validationf("id", "%s: want {fp:N}:<uuid or its beginning>", ff.Excerpt(s))
 		}
 		n, err := strconv.ParseUint(rest[len("{fp:"):end], 10, 16)
 		if err != nil || n >= ff.MaxPartitions {
-			return IDPrefix{}, ff.Validationf("id", "%q: %q is not a partition number in 0..%d", s, rest[len("{fp:"):end], ff.MaxPartitions-1)
+			return IDPrefix{}, ff.Validationf("id", "%s: %s is not a partition number in 0..%d", ff.Excerpt(s), ff.Excerpt(rest[len("{fp:"):end]), ff.MaxPartitions-1)
 		}
 		p := int16(n)
 		out.Partition = &p
@@ -93,17 +93,17 @@ func ParseIDPrefix(s string) (IDPrefix, error) {
 	}
 	hex := strings.ToLower(strings.ReplaceAll(rest, "-", ""))
 	if len(hex) > 32 || strings.Trim(hex, "0123456789abcdef") != "" {
-		return IDPrefix{}, ff.Validationf("id", "%q: %q is not the beginning of a UUID (hexadecimal digits and dashes)", s, rest)
+		return IDPrefix{}, ff.Validationf("id", "%s: %s is not the beginning of a UUID (hexadecimal digits and dashes)", ff.Excerpt(s), ff.Excerpt(rest))
 	}
 	if out.Partition == nil && len(hex) < MinIDPrefix {
-		return IDPrefix{}, ff.Validationf("id", "%q: give at least %d hexadecimal digits of the UUID, or {fp:N}: before them", s, MinIDPrefix)
+		return IDPrefix{}, ff.Validationf("id", "%s: give at least %d hexadecimal digits of the UUID, or {fp:N}: before them", ff.Excerpt(s), MinIDPrefix)
 	}
 	var err error
 	if out.Low, err = uuid.Parse(pad(hex, '0')); err != nil {
-		return IDPrefix{}, ff.Validationf("id", "%q: %v", s, err)
+		return IDPrefix{}, ff.Validationf("id", "%s: %v", ff.Excerpt(s), err)
 	}
 	if out.High, err = uuid.Parse(pad(hex, 'f')); err != nil {
-		return IDPrefix{}, ff.Validationf("id", "%q: %v", s, err)
+		return IDPrefix{}, ff.Validationf("id", "%s: %v", ff.Excerpt(s), err)
 	}
 	return out, nil
 }

@@ -28,10 +28,10 @@ func (s *Store) Cancel(ctx context.Context, id ff.ExecutionID, p CancelParams) e
 
 // CancelTx is Cancel inside the caller's transaction.
 func (s *Store) CancelTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p CancelParams) error {
-	if err := validateText("reason", p.Reason, false, 1024); err != nil {
+	if err := ff.CheckText("reason", p.Reason, false, ff.MaxReason); err != nil {
 		return err
 	}
-	if err := validateText("by", p.By, false, 255); err != nil {
+	if err := ff.CheckText("by", p.By, false, ff.MaxName); err != nil {
 		return err
 	}
 	l, err := s.lock(ctx, tx, id)
@@ -96,7 +96,7 @@ func (s *Store) Revoke(ctx context.Context, id ff.ExecutionID, reason string) er
 
 // RevokeTx is Revoke inside the caller's transaction.
 func (s *Store) RevokeTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, reason string) error {
-	if err := validateText("reason", reason, false, 1024); err != nil {
+	if err := ff.CheckText("reason", reason, false, ff.MaxReason); err != nil {
 		return err
 	}
 	l, err := s.lock(ctx, tx, id)

@@ -52,7 +52,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -449,23 +448,6 @@ func decodePolicy(b []byte) Policy {
 		p.RetryPolicy.MaxRetries = 0
 	}
 	return p
-}
-
-// validateText rejects empty, oversized or NUL-carrying names.
-func validateText(field, v string, required bool, max int) error {
-	if v == "" {
-		if required {
-			return ff.Validationf(field, "is required")
-		}
-		return nil
-	}
-	if len(v) > max {
-		return ff.Validationf(field, "is %d bytes, longer than %d", len(v), max)
-	}
-	if strings.ContainsRune(v, 0) {
-		return ff.Validationf(field, "contains a NUL byte")
-	}
-	return nil
 }
 
 // retryTarget is the state a retried execution moves to.

@@ -16,19 +16,28 @@ type Tag struct {
 func (t Tag) String() string { return t.Key + "=" + t.Value }
 
 // ParseTag parses a "key=value" flag value. The key must be non-empty; the
-// value may be empty and may itself contain '='.
+// value may be empty and may itself contain '='. Key and value are checked
+// as the store checks an execution's tags (CheckText).
 func ParseTag(s string) (Tag, error) {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok {
-		return Tag{}, Validationf("instance_tag", "%q: want key=value", s)
+		return Tag{}, Validationf("instance_tag", "%s: want key=value", Excerpt(s))
 	}
 	if strings.TrimSpace(k) == "" {
-		return Tag{}, Validationf("instance_tag", "%q: the key is empty", s)
+		return Tag{}, Validationf("instance_tag", "%s: the key is empty", Excerpt(s))
 	}
-	if strings.ContainsRune(s, 0) {
-		return Tag{}, Validationf("instance_tag", "%q: contains a NUL byte", s)
+	t := Tag{Key: k, Value: v}
+	return t, t.validate()
+}
+
+func (t Tag) validate() error {
+	if t.Key == "" {
+		return Validationf("instance_tag", "the key is empty")
 	}
-	return Tag{Key: k, Value: v}, nil
+	if err := CheckText("instance_tag key", t.Key, true, MaxName); err != nil {
+		return err
+	}
+	return CheckText("instance_tag value", t.Value, false, MaxTagValue)
 }
 
 // Filter narrows scanners and streams to one tenant. The zero value matches
@@ -48,18 +57,15 @@ type Filter struct {
 // IsZero reports whether the filter matches everything.
 func (f Filter) IsZero() bool { return f.Namespace == "" && f.InstanceTag == nil }
 
-// Validate rejects filters that cannot be stored or compared.
+// Validate rejects filters that cannot be stored or compared: the
+// namespace and the tag are checked as the store checks an execution's
+// (CheckText).
 func (f Filter) Validate() error {
-	if strings.ContainsRune(f.Namespace, 0) {
-		return Validationf("namespace", "contains a NUL byte")
+	if err := CheckText("namespace", f.Namespace, false, MaxName); err != nil {
+		return err
 	}
 	if f.InstanceTag != nil {
-		if f.InstanceTag.Key == "" {
-			return Validationf("instance_tag", "the key is empty")
-		}
-		if strings.ContainsRune(f.InstanceTag.Key+f.InstanceTag.Value, 0) {
-			return Validationf("instance_tag", "contains a NUL byte")
-		}
+		return f.InstanceTag.validate()
 	}
 	return nil
 }

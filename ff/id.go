@@ -45,28 +45,28 @@ func (id ExecutionID) String() string {
 func ParseExecutionID(s string) (ExecutionID, error) {
 	const prefix = "{fp:"
 	if !strings.HasPrefix(s, prefix) {
-		return ExecutionID{}, Validationf("execution_id", "%q: want the form {fp:N}:<uuid>", s)
+		return ExecutionID{}, Validationf("execution_id", "%s: want the form {fp:N}:<uuid>", Excerpt(s))
 	}
 	rest := s[len(prefix):]
 	end := strings.Index(rest, "}:")
 	if end < 0 {
-		return ExecutionID{}, Validationf("execution_id", "%q: missing \"}:\" after the partition", s)
+		return ExecutionID{}, Validationf("execution_id", "%s: missing \"}:\" after the partition", Excerpt(s))
 	}
 	numStr := rest[:end]
 	if numStr == "" || (len(numStr) > 1 && numStr[0] == '0') || strings.ContainsAny(numStr, "+-") {
-		return ExecutionID{}, Validationf("execution_id", "%q: partition %q is not a canonical number", s, numStr)
+		return ExecutionID{}, Validationf("execution_id", "%s: partition %s is not a canonical number", Excerpt(s), Excerpt(numStr))
 	}
 	n, err := strconv.ParseUint(numStr, 10, 16)
 	if err != nil || n >= MaxPartitions {
-		return ExecutionID{}, Validationf("execution_id", "%q: partition %q is not a number in 0..%d", s, numStr, MaxPartitions-1)
+		return ExecutionID{}, Validationf("execution_id", "%s: partition %s is not a number in 0..%d", Excerpt(s), Excerpt(numStr), MaxPartitions-1)
 	}
 	uStr := rest[end+2:]
 	if len(uStr) != 36 {
-		return ExecutionID{}, Validationf("execution_id", "%q: %q is not a UUID in its 36-character form", s, uStr)
+		return ExecutionID{}, Validationf("execution_id", "%s: %s is not a UUID in its 36-character form", Excerpt(s), Excerpt(uStr))
 	}
 	u, err := uuid.Parse(uStr)
 	if err != nil {
-		return ExecutionID{}, Validationf("execution_id", "%q: %q is not a UUID", s, uStr)
+		return ExecutionID{}, Validationf("execution_id", "%s: %s is not a UUID", Excerpt(s), Excerpt(uStr))
 	}
 	return ExecutionID{Partition: int16(n), UUID: u}, nil
 }

@@ -92,13 +92,15 @@ func (c *consumerState) finished(boundary ff.Cursor) {
 	c.ends = append(c.ends, batchEnd{cursor: boundary, sent: c.sent})
 }
 
-func checkConsumerName(name string) error {
-	if len(name) > MaxConsumerName {
-		return ff.Validationf("consumer", "%q is longer than %d bytes", name, MaxConsumerName)
+// CheckConsumerName checks a consumer name (Options.Consumer): valid UTF-8,
+// printable, no spaces, at most MaxConsumerName bytes.
+func CheckConsumerName(name string) error {
+	if err := ff.CheckText("consumer", name, false, MaxConsumerName); err != nil {
+		return err
 	}
 	for _, r := range name {
 		if r < 0x21 || r == 0x7f {
-			return ff.Validationf("consumer", "%q: use printable characters without spaces", name)
+			return ff.Validationf("consumer", "%s: use printable characters without spaces", ff.Excerpt(name))
 		}
 	}
 	return nil

@@ -27,7 +27,7 @@ func StreamTable(name string) (string, error) {
 	if t, ok := streamTables[name]; ok {
 		return t, nil
 	}
-	return "", ff.Validationf("stream", "%q: want %q or %q", name, StreamLeases, StreamCompletions)
+	return "", ff.Validationf("stream", "%s: want %q or %q", ff.Excerpt(name), StreamLeases, StreamCompletions)
 }
 
 func streamOfTable(table string) string {
@@ -113,7 +113,7 @@ func DropConsumer(ctx context.Context, pool *pgxpool.Pool, schema, stream, name 
 	if err != nil {
 		return err
 	}
-	if err := checkConsumerName(name); err != nil {
+	if err := CheckConsumerName(name); err != nil {
 		return err
 	}
 	if name == "" {

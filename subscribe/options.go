@@ -227,7 +227,7 @@ func (o Options) validate() (config, error) {
 		c.appName = DefaultApplicationName
 	}
 	if len(c.appName) > 63 {
-		return config{}, ff.Validationf("application_name", "%q is longer than 63 bytes", c.appName)
+		return config{}, ff.Validationf("application_name", "%s is longer than 63 bytes", ff.Excerpt(c.appName))
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -237,7 +237,7 @@ func (o Options) validate() (config, error) {
 	case c.consumer == "" && c.maxLag != 0:
 		return config{}, ff.Validationf("consumer_max_lag", "given without a consumer name")
 	case c.consumer != "":
-		if err := checkConsumerName(c.consumer); err != nil {
+		if err := CheckConsumerName(c.consumer); err != nil {
 			return config{}, err
 		}
 		if c.maxLag < 0 {

@@ -97,6 +97,13 @@ func runConsumerDrop(ctx context.Context, args []string, stdout, stderr io.Write
 	if err == nil && *stream == "" {
 		err = cli.Usagef("--stream is required: leases or completions")
 	}
+	if err == nil {
+		if _, serr := subscribe.StreamTable(*stream); serr != nil {
+			err = &cli.UsageError{Err: serr}
+		} else if nerr := subscribe.CheckConsumerName(pos[0]); nerr != nil {
+			err = &cli.UsageError{Err: nerr}
+		}
+	}
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -204,10 +205,15 @@ func runExecList(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		"({fp:N}:<hex>, or at least %d hex digits of the UUID)", executions.MinIDPrefix))
 	f.fs.IntVar(&p.Limit, "limit", executions.DefaultListLimit, fmt.Sprintf("list at most `n` executions (at most %d)", executions.MaxListLimit))
 	f.fs.AfterParse(func() error {
+		for _, t := range []struct{ flag, v string }{{"namespace", p.Namespace}, {"lane", p.Lane}, {"state", p.State}} {
+			if err := cli.CheckText(t.flag, t.v, ff.MaxName); err != nil {
+				return err
+			}
+		}
 		if flow != "" {
 			u, err := uuid.Parse(flow)
 			if err != nil {
-				return cli.Usagef("--flow %q: not a UUID", flow)
+				return cli.Usagef("--flow %s: not a UUID", ff.Excerpt(flow))
 			}
 			p.FlowID = u
 		}
@@ -255,6 +261,9 @@ func runExecCancel(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var p executions.CancelParams
 	f.fs.StringVar(&p.Reason, "reason", "", "stored as cancellation_reason (default \"cancelled\")")
 	f.fs.StringVar(&p.By, "by", "", "stored as cancelled_by (default \"operator\")")
+	f.fs.AfterParse(func() error {
+		return errors.Join(cli.CheckText("reason", p.Reason, ff.MaxReason), cli.CheckText("by", p.By, ff.MaxName))
+	})
 	id, err := f.parseID(args)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
@@ -276,6 +285,7 @@ func runExecRevoke(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"waiting and eligible again, no retry is spent, and a lease revoked event is written.\n"+
 			"Then shows the execution as exec get does. Exits 1 when it holds no lease or is unknown.", stdout)
 	reason := f.fs.String("reason", "", "stored in the execution's raw_fields as revoke_reason")
+	f.fs.AfterParse(func() error { return cli.CheckText("reason", *reason, ff.MaxReason) })
 	id, err := f.parseID(args)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)

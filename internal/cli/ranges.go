@@ -3,6 +3,8 @@ package cli
 import (
 	"strconv"
 	"time"
+
+	"github.com/ffriver/ffriver/ff"
 )
 
 // CheckInt returns a usage error naming --name and its allowed range when n
@@ -29,6 +31,17 @@ func FirstError(errs ...error) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckText checks the value of flag --name as the store checks a stored
+// value of its kind (ff.CheckText: valid UTF-8, no NUL byte, at most max
+// bytes), so that a value is refused on the command line before it reaches
+// SQL, with an error that quotes at most its beginning.
+func CheckText(name, v string, max int) error {
+	if err := ff.CheckText("--"+name, v, false, max); err != nil {
+		return &UsageError{Err: err}
 	}
 	return nil
 }

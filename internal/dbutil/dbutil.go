@@ -34,10 +34,10 @@ func ParseSchema(name string) (Schema, error) {
 		return "", nil
 	}
 	if len(name) > MaxSchemaLen {
-		return "", ff.Validationf("schema", "%q is longer than %d characters", name, MaxSchemaLen)
+		return "", ff.Validationf("schema", "%s is longer than %d characters", ff.Excerpt(name), MaxSchemaLen)
 	}
 	if !schemaRe.MatchString(name) {
-		return "", ff.Validationf("schema", "%q: only letters, digits and underscores, not starting with a digit", name)
+		return "", ff.Validationf("schema", "%s: only letters, digits and underscores, not starting with a digit", ff.Excerpt(name))
 	}
 	return Schema(name), nil
 }

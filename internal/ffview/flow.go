@@ -116,7 +116,7 @@ func (v *View) flow() http.HandlerFunc {
 		s := r.PathValue("flow")
 		id, err := uuid.Parse(s)
 		if err != nil || len(s) != 36 {
-			v.failErr(w, r, ff.Validationf("flow", "%q is not a flow UUID", s))
+			v.failErr(w, r, ff.Validationf("flow", "%s is not a flow UUID", ff.Excerpt(s)))
 			return
 		}
 		f, err := v.store.GetFlow(r.Context(), id)

@@ -66,7 +66,7 @@ func (v *View) executionsList() http.HandlerFunc {
 		if s := q.Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > MaxPageSize {
-				v.failErr(w, r, ff.Validationf("limit", "%q is not a page size in 1..%d", s, MaxPageSize))
+				v.failErr(w, r, ff.Validationf("limit", "%s is not a page size in 1..%d", ff.Excerpt(s), MaxPageSize))
 				return
 			}
 			f.Limit = n
@@ -74,7 +74,7 @@ func (v *View) executionsList() http.HandlerFunc {
 		if f.Flow != "" {
 			u, err := uuid.Parse(f.Flow)
 			if err != nil {
-				v.failErr(w, r, ff.Validationf("flow", "%q is not a flow UUID", f.Flow))
+				v.failErr(w, r, ff.Validationf("flow", "%s is not a flow UUID", ff.Excerpt(f.Flow)))
 				return
 			}
 			p.FlowID = u

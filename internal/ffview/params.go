@@ -35,7 +35,7 @@ func checkValues(vals url.Values, what, kind string, allowed ...string) error {
 			if len(allowed) > 0 {
 				want = strings.Join(allowed, ", ")
 			}
-			return ff.Validationf(what, "unknown %s %q: want %s", kind, k, want)
+			return ff.Validationf(what, "unknown %s %s: want %s", kind, ff.Excerpt(k), want)
 		}
 		if len(vals[k]) > 1 {
 			return ff.Validationf(k, "given %d times: want it once", len(vals[k]))
