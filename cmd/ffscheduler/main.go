@@ -177,7 +177,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		return nil
 	})
 	err := fs.Parse(args)
-	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffscheduler", MaxConns: int32(o.scanConc + o.applyConc + 8)}, Serve: o.serve}, err
+	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffscheduler", MaxConns: int32(o.scanConc + o.applyConc + 8),
+		SizeFlags: "--scan-concurrency and --apply-concurrency"}, Serve: o.serve}, err
 }
 
 // serve runs the process: ffriver's run path (ffriver.Run).

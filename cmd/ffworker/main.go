@@ -89,7 +89,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		)
 	})
 	err := fs.Parse(args)
-	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: poolSize(o.applyConc, o.scanConc)}, Serve: o.serve}, err
+	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: poolSize(o.applyConc, o.scanConc),
+		SizeFlags: "--concurrency and --scan-concurrency"}, Serve: o.serve}, err
 }
 
 // defaultConcurrency is --concurrency's default, chosen by ffctl bench

@@ -122,6 +122,13 @@ type PoolOptions struct {
 	MaxConns int32
 	// MinConns kept open (default 0).
 	MinConns int32
+	// SizeFlags names the flags that size the pool ("--concurrency and
+	// --scan-concurrency"), for the explanation of a refused connection.
+	SizeFlags string
+	// Logger, when set, hears (at most once a minute) why the server
+	// refused the pool a connection: which limit, how many connections it
+	// allows and who holds them (see ConnLimitError).
+	Logger *slog.Logger
 }
 
 // PoolConfig builds the pool configuration OpenPool uses: c.DatabaseURL, with
@@ -155,6 +162,9 @@ func (c *Common) PoolConfig(o PoolOptions) (*pgxpool.Config, error) {
 	if !strings.Contains(c.DatabaseURL, "pool_max_conn_idle_time") {
 		cfg.MaxConnIdleTime = 5 * time.Minute
 	}
+	if o.Logger != nil && cfg.ConnConfig.Tracer == nil {
+		cfg.ConnConfig.Tracer = &connLimitTracer{logger: o.Logger, opts: o, max: cfg.MaxConns}
+	}
 	return cfg, nil
 }
 
@@ -171,6 +181,9 @@ func (c *Common) OpenPool(ctx context.Context, o PoolOptions) (*pgxpool.Pool, er
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if isConnLimit(err) {
+			err = connLimitError(o, cfg.MaxConns, err)
+		}
 		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), "connecting to "+RedactURL(c.DatabaseURL))
 	}
 	return pool, nil

@@ -55,6 +55,9 @@ func Run(ctx context.Context, name string, parse func(args []string, stdout io.W
 		return Report(stderr, name, err)
 	}
 	logger := d.Flags.Logger(stderr)
+	if d.Pool.Logger == nil {
+		d.Pool.Logger = logger
+	}
 	pool, err := d.Flags.OpenPool(ctx, d.Pool)
 	if err == nil {
 		defer pool.Close()

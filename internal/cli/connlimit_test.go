@@ -1,0 +1,128 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/jackc/pgx/v5"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A refused connection (SQLSTATE 53300) is explained: which limit, the
+// pool's size and the flags that set it; in a running process, at most once
+// a minute, with how many connections the limit allows and who holds them.
+// The limit here is a role's CONNECTION LIMIT, a role of the test's own, so
+// the shared server's max_connections is never exhausted.
+func TestConnectionLimitIsExplained(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := testdb.Connect(t, "")
+	var buf [4]byte
+	_, _ = rand.Read(buf[:])
+	role := "ff_connlimit_" + hex.EncodeToString(buf[:])
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN CONNECTION LIMIT 1`); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("creating a role with a connection limit: %v", err)
+		}
+		t.Skipf("cannot create a role here: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, role)
+		for range 50 {
+			if _, err := admin.Exec(ctx, `DROP ROLE IF EXISTS `+role); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	roleURL := u.String()
+
+	// Its one connection is held elsewhere: the pool's first is refused.
+	other, err := pgx.Connect(ctx, roleURL+"&application_name=the-other-process")
+	if err != nil {
+		t.Fatalf("connecting as %s: %v", role, err)
+	}
+	c := &cli.Common{DatabaseURL: roleURL}
+	opts := cli.PoolOptions{AppName: "ffworker", MaxConns: 22, SizeFlags: "--concurrency and --scan-concurrency"}
+	_, err = c.OpenPool(ctx, opts)
+	var cle *cli.ConnLimitError
+	if !errors.As(err, &cle) || !cle.Role {
+		t.Fatalf("OpenPool with the role's slot taken: %v; want a *cli.ConnLimitError about the role's limit", err)
+	}
+	for _, want := range []string{"CONNECTION LIMIT", "ffworker's pool takes up to 22 connections", "--concurrency and --scan-concurrency"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if code := cli.ExitCode(err); code != cli.ExitFailure {
+		t.Errorf("exit code %d, want %d", code, cli.ExitFailure)
+	}
+	other.Close(ctx)
+
+	// Running: the pool holds the one slot; its next connection is
+	// refused, and the log says who holds what.
+	var logs syncBuffer
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	opts.AppName = "ffworker-under-test"
+	pool, err := c.OpenPool(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = pool.Acquire(actx)
+	cancel()
+	if err == nil {
+		t.Fatal("a second connection of a role limited to one was granted")
+	}
+	held.Release()
+	fftest.Await(t, 30*time.Second, "the refusal explained in the log", func() bool {
+		return strings.Contains(logs.String(), "holders=")
+	})
+	line := logs.String()
+	for _, want := range []string{"CONNECTION LIMIT", "allowed=1", "ffworker-under-test: 1", "pool_max_conns=22"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q does not say %q", line, want)
+		}
+	}
+}
