@@ -10,7 +10,8 @@
 #   export DATABASE_URL="$(scripts/devdb.sh)"
 #
 # Where the URL comes from, in order:
-#   a. $DATABASE_URL, when it is set and the server answers;
+#   a. $DATABASE_URL, when it is set: it must answer, else this fails (a URL
+#      the user set is never replaced by another database);
 #   b. a server on 127.0.0.1:5432 as user postgres, database "test", else
 #      database "postgres" (skipped with FF_DEVDB_SKIP_LOCAL=1);
 #   c. a throwaway cluster of the installed PostgreSQL binaries in .devdb/ of
@@ -384,8 +385,12 @@ find_url() {
 			printf '%s\n' "$DATABASE_URL"
 			return 0
 			;;
-		1) say "\$DATABASE_URL ($(redact "$DATABASE_URL")) does not answer; looking further" ;;
-		2) say "cannot probe \$DATABASE_URL: neither psql nor pg_isready is installed; looking further" ;;
+		1) die "\$DATABASE_URL ($(redact "$DATABASE_URL")) does not answer: start that server or fix the URL, or unset DATABASE_URL to let this script find or start one (a set URL is never replaced by another database)" ;;
+		2)
+			say "cannot probe \$DATABASE_URL (neither psql nor pg_isready is installed): using it as it is"
+			printf '%s\n' "$DATABASE_URL"
+			return 0
+			;;
 		esac
 	fi
 	# b. a server on 127.0.0.1:5432
