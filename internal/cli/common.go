@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -181,10 +182,20 @@ func (c *Common) OpenPool(ctx context.Context, o PoolOptions) (*pgxpool.Pool, er
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		if isConnLimit(err) {
-			err = connLimitError(o, cfg.MaxConns, err)
+		doing := "connecting to " + RedactURL(c.DatabaseURL)
+		if o.Logger != nil {
+			o.Logger.Debug("the first connection failed", "url", RedactURL(c.DatabaseURL), "error", redactErr(err, c.DatabaseURL).Error())
 		}
-		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), "connecting to "+RedactURL(c.DatabaseURL))
+		if isConnLimit(err) {
+			return nil, dbutil.MapErr(redactErr(connLimitError(o, cfg.MaxConns, err), c.DatabaseURL), doing)
+		}
+		var ce *ConnectError
+		if errors.As(explainConnect(&cfg.ConnConfig.Config, err), &ce) {
+			// One sentence; the chain is in Unwrap (and the debug line).
+			ce.Err = redactErr(ce.Err, c.DatabaseURL)
+			return nil, fmt.Errorf("%s: %w", doing, ce)
+		}
+		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), doing)
 	}
 	return pool, nil
 }

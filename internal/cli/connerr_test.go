@@ -1,0 +1,58 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/testdb"
+)
+
+// A first connection that fails is one sentence saying what is wrong and
+// what to check, not pgx's chain of dial errors and FATALs.
+func TestConnectErrorsAreSentences(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDB := func(db string) string { v := *u; v.Path = "/" + db; return v.String() }
+	withUser := func(user string) string { v := *u; v.User = url.User(user); return v.String() }
+	for _, c := range []struct {
+		name, url string
+		want      []string
+		transient bool
+	}{
+		{"refused", "postgres://u:secret@127.0.0.1:1/db?connect_timeout=5",
+			[]string{"connecting to postgres://u:xxxxx@127.0.0.1:1/db", "nothing answers at 127.0.0.1:1 (connection refused)", "--database-url"}, true},
+		{"unknown database", withDB("ff_no_such_database"),
+			[]string{`database "ff_no_such_database" does not exist`, "check the database name in --database-url"}, false},
+		{"unknown role", withUser("ff_no_such_role"),
+			[]string{`refused role "ff_no_such_role"`, "check the user in --database-url"}, false},
+	} {
+		_, err := (&cli.Common{DatabaseURL: c.url}).OpenPool(context.Background(), cli.PoolOptions{})
+		var ce *cli.ConnectError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: %v; want a *cli.ConnectError", c.name, err)
+			continue
+		}
+		msg := err.Error()
+		for _, w := range c.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: %q does not say %q", c.name, msg, w)
+			}
+		}
+		for _, chain := range []string{"dial error", "SQLSTATE", "failed to connect to", "secret"} {
+			if strings.Contains(msg, chain) {
+				t.Errorf("%s: %q still carries %q", c.name, msg, chain)
+			}
+		}
+		if errors.Is(err, ff.ErrUnavailable) != c.transient {
+			t.Errorf("%s: errors.Is(ErrUnavailable) = %t, want %t", c.name, !c.transient, c.transient)
+		}
+	}
+}
