@@ -110,6 +110,12 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	// ffriver's own tables only: River's are checked where River is used.
 	parts, err := migrations.VerifyTables(ctx, pool, string(s), cfg.Partitions)
 	if err != nil {
+		if cfg.Schema == "" && errors.Is(err, ff.ErrNotMigrated) {
+			// The schema came from the connection, not from the caller: a
+			// forgotten schema reads as a wrong one otherwise.
+			err = fmt.Errorf("%w (no schema was given, so the connection's search_path chose %q: "+
+				"if ffriver's tables are in another schema, give it: --schema or $FF_SCHEMA, Config.Schema in Go)", err, s)
+		}
 		return nil, err
 	}
 	out := cfg.Outbox
