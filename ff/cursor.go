@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -104,10 +105,30 @@ func (c Cursor) Less(d Cursor) bool {
 	return c.EventID < d.EventID
 }
 
+// cursorHelp ends every error about a malformed cursor: what a cursor is
+// and what to do instead.
+const cursorHelp = "; a cursor is the hex position a stream gives with each event (ffctl tail prints it, " +
+	"Stream.Cursor returns it): resume from one of those, or start from the beginning or from a time (ffctl tail --from-start or --since)"
+
+// explainCursor adds cursorHelp to a malformed cursor's validation error.
+func explainCursor(err error) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) && ve.Field == "cursor" {
+		return &ValidationError{Field: "cursor", Reason: "not a stream cursor: " + ve.Reason + cursorHelp}
+	}
+	return err
+}
+
 // DecodeCursor decodes the binary form (any of the three). An empty slice
 // decodes to the zero Cursor; callers that must not start from "now" by
-// accident reject empty input themselves.
+// accident reject empty input themselves. An error says what is wrong
+// with b, what a cursor is and what to do instead.
 func DecodeCursor(b []byte) (Cursor, error) {
+	c, err := decodeCursor(b)
+	return c, explainCursor(err)
+}
+
+func decodeCursor(b []byte) (Cursor, error) {
 	switch {
 	case len(b) == 0:
 		return Cursor{}, nil
@@ -157,7 +178,7 @@ func ParseCursor(s string) (Cursor, error) {
 	s = strings.TrimSpace(s)
 	b, err := hex.DecodeString(s)
 	if err != nil {
-		return Cursor{}, Validationf("cursor", "%q is not hex: %v", truncate(s, 40), err)
+		return Cursor{}, explainCursor(Validationf("cursor", "%q is not hex: %v", truncate(s, 40), err))
 	}
 	return DecodeCursor(b)
 }

@@ -136,7 +136,9 @@ func (r *reader[E]) attach(ctx context.Context, q *pgx.Conn) error {
 		return dbutil.MapErr(err, "subscribe: attaching consumer "+r.consumer.name)
 	}
 	if !ok {
-		return fmt.Errorf("%w: consumer %q of %s in schema %s", ErrConsumerBusy, r.consumer.name, r.table.name, r.cfg.schema)
+		return fmt.Errorf("%w: consumer %q of %s in schema %s is in use by another stream (another ffctl tail --consumer, "+
+			"or a process that has not noticed its connection died yet): stop that one, or choose another name",
+			ErrConsumerBusy, r.consumer.name, r.table.name, r.cfg.schema)
 	}
 	return nil
 }

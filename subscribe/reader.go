@@ -175,7 +175,7 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	err = s.q.QueryRow(ctx, schema.SQL("SELECT num_partitions FROM {S}ff_partition_config")).Scan(&count)
 	switch {
 	case dbutil.IsUndefinedTable(err) || errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("subscribe: schema %s has no ffriver tables: %w", schema, ff.ErrNotMigrated)
+		return nil, fmt.Errorf("subscribe: schema %s has no ffriver tables: %w; run `ffctl migrate --schema %s` first", schema, ff.ErrNotMigrated, schema)
 	case err != nil:
 		return nil, dbutil.MapErr(err, "subscribe: reading the partition count")
 	}
@@ -200,7 +200,7 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	for _, q := range []string{r.ticksSQL, r.nowSQL, r.oldestSQL, r.gapSQL, r.heldSQL, r.rangeSQL, r.heldSkip, r.rangeSkip} {
 		if _, err := s.q.Prepare(ctx, "", q); err != nil {
 			if dbutil.IsUndefinedTable(err) {
-				return nil, fmt.Errorf("subscribe: schema %s: %w: %w", schema, ff.ErrNotMigrated, err)
+				return nil, fmt.Errorf("subscribe: schema %s: %w (run `ffctl migrate --schema %s`): %w", schema, ff.ErrNotMigrated, schema, err)
 			}
 			return nil, dbutil.MapErr(err, "subscribe: preparing the stream query")
 		}
@@ -547,7 +547,7 @@ func (r *reader[E]) finish() {
 
 func (r *reader[E]) startErr(err error) error {
 	if dbutil.IsUndefinedTable(err) {
-		return fmt.Errorf("subscribe: schema %s: %w: %w", r.cfg.schema, ff.ErrNotMigrated, err)
+		return fmt.Errorf("subscribe: schema %s: %w (run `ffctl migrate --schema %s`): %w", r.cfg.schema, ff.ErrNotMigrated, r.cfg.schema, err)
 	}
 	return dbutil.MapErr(err, "subscribe: reading the start position")
 }
