@@ -128,6 +128,11 @@ func (f *execFlags) parseID(args []string) (ff.ExecutionID, error) {
 	}
 	id, err := ff.ParseExecutionID(pos[0])
 	if err != nil {
+		if _, perr := executions.ParseIDPrefix(pos[0]); perr == nil {
+			// The beginning of an id, as a newcomer copies it from a
+			// table: exec list finds the whole one.
+			err = fmt.Errorf("%w; to find an execution by the beginning of its id: ffctl exec list --id %s", err, pos[0])
+		}
 		return ff.ExecutionID{}, &cli.UsageError{Err: err}
 	}
 	return id, nil

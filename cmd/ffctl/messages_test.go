@@ -31,6 +31,13 @@ func TestNewcomerMessages(t *testing.T) {
 		}
 	}
 
+	// The beginning of an id, copied from a table, points to exec list.
+	var stderr bytes.Buffer
+	if code := runExec(ctx, []string{"get", "5f0c0e6c", "--database-url", "postgres://u@127.0.0.1:1/db"}, &bytes.Buffer{}, &stderr); code != cli.ExitUsage ||
+		!strings.Contains(stderr.String(), "ffctl exec list --id 5f0c0e6c") {
+		t.Errorf("exec get of a short id: exit %d, %q; want a pointer to exec list --id", code, stderr.String())
+	}
+
 	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
 	if code, msg := tail("--database-url", testdb.URL(), "--schema", bare.Schema); code != cli.ExitNotMigrated || !strings.Contains(msg, "ffctl migrate --schema "+bare.Schema) {
 		t.Errorf("tail on an unmigrated schema: exit %d, %q; want %d and the ffctl migrate hint", code, msg, cli.ExitNotMigrated)

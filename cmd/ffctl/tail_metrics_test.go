@@ -1,37 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testlog"
 )
-
-// lockedBuffer is a bytes.Buffer written by a command and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // ffctl tail --metrics-addr serves the stream's metrics by value, and
 // /readyz once the stream is open.
@@ -45,11 +26,11 @@ func TestTailMetrics(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	var stderr lockedBuffer
+	var stderr testlog.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runTail(ctx, []string{"--from-start", "--metrics-addr", "127.0.0.1:0", "--database-url", testdb.URL(), "--schema", db.Schema},
-			&lockedBuffer{}, &stderr)
+			&testlog.Buffer{}, &stderr)
 	}()
 	var addr string
 	addrRE := regexp.MustCompile(`metrics_addr=(\S+)`)

@@ -192,12 +192,15 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 		return err
 	}
 	defer cli.StopTelemetry(tel, logger)
+	// What the started line says of River UI: its URL once it is served,
+	// "off", or why not (the address was taken).
+	ui := &logString{o.uiAddr}
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
 		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
 		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
 	}, ffriver.RunOptions{
-		Name: "ffscheduler", Logger: logger, Started: []any{"ui", o.uiAddr},
+		Name: "ffscheduler", Logger: logger, Started: []any{"ui", ui},
 		Process: ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: o.shutdownTimeout, Client: ffriver.ClientOptions{
 			ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, ID: o.id,
 			RescueStuckJobsAfter: o.rescueAfter, CompletedJobRetention: o.completedRetain,
@@ -208,10 +211,22 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 				return nil, nil
 			}
 			srv, err := startUI(p.Context(), o, p, logger)
+			switch {
+			case srv != nil:
+				ui.s = srv.URL
+			case err == nil:
+				ui.s = "not served: " + o.uiAddr + " is taken"
+			}
 			return srv.Shutdown, err
 		},
 	})
 }
+
+// logString is a string a log line reads when it is written.
+type logString struct{ s string }
+
+// LogValue implements slog.LogValuer.
+func (l *logString) LogValue() slog.Value { return slog.StringValue(l.s) }
 
 // startUI serves River UI and the execution view (internal/ffview, under
 // /ff/) of process p on one listener.

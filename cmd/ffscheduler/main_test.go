@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testlog"
 )
 
 func getenv(k string) string {
@@ -68,5 +73,38 @@ func TestGoodFlagValues(t *testing.T) {
 		if _, err := parse(args, io.Discard, getenv); err != nil {
 			t.Errorf("%q: %v", args, err)
 		}
+	}
+}
+
+// A second scheduler on a host finds River UI's default address taken: it
+// warns and carries on without River UI, and its started line says so
+// instead of claiming the address.
+func TestStartedLineSaysUINotServed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", defaultUIAddr)
+	if err == nil {
+		defer ln.Close()
+	} // else something else holds it: taken either way
+	db := testdb.New(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr testlog.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, "ffscheduler", parse, []string{"--database-url", testdb.URL(), "--schema", db.Schema}, io.Discard, &stderr, func(string) string { return "" })
+	}()
+	fftest.Await(t, 60*time.Second, "the started line", func() bool { return strings.Contains(stderr.String(), "ffscheduler started") })
+	cancel()
+	if code := <-done; code != cli.ExitOK {
+		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+	var started string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(line, "ffscheduler started") {
+			started = line
+		}
+	}
+	if !strings.Contains(started, "not served") || strings.Contains(started, "ui="+defaultUIAddr) {
+		t.Errorf("started line %q: want it to say River UI is not served", started)
 	}
 }

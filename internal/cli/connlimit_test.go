@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,33 +9,15 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/jackc/pgx/v5"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A refused connection (SQLSTATE 53300) is explained: which limit, the
 // pool's size and the flags that set it; in a running process, at most once
@@ -97,7 +78,7 @@ func TestConnectionLimitIsExplained(t *testing.T) {
 
 	// Running: the pool holds the one slot; its next connection is
 	// refused, and the log says who holds what.
-	var logs syncBuffer
+	var logs testlog.Buffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	opts.AppName = "ffworker-under-test"
 	pool, err := c.OpenPool(ctx, opts)
