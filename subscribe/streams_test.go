@@ -449,3 +449,36 @@ func TestStartCursorOfAStreamFromNow(t *testing.T) {
 	}
 	expectNone(t, r, 300*time.Millisecond)
 }
+
+// A stream from the beginning says where it started with a cursor that can
+// be stored (not the zero cursor, which a cursor file cannot hold): a later
+// subscription after it delivers every event still in the table, the ones
+// committed since included, even when the first stream delivered none.
+func TestStartCursorOfAStreamFromTheBeginning(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := s.StartCursor()
+	s.Close()
+	if start.IsZero() {
+		t.Fatal("StartCursor of a stream from the beginning is the zero cursor")
+	}
+	parsed, err := ff.ParseCursor(start.String())
+	if err != nil || parsed != start {
+		t.Fatalf("StartCursor %s does not parse back: %#v, %v", start, parsed, err)
+	}
+	first := insertLease(t, db.Pool, row{})
+	second := insertLease(t, db.Pool, row{})
+
+	r, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: start}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := eventIDs(collect(t, r, 2, wait)); !slices.Equal(got, []int64{first, second}) {
+		t.Fatalf("resumed after the start cursor: events %v, want %d and %d", got, first, second)
+	}
+}
