@@ -38,7 +38,8 @@ func Example_metrics() {
 	defer pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) //nolint:errcheck
 
 	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	// workers.MetricViews keeps River's job metrics (otelriver) bounded.
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(workers.MetricViews()...))
 	cfg := ffriver.Config{
 		Schema:        schema,
 		Scanners:      map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},

@@ -110,7 +110,10 @@ type Config struct {
 	// outcomes and durations, the scanners' backlog from the ticks) and,
 	// on the processes' River clients (SchedulerConfig, WorkerConfig),
 	// River's own through otelriver. nil: no metrics. ffriver never
-	// installs or reads a global provider.
+	// installs or reads a global provider. Build an SDK provider with
+	// sdkmetric.WithView(workers.MetricViews()...): otelriver labels each
+	// job's metrics with its River tags, which name every partition and
+	// namespace of ffriver's items, and the view drops them.
 	MeterProvider metric.MeterProvider
 	// TracerProvider receives a span per item job (scanner, execution id,
 	// outcome) and, on the processes' River clients, River's own spans

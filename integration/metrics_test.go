@@ -318,3 +318,122 @@ func (p *proxy) up() {
 	}
 	p.serve(ln)
 }
+
+// TestMetricsBounded: an idle ffworker's /metrics already shows ffriver's
+// item counter (the README's `grep ^ffriver_` prints it before any work),
+// and after items spread over every partition and five namespaces no
+// metric of either binary has more series than a handful of label values
+// explain: River's job tags (partition-<n>, ns-<namespace>) are no label.
+func TestMetricsBounded(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, nil)
+	schedBin, workerBin := buildPipelineBinaries(t)
+	args := append(dbArgs(db), "--metrics-addr", "127.0.0.1:0")
+
+	worker := startProc(t, "ffworker", workerBin, append(args, "--scan-concurrency", "0")...)
+	workerAddr := awaitMetricsAddr(t, worker)
+	fftest.Await(t, 30*time.Second, "the idle worker's /readyz", func() bool {
+		code, _ := get(t, workerAddr, "/readyz")
+		return code == http.StatusOK
+	})
+	if m := scrape(t, workerAddr); m.get(`ffriver_items_total{outcome="processed",scanner="attempt_timeout"}`) != 0 ||
+		!m.has(`ffriver_items_total`) {
+		t.Errorf("an idle worker's /metrics has no ffriver_items_total (0) for attempt_timeout:\n%s", grepLines(m.raw, "ffriver_"))
+	}
+
+	// Five namespaces in each of the 256 partitions.
+	const n = 5 * 256
+	dbExec(t, db, `WITH ids AS (SELECT (i % 256)::smallint AS p, 'ns-' || (i / 256) AS ns, gen_random_uuid() AS id
+			FROM generate_series(0, $1 - 1) i),
+		core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, raw_fields,
+			lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state)
+			SELECT p, id, 'bounded', jsonb_build_object('namespace', ns),
+				'active', 'leased', 'not_applicable', 'active', 'running_attempt' FROM ids)
+		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms)
+		SELECT p, id, 0, (extract(epoch FROM now()) * 1000)::bigint - 1000 FROM ids`, n)
+	sched := startProc(t, "ffscheduler", schedBin, append(args, "--ui-addr", "off")...)
+	schedAddr := awaitMetricsAddr(t, sched)
+	fftest.Await(t, 60*time.Second, "the worker counts every item", func() bool {
+		return scrape(t, workerAddr).get(`ffriver_items_total{outcome="processed",scanner="attempt_timeout"}`) == n
+	})
+	awaitDB(t, db, 10*time.Second, "expired executions", n, expiredByLane, "bounded")
+
+	// A family's series are its label sets (a histogram's buckets, sum
+	// and count are one). 64 is far above what kind, queue, status,
+	// attempt, scanner and outcome give, and far below one per partition.
+	const most = 64
+	for name, addr := range map[string]string{"ffscheduler": schedAddr, "ffworker": workerAddr} {
+		m := scrape(t, addr)
+		if !m.has(`river_work_count_total`) {
+			t.Errorf("%s: no river_work_count_total", name)
+		}
+		largest, largestSets := "", 0
+		for family, sets := range m.families() {
+			if len(sets) > largestSets {
+				largest, largestSets = family, len(sets)
+			}
+			if len(sets) > most {
+				t.Errorf("%s: %s has %d series after items in 256 partitions and 5 namespaces, want at most %d; e.g. %s",
+					name, family, len(sets), most, sets[0])
+			}
+			for _, s := range sets {
+				if strings.Contains(s, `tag="`) {
+					t.Errorf("%s: %s has a tag label: %s", name, family, s)
+					break
+				}
+			}
+		}
+		t.Logf("%s: /metrics is %d bytes, %d series; the largest family, %s, has %d label sets",
+			name, len(m.raw), len(m.series), largest, largestSets)
+	}
+
+	if code := worker.signal(syscall.SIGTERM, 40*time.Second); code != 0 {
+		t.Errorf("ffworker exit %d after SIGTERM", code)
+	}
+	if code := sched.signal(syscall.SIGTERM, 40*time.Second); code != 0 {
+		t.Errorf("ffscheduler exit %d after SIGTERM", code)
+	}
+}
+
+// families returns each metric family's label sets: a histogram's (or
+// summary's) _bucket, _sum and _count series are one family, its le (or
+// quantile) label left out.
+func (m metrics) families() map[string][]string {
+	seen := map[string]map[string]bool{}
+	for key := range m.series {
+		name, labels, _ := strings.Cut(key, "{")
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			name = strings.TrimSuffix(name, suffix)
+		}
+		var kept []string
+		for l := range strings.SplitSeq(strings.TrimSuffix(labels, "}"), ",") {
+			if l != "" && !strings.HasPrefix(l, `le="`) && !strings.HasPrefix(l, `quantile="`) {
+				kept = append(kept, l)
+			}
+		}
+		labels = strings.Join(kept, ",")
+		if seen[name] == nil {
+			seen[name] = map[string]bool{}
+		}
+		seen[name][labels] = true
+	}
+	out := map[string][]string{}
+	for name, sets := range seen {
+		for s := range sets {
+			out[name] = append(out[name], s)
+		}
+		slices.Sort(out[name])
+	}
+	return out
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var b strings.Builder
+	for l := range strings.Lines(s) {
+		if strings.Contains(l, sub) {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}

@@ -33,6 +33,8 @@ func newObserver[E any](mp metric.MeterProvider, t table[E]) (func(E), error) {
 		return nil, fmt.Errorf("subscribe: metrics: %w", err)
 	}
 	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("stream", t.stream)))
+	// Exported from the start (0), not from the first event.
+	events.Add(context.Background(), 0, attrs)
 	return func(ev E) {
 		events.Add(context.Background(), 1, attrs)
 		d := float64(time.Now().UnixMilli()-t.atMs(ev)) / 1000

@@ -71,3 +71,39 @@ func TestStreamMetrics(t *testing.T) {
 		t.Errorf("lag min %v s, want the fresh events' (well under a second)", min)
 	}
 }
+
+// A stream's event counter is exported from the moment it subscribes, at
+// 0, not only after its first event: an idle consumer's /metrics shows it.
+func TestStreamMetricsBeforeTheFirstEvent(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	s, err := subscribe.Completions(ctx, db.Pool, fast(t, subscribe.Options{MeterProvider: mp}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	completions := attribute.NewSet(attribute.String("stream", "completions"))
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != subscribe.MetricStreamEvents {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if dp.Attributes.Equals(&completions) {
+					if dp.Value != 0 {
+						t.Fatalf("%s{stream=completions} = %d before any event", subscribe.MetricStreamEvents, dp.Value)
+					}
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{stream=completions} before the first event", subscribe.MetricStreamEvents)
+}

@@ -130,6 +130,13 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 		done:  make(chan struct{}),
 		start: r.last,
 	}
+	if s.start.IsZero() {
+		// From the table's beginning: the position before the first
+		// batch's first event, which resumes exactly as the beginning
+		// does and, unlike the zero Cursor, can be stored and handed back
+		// as a cursor.
+		s.start = r.batch.Cursor(0, 0)
+	}
 	r.out, r.chunk = s.out, chunk
 	if r.consumer != nil {
 		s.ack, s.cursorOf = r.consumer.ack, t.cursor
@@ -149,12 +156,15 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 // when it subscribed: a new subscription with StartAfter and this cursor
 // delivers the events this stream delivers. For StartNow it is the boundary
 // of the subscribe-time snapshot (the events of every transaction not
-// committed then follow it), for StartBeginning the zero Cursor, for
-// StartAfter the cursor given, and for a named consumer its stored position.
-// A consumer that must not lose events between a stream started from now
-// and a later one keeps this cursor until the first event replaces it.
-// (For StartSince and a legacy cursor, the first batch also skips rows
-// by time or event id, which the cursor does not carry.)
+// committed then follow it), for StartBeginning (or a zero cursor) the
+// position before the first batch's first event (never the zero Cursor, so
+// it can be stored as any other), for StartAfter the cursor given, and for a
+// named consumer its stored position. A consumer that must not lose events
+// between a stream and a later one, even when the first delivers none,
+// stores this cursor as soon as the stream opens and replaces it with each
+// event's. (For StartSince and a legacy cursor, the first batch also skips
+// rows by time or event id, which the cursor does not carry: resuming after
+// it may deliver those rows too.)
 func (s *Stream[E]) StartCursor() ff.Cursor { return s.start }
 
 // Next returns the next event, waiting for one as long as ctx allows.

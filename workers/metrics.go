@@ -3,9 +3,11 @@ package workers
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -13,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -66,6 +69,53 @@ const (
 // DurationBuckets are the bucket bounds, in seconds, of ffriver's duration
 // and lag histograms: 1 ms to 5 min.
 var DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// OtelriverScope is the instrumentation scope of otelriver's instruments
+// (River's own job metrics, river.*).
+const OtelriverScope = "github.com/riverqueue/rivercontrib/otelriver"
+
+// otelriverTagKey is the attribute otelriver gives every job metric: the
+// job's River tags, as one string-slice value.
+const otelriverTagKey = attribute.Key("tag")
+
+// MetricViews returns the OpenTelemetry SDK views that keep River's job
+// metrics (otelriver) bounded when they record ffriver's jobs; give them to
+// the MeterProvider: sdkmetric.NewMeterProvider(reader,
+// sdkmetric.WithView(workers.MetricViews()...)). The binaries' provider has
+// them.
+//
+// otelriver labels each job's metrics with its River tags, and every
+// ffriver item carries partition-<n> and ns-<namespace> tags (for River
+// UI's filters): without the view a worker grows a series per partition,
+// namespace, kind and status (749 river_work_count_total series, a 5 MB
+// /metrics after 11,600 items over 256 partitions and 5 namespaces). The
+// view drops the tag attribute from every otelriver instrument, so their
+// labels are the job's kind, queue, priority, attempt and status, and
+// gives their histograms buckets in seconds (DurationBuckets) instead of
+// the SDK's millisecond-sized defaults. An application that wants River
+// tags in its metrics must keep ffriver's jobs out of them some other way.
+func MetricViews() []sdkmetric.View {
+	return []sdkmetric.View{otelriverView}
+}
+
+// otelriverView is MetricViews' one view: a single view per instrument,
+// since every matching view adds a stream of its own.
+func otelriverView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
+	if i.Scope.Name != OtelriverScope {
+		return sdkmetric.Stream{}, false
+	}
+	s := sdkmetric.Stream{Name: i.Name, Description: i.Description, Unit: i.Unit,
+		AttributeFilter: func(kv attribute.KeyValue) bool { return kv.Key != otelriverTagKey }}
+	if i.Kind == sdkmetric.InstrumentKindHistogram {
+		s.Aggregation = sdkmetric.AggregationExplicitBucketHistogram{Boundaries: DurationBuckets}
+	}
+	return s, true
+}
+
+// itemOutcomes are the outcomes every item counter starts with at 0 (an
+// item kind may record others, such as a cancel group's).
+var itemOutcomes = []string{string(executions.Processed), string(executions.NoOp), string(executions.Orphaned),
+	string(executions.SkippedLocked), OutcomeFailed}
 
 // Metrics are a pipeline's OpenTelemetry instruments and tracer, on the
 // providers given to NewMetrics; nothing is global. A nil *Metrics records
@@ -121,6 +171,21 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 		return nil, err
 	}
 	return m, nil
+}
+
+// startItems records 0 items of every outcome in itemOutcomes for each
+// scanner, so the counter and its series are exported from the start, not
+// from the first item: an idle process shows ffriver_items_total 0, and a
+// rate over its first items starts from 0.
+func (m *Metrics) startItems(ctx context.Context, scannerNames []string) {
+	if m == nil || m.items == nil {
+		return
+	}
+	for _, s := range scannerNames {
+		for _, o := range itemOutcomes {
+			m.items.Add(ctx, 0, metric.WithAttributeSet(attribute.NewSet(LabelScanner.String(s), LabelOutcome.String(o))))
+		}
+	}
 }
 
 // recordDue records what a tick of scanner found due at nowMs.
@@ -305,6 +370,12 @@ func (p *Pipeline) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx]
 		return
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 10_000, Kinds: JobEventKinds})
+	var names []string
+	for _, s := range p.scannerOf {
+		names = append(names, s)
+	}
+	slices.Sort(names)
+	m.startItems(ctx, slices.Compact(names))
 	go func() {
 		defer cancel()
 		sweep := time.NewTicker(time.Minute)

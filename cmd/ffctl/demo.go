@@ -38,7 +38,8 @@ a second (redrawn on a terminal, one line per second otherwise), counts the even
 lease and completion streams deliver, each scanner's backlog and what its River jobs
 did. At the end the clients stop gracefully and the schema is dropped unless --keep.
 
-If an event type has not been seen when the time is up, it runs up to 15s more.
+If an event type has not been seen when the time is up, it runs up to --grace more
+(15s by default: on a slow or busy machine, give it longer).
 Exit codes: 0 ok (also when ended early with Ctrl-C), 1 failure (database unreachable,
 an event type never seen, …), 2 usage error.`
 
@@ -49,6 +50,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	common := cli.AddCommon(fs)
 	fs.Lookup("schema").Usage = "ignored (and $FF_SCHEMA too): the demo always creates a fresh `schema` ffdemo_<random>"
 	duration := fs.Duration("duration", 0, "how long the workload runs, e.g. 30s or 2m (default $DEMO_DURATION, else 60s)")
+	grace := fs.Duration("grace", demo.DefaultGrace, "how much longer the workload runs, at most, when an event type it guarantees\n"+
+		"has not been seen when --duration is up (0: none)")
 	keep := fs.Bool("keep", false, "keep the demo schema at the end (the demo prints how to look at it and drop it)")
 	uiAddr := fs.String("ui-addr", demo.DefaultUIAddr, "loopback `host:port` for River UI; when the default is taken, a free port\n"+
 		"is used instead; \"off\" serves no UI")
@@ -63,6 +66,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 		if *duration <= 0 {
 			return cli.Usagef("--duration %s: must be positive", *duration)
+		}
+		if *grace < 0 {
+			return cli.Usagef("--grace %s: must not be negative", *grace)
 		}
 		if *uiAddr != "off" && !uiserver.IsLoopback(*uiAddr) {
 			return cli.Usagef("--ui-addr %q: want a loopback host:port such as 127.0.0.1:8080 (the demo serves River UI without credentials), or off", *uiAddr)
@@ -102,9 +108,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	defer cli.StopTelemetry(tel, logger)
 	tel.SetReady(pool.Ping) // the database answers; the demo's processes are in this one
 
+	if *grace == 0 {
+		*grace = -1 // demo.Options: negative is none, 0 the default
+	}
 	sum, err := demo.Run(ctx, demo.Options{
 		PoolConfig:  cfg,
 		Duration:    *duration,
+		Grace:       *grace,
 		Keep:        *keep,
 		UIAddr:      *uiAddr,
 		UIFallback:  !fs.Explicit("ui-addr"),

@@ -52,8 +52,10 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"transaction that wrote events and stays open delays only its own; after a second tail\n"+
 			"says on stderr which session it is.\n"+
 			"Without --from-start, --cursor or --since it starts from now. With --cursor-file it resumes\n"+
-			"after the cursor stored there, and stores each printed event's cursor, so a restart neither\n"+
-			"skips nor repeats events (at most the last line printed before a crash comes again).\n"+
+			"after the cursor stored there; when the file does not exist yet it stores the stream's start\n"+
+			"position as soon as the stream is open, and then each printed event's cursor, so a restart\n"+
+			"neither skips nor repeats events, even after a run that printed none (at most the last line\n"+
+			"printed before a crash comes again).\n"+
 			"A cursor before events retention deleted, or from another server, is an error (exit 1)\n"+
 			"that says so: resume with --from-start or --since. An empty --cursor or cursor file is a\n"+
 			"usage error, never \"now\".")
@@ -68,7 +70,8 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"then every event committed later")
 	fs.StringVar(&f.cursorFile, "cursor-file", "",
 		"`file` holding the resume cursor: read at start if it exists (it then wins over --from-start\n"+
-			"and --cursor), and replaced atomically after each printed event")
+			"and --cursor), else written with the stream's start position once the stream is open; replaced\n"+
+			"atomically after each printed event")
 	fs.StringVar(&f.consumer, "consumer", "",
 		"tail as the named durable consumer `name`: its position is stored in the database after the\n"+
 			"events it printed, retention keeps what it has not printed, and the next tail with the same name\n"+
@@ -107,12 +110,13 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	resumed := false
 	if f.cursorFile != "" {
 		c, ok, err := readCursorFile(f.cursorFile)
 		if err != nil {
 			return cli.Report(stderr, fs.Name(), err)
 		}
-		if ok {
+		if resumed = ok; ok {
 			opts.Start, opts.After = subscribe.StartAfter, c
 			logger.Info("resuming after the cursor file's cursor", "file", f.cursorFile, "cursor", c.String())
 		}
@@ -141,7 +145,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	})
 
 	out := bufio.NewWriter(stdout)
-	t := &tailer{flags: f, out: out, logger: logger, waiting: waiting}
+	t := &tailer{flags: f, out: out, logger: logger, waiting: waiting, resumed: resumed}
 	switch f.stream {
 	case "leases":
 		s, err := subscribe.Leases(ctx, pool, opts)
@@ -291,6 +295,9 @@ type tailer struct {
 	out     *bufio.Writer
 	logger  *slog.Logger
 	waiting *waitLog
+	// resumed says the stream started after the cursor file's cursor (so
+	// the file already holds the start position).
+	resumed bool
 }
 
 // waitLog is the open writers the stream last said it waits for.
@@ -435,6 +442,14 @@ func (l completionJSON) text() string {
 // tail prints s's events until ctx ends, --max-events or --idle-exit.
 // Stopping on a signal is success.
 func tail[E any](ctx context.Context, t *tailer, s *subscribe.Stream[E], toLine func(E) printable) error {
+	if t.flags.cursorFile != "" && !t.resumed {
+		// Stored before the first event: a run that prints nothing must
+		// still leave the next one a place to start from, or everything
+		// committed between the two runs would be skipped ("now" again).
+		if err := writeCursorFile(t.flags.cursorFile, s.StartCursor()); err != nil {
+			return err
+		}
+	}
 	enc := json.NewEncoder(t.out)
 	n := 0
 	lastEvent := time.Now()

@@ -310,3 +310,67 @@ func TestTailSaysWhatItWaitsFor(t *testing.T) {
 		}
 	}
 }
+
+// A tail run from cron with --cursor-file loses nothing between its runs,
+// even when a run sees no event at all: the file holds the stream's start
+// position from the moment the stream opens, so the next run starts there
+// (not from "now" again), whether the first one started from now or from
+// the beginning.
+func TestTailCursorFileKeepsThePositionOfARunWithoutEvents(t *testing.T) {
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	complete := func() int64 {
+		t.Helper()
+		var id int64
+		if err := db.Pool.QueryRow(ctx,
+			`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
+			 VALUES (1, $1, 'success', 1) RETURNING event_id`, uuid.New()).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	lease := func() int64 {
+		t.Helper()
+		var id int64
+		if err := db.Pool.QueryRow(ctx,
+			`INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key)
+			 VALUES ($1, 'L', 'acquired', 1, 0) RETURNING event_id`, uuid.NewString()).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// The second run asks for one event and would wait 30 s for it: the
+	// event is committed before it starts, so it comes at once unless the
+	// run started after it. An event from before the first run would come
+	// first (it committed first).
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		stream string
+		start  []string
+		commit func() int64
+	}{
+		{"from now", "completions", nil, complete},
+		{"from the beginning of an empty table", "leases", []string{"--from-start"}, lease},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.start == nil {
+				tc.commit() // committed before the first run: not delivered
+			}
+			file := filepath.Join(dir, tc.stream+".cursor")
+			args := append([]string{"--stream", tc.stream, "--cursor-file", file, "--idle-exit", "100ms"}, tc.start...)
+			if got := runTailJSON(t, db, args...); len(got) != 0 {
+				t.Fatalf("first run: %v, want no event", tailedIDs(got))
+			}
+			between := tc.commit()
+			got := runTailJSON(t, db, "--stream", tc.stream, "--cursor-file", file, "--max-events", "1", "--idle-exit", "30s")
+			if ids := tailedIDs(got); !slices.Equal(ids, []int64{between}) {
+				t.Fatalf("second run: %v, want the event committed between the runs, %d", ids, between)
+			}
+			b, err := os.ReadFile(file)
+			if err != nil || strings.TrimSpace(string(b)) != got[0].Cursor {
+				t.Fatalf("cursor file holds %q (%v), want %s", b, err, got[0].Cursor)
+			}
+		})
+	}
+}

@@ -1,15 +1,20 @@
 package ffview_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
@@ -279,4 +284,69 @@ func TestBrowser(t *testing.T) {
 	if e.CancellationReason == nil || *e.CancellationReason != "cleanup no longer needed" {
 		t.Errorf("cancellation reason %v, want the one typed into the confirmation", e.CancellationReason)
 	}
+
+	// Clickjacking: a page of another origin (a second localhost port)
+	// frames a cancel confirmation, nearly transparent, over a button of
+	// its own, and the operator clicks that button: the click lands on
+	// the frame's confirm button's place. The view refuses to be framed,
+	// so the frame holds the browser's error page and nothing is
+	// cancelled.
+	framed := site.create(executions.CreateParams{Namespace: "ops", Lane: "framed"})
+	confirmURL := view + "executions/" + framed.String() + "/cancel"
+	b.Run("open a cancel confirmation to find its button",
+		chromedp.Navigate(confirmURL),
+		chromedp.WaitVisible(chromedp.ID("confirm")))
+	at := browsertest.Value(b, "find the confirm button", chromedp.Evaluate[[]float64](
+		`(() => { const r = document.querySelector("#confirm").getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()`))
+	attacker := attackerSite(t, confirmURL, at[0], at[1])
+	b.Run("open another origin's page that frames the confirmation",
+		chromedp.Navigate(attacker),
+		chromedp.Poll[chromedp.Void](`Number(document.querySelector("#victim").dataset.loads) >= 1`))
+	b.Screenshot("framed-confirmation", "")
+	b.Run("click the other page's button, over the framed confirm button", chromedp.MouseClickXY(at[0], at[1]))
+	frames := browsertest.Value(b, "read the frames", frameTree)
+	if len(frames.ChildFrames) != 1 {
+		t.Fatalf("the other origin's page has %d frames, want its one", len(frames.ChildFrames))
+	}
+	if f := frames.ChildFrames[0].Frame; f.UnreachableURL == "" && !strings.HasPrefix(f.URL, "chrome-error:") {
+		// The confirmation rendered inside the other origin's page: the
+		// click posted its form. Its answer loads in the frame.
+		b.Run("the framed confirmation's answer loads",
+			chromedp.Poll[chromedp.Void](`Number(document.querySelector("#victim").dataset.loads) >= 2`))
+		b.Screenshot("framed-click", "")
+		t.Errorf("a page of another origin framed the cancel confirmation (the frame holds %s)", f.URL)
+	}
+	if e, err := site.store.Get(t.Context(), framed); err != nil || e.PublicState != ff.PublicWaiting {
+		t.Errorf("after a click on another origin's page over the framed confirmation, %s is %v (%v), want waiting",
+			framed, e.PublicState, err)
+	}
+}
+
+// attackerSite serves, on a port of its own (another origin than the
+// view's), a page that frames target nearly transparent over the whole
+// window, with a button of its own at (x, y) beneath it. The frame's
+// data-loads counts its load events.
+func attackerSite(t *testing.T, target string, x, y float64) string {
+	t.Helper()
+	page := fmt.Sprintf(`<!doctype html><html><head><title>win a prize</title></head><body style="margin:0">
+<button id="bait" style="position:fixed; left:%.0fpx; top:%.0fpx; transform:translate(-50%%,-50%%)">Claim your prize</button>
+<iframe id="victim" src=%q data-loads="0" onload="this.dataset.loads = String(Number(this.dataset.loads) + 1)"
+ style="position:fixed; left:0; top:0; width:100vw; height:100vh; border:0; opacity:0.01"></iframe>
+</body></html>`, x, y, target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(page))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// frameTree reads the tab's frames from the browser (cross-origin frames
+// included, which the page's own script cannot look into).
+func frameTree(ctx context.Context, t *chromedp.Target) (*page.FrameTree, error) {
+	res, err := cdp.Call(ctx, t, page.GetFrameTree, cdp.Empty{})
+	if err != nil {
+		return nil, err
+	}
+	return res.FrameTree, nil
 }

@@ -114,11 +114,10 @@ func Start(ctx context.Context, o Options) (*Telemetry, error) {
 		}
 	}
 	if len(readers) > 0 {
-		// River's duration histograms (otelriver) are in seconds: give them
-		// buckets for seconds, not the SDK's millisecond-sized defaults.
-		seconds := sdkmetric.NewView(sdkmetric.Instrument{Name: "river.*", Kind: sdkmetric.InstrumentKindHistogram},
-			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: workers.DurationBuckets}})
-		t.meters = sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res), sdkmetric.WithView(seconds))...)
+		// River's job metrics (otelriver) without the jobs' tags, which
+		// name every partition and namespace, and with buckets in seconds.
+		t.meters = sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res),
+			sdkmetric.WithView(workers.MetricViews()...))...)
 	}
 	if otlpTraces {
 		exp, err := autoexport.NewSpanExporter(ctx)

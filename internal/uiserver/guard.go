@@ -29,6 +29,12 @@ import (
 //     UI's own page (Sec-Fetch-Site: same-origin, or an Origin equal to the
 //     Host): River UI's page itself posts its JSON as text/plain and pauses
 //     queues without a body, and no other page can set those headers.
+//   - Every answer, whatever its status, forbids framing by a page of
+//     another origin: X-Frame-Options: SAMEORIGIN and
+//     Content-Security-Policy: frame-ancestors 'self' (clickjacking: a page
+//     of another site framed the view's cancel confirmation invisibly over
+//     a button of its own, and one real click cancelled the execution; the
+//     post was the view's own, same-origin, so no other rule could tell).
 //
 // Requests without browser headers (curl, scripts) pass the origin check,
 // so they must send their JSON as application/json.
@@ -114,7 +120,23 @@ type guard struct {
 	csrf    *http.CrossOriginProtection
 }
 
+// Framing, a decision: SAMEORIGIN and frame-ancestors 'self', not DENY and
+// 'none'. Both pairs keep every other origin out, which is what stops
+// clickjacking (the framing page must be the attacker's); a page that can
+// frame under 'self' is one of this server's own, River UI's or the
+// view's, and whoever can put a page there has no need of a frame. The two
+// headers say the same thing, so browsers that only know X-Frame-Options
+// and those that obey the CSP (which then wins) behave alike; DENY beside
+// 'self' would not. The CSP is added, not set: River UI sends no policy
+// today, and one it adds is kept beside this one (browsers apply both).
+const (
+	frameOptions   = "SAMEORIGIN"
+	frameAncestors = "frame-ancestors 'self'"
+)
+
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Frame-Options", frameOptions)
+	w.Header().Add("Content-Security-Policy", frameAncestors)
 	if !g.hostAllowed(r.Host) {
 		http.Error(w, "forbidden: Host "+strconv.Quote(r.Host)+" is not an address of this River UI"+
 			" (ffscheduler --ui-allowed-hosts adds names)", http.StatusForbidden)

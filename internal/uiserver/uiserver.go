@@ -112,13 +112,15 @@ func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Serve
 		mux.Handle(ViewPrefix, o.View)
 		served = mux
 	}
+	if o.User != "" {
+		served = BasicAuth(served, o.User, o.Password)
+	}
+	// The guard is outermost, so its headers (no framing by another
+	// origin) are on every answer, basic auth's 401 included.
 	handler, err := Guard(served, ln.Addr(), o.AllowedHosts)
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("river UI: %w", err)
-	}
-	if o.User != "" {
-		handler = BasicAuth(handler, o.User, o.Password)
 	}
 	s := &Server{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, URL: "http://" + ln.Addr().String() + "/"}
 	if c, ok := o.View.(interface{ Close() }); ok {

@@ -1,8 +1,11 @@
 package bench_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +15,39 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 
-// The scenarios run end to end at a tiny size and produce sane rows; their
+// checkRows checks that every row is reported: named, with a unit, and
+// with figures that are numbers (finite, not negative), and that the rows
+// print as a table and as JSON. How big the figures are is not checked:
+// the scenarios measure how much work fits in a time window, which on a
+// busy machine may be none (a value of 0 is a report, not a failure).
+func checkRows(t *testing.T, ctx context.Context, db *testdb.DB, results []bench.Result) string {
+	t.Helper()
+	for _, r := range results {
+		if r.Scenario == "" || r.Figure == "" || r.Unit == "" {
+			t.Errorf("malformed row %+v", r)
+		}
+		for name, v := range map[string]float64{"value": r.Value, "baseline value": r.BaselineValue, "ratio": r.Ratio} {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				t.Errorf("%s/%s: %s %v", r.Scenario, r.Figure, name, v)
+			}
+		}
+	}
+	var b strings.Builder
+	if err := bench.WriteTable(&b, bench.Machine(ctx, db.Pool), results); err != nil {
+		t.Fatal(err)
+	}
+	var j bytes.Buffer
+	if err := bench.WriteJSON(&j, "m", results); err != nil {
+		t.Fatalf("WriteJSON: %v", err)
+	}
+	var doc struct{ Results []bench.Result }
+	if err := json.Unmarshal(j.Bytes(), &doc); err != nil || len(doc.Results) != len(results) {
+		t.Fatalf("the JSON report holds %d rows (%v), want %d", len(doc.Results), err, len(results))
+	}
+	return b.String()
+}
+
+// The scenarios run end to end at a tiny size and report every row; their
 // figures are for ffctl bench, not for assertions here.
 func TestScenariosRunSmall(t *testing.T) {
 	t.Parallel()
@@ -39,20 +74,11 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Idle: %v", err)
 	}
-	results := slices.Concat(out, exp, lag, idle)
-	for _, r := range results {
-		if r.Value <= 0 {
-			t.Errorf("%s/%s: value %v", r.Scenario, r.Figure, r.Value)
-		}
-	}
-	var b strings.Builder
-	if err := bench.WriteTable(&b, bench.Machine(ctx, db.Pool), results); err != nil {
-		t.Fatal(err)
-	}
+	table := checkRows(t, ctx, db, slices.Concat(out, exp, lag, idle))
 	for _, row := range []string{"sequential per-row loop", "renew with outbox row", "ffriver River pipeline", "River alone: 300 no-op jobs, 64 workers",
 		"lease expiry → expired event at the consumer p99", "scheduler + worker CPU", "Postgres transactions while idle"} {
-		if !strings.Contains(b.String(), row) {
-			t.Fatalf("table misses %q:\n%s", row, b.String())
+		if !strings.Contains(table, row) {
+			t.Fatalf("table misses %q:\n%s", row, table)
 		}
 	}
 	// No scratch schema is left behind.
@@ -63,4 +89,24 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)`, prefix).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch databases left: %d, %v", left, err)
 	}
+}
+
+// A scenario whose window fits no work at all (a machine busy with
+// something else) still reports its rows: 0 tx/s and no ratio, not a NaN
+// that the JSON report cannot hold. A window of a nanosecond makes that
+// happen every time.
+func TestOutboxReportsAWindowWithoutWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	prefix := testdb.SchemaName("benchnil") + "_"
+	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler), Prefix: prefix}
+	out, err := bench.Outbox(ctx, env, bench.OutboxOptions{Writers: 2, PerWriter: 2, Duration: time.Nanosecond})
+	if err != nil {
+		t.Fatalf("Outbox: %v", err)
+	}
+	if len(out) != 1 {
+		t.Fatalf("%d rows, want 1: %+v", len(out), out)
+	}
+	checkRows(t, ctx, db, out)
 }

@@ -89,7 +89,10 @@ func Outbox(ctx context.Context, env *Env, o OutboxOptions) ([]Result, error) {
 		}
 		*sum += rate / (rounds / 2)
 	}
-	ratio := val / base
+	// 0 when the baseline's rounds fitted no renewal (a machine busy with
+	// something else, or a tiny Duration): no ratio, rather than a NaN
+	// the JSON report cannot hold.
+	ratio := ratioF(val, base)
 	return []Result{{
 		Scenario: "outbox", Figure: fmt.Sprintf("renew with outbox row, %d writers", o.Writers),
 		Value: val, Unit: "tx/s", Baseline: "same renew without the row", BaselineValue: base, Ratio: ratio,
