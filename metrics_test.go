@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -111,4 +112,74 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 			t.Errorf("item span without a parent (River's work span)")
 		}
 	}
+}
+
+// The outbox_retention tick exports each named consumer's lag and whether
+// it holds retention back, so an alert can find an abandoned consumer; a
+// dropped consumer's series goes with the next tick.
+func TestConsumerGauges(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, nil)
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, MeterProvider: mp, OutboxRetention: time.Millisecond,
+		Scanners: map[string]scanners.Settings{scanners.OutboxRetention: {Interval: 50 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := subscribe.Leases(ctx, db.Pool, subscribe.Options{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	p, err := f.NewProcess(ctx, ffriver.ProcessOptions{Role: ffriver.Scheduler, Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 1, TestOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	gauge := func(name string) (float64, bool) {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		set := attribute.NewSet(workers.LabelStream.String(subscribe.StreamLeases), workers.LabelConsumer.String("billing"))
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != name {
+					continue
+				}
+				switch d := m.Data.(type) {
+				case metricdata.Gauge[float64]:
+					for _, dp := range d.DataPoints {
+						if dp.Attributes.Equals(&set) {
+							return dp.Value, true
+						}
+					}
+				case metricdata.Gauge[int64]:
+					for _, dp := range d.DataPoints {
+						if dp.Attributes.Equals(&set) {
+							return float64(dp.Value), true
+						}
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	fftest.Await(t, 30*time.Second, "the consumer, holding a 1 ms retention, in the gauges", func() bool {
+		lag, ok := gauge(workers.MetricConsumerLag)
+		holds, _ := gauge(workers.MetricConsumerHoldsRetention)
+		return ok && lag > 0 && holds == 1
+	})
+	if err := subscribe.DropConsumer(ctx, db.Pool, db.Schema, subscribe.StreamLeases, "billing"); err != nil {
+		t.Fatal(err)
+	}
+	fftest.Await(t, 30*time.Second, "the dropped consumer's series to go", func() bool {
+		_, ok := gauge(workers.MetricConsumerLag)
+		return !ok
+	})
 }

@@ -82,6 +82,13 @@ func (*OutboxRetentionScanner) Defaults() Settings {
 // Params implements ParamsProvider: the retention travels in the job args.
 func (s *OutboxRetentionScanner) Params() (json.RawMessage, error) { return ageParamsOf(s.retention) }
 
+// Retention returns the retention a tick's params carry (the scheduler's),
+// else the scanner's own.
+func (s *OutboxRetentionScanner) Retention(params json.RawMessage) (time.Duration, error) {
+	cutoff, err := s.cutoff(params, 0)
+	return time.Duration(-cutoff) * time.Millisecond, err
+}
+
 func (s *OutboxRetentionScanner) cutoff(params json.RawMessage, now int64) (int64, error) {
 	return ageCutoff(OutboxRetention, s.retention, params, now)
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -35,6 +37,15 @@ const (
 	// that tick (0 when nothing was due).
 	MetricScannerOldestDue = "ffriver.scanner.oldest_due"
 
+	// MetricConsumerLag is how old each named stream consumer's position is,
+	// by stream and consumer, as the latest outbox_retention tick found it
+	// (ffriver_stream_consumer_lag_seconds).
+	MetricConsumerLag = "ffriver.stream.consumer.lag"
+	// MetricConsumerHoldsRetention is 1 for a named consumer that keeps
+	// events retention would delete (its position is older than the
+	// retention and younger than its maximum lag), else 0.
+	MetricConsumerHoldsRetention = "ffriver.stream.consumer.holds_retention"
+
 	// InstrumentationName names ffriver's meters and tracers.
 	InstrumentationName = "github.com/ffriver/ffriver"
 
@@ -51,8 +62,10 @@ const (
 
 // Metric attributes (Prometheus labels).
 const (
-	LabelScanner = attribute.Key("scanner")
-	LabelOutcome = attribute.Key("outcome")
+	LabelScanner  = attribute.Key("scanner")
+	LabelOutcome  = attribute.Key("outcome")
+	LabelStream   = attribute.Key("stream")
+	LabelConsumer = attribute.Key("consumer")
 )
 
 // Span attributes of an item span.
@@ -132,6 +145,11 @@ type Metrics struct {
 	oldest   metric.Float64Gauge
 	tracer   trace.Tracer // nil: no spans
 
+	// consumers is the latest outbox_retention tick's reading of the
+	// named consumers, observed by the consumer gauges: a dropped
+	// consumer's series goes with the next tick.
+	consumers atomic.Pointer[[]consumerPoint]
+
 	mu    sync.Mutex
 	spans map[int64]openSpan // item spans by River job id, until River reports the job's end
 }
@@ -170,7 +188,56 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 		metric.WithDescription("How long the oldest due item had been due at the scanner's latest tick (0: nothing due).")); err != nil {
 		return nil, err
 	}
+	lag, err := meter.Float64ObservableGauge(MetricConsumerLag, metric.WithUnit("s"),
+		metric.WithDescription("How old each named stream consumer's acknowledged position is, at the latest outbox_retention tick."))
+	if err != nil {
+		return nil, err
+	}
+	holds, err := meter.Int64ObservableGauge(MetricConsumerHoldsRetention,
+		metric.WithDescription("1 when a named stream consumer keeps events that retention would delete (ffctl consumer drop releases them), else 0."))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if pts := m.consumers.Load(); pts != nil {
+			for _, p := range *pts {
+				attrs := metric.WithAttributeSet(attribute.NewSet(LabelStream.String(p.stream), LabelConsumer.String(p.name)))
+				o.ObserveFloat64(lag, p.lag.Seconds(), attrs)
+				h := int64(0)
+				if p.holds {
+					h = 1
+				}
+				o.ObserveInt64(holds, h, attrs)
+			}
+		}
+		return nil
+	}, lag, holds); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// metered says m records metrics (it has a MeterProvider).
+func (m *Metrics) metered() bool { return m != nil && m.items != nil }
+
+// consumerPoint is one named consumer as a tick read it.
+type consumerPoint struct {
+	stream, name string
+	lag          time.Duration
+	holds        bool
+}
+
+// recordConsumers keeps the named consumers' lag and whether they hold a
+// retention of retention back, for the consumer gauges.
+func (m *Metrics) recordConsumers(cs []subscribe.ConsumerInfo, retention time.Duration) {
+	if m == nil {
+		return
+	}
+	pts := make([]consumerPoint, len(cs))
+	for i, c := range cs {
+		pts[i] = consumerPoint{stream: c.Stream, name: c.Name, lag: c.Lag, holds: c.HoldsRetention(retention)}
+	}
+	m.consumers.Store(&pts)
 }
 
 // startItems records 0 items of every outcome in itemOutcomes for each

@@ -2,14 +2,22 @@ package workers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
+
+// retentionScanner is a scanner that knows the outbox retention its ticks
+// run with (scanners.OutboxRetentionScanner).
+type retentionScanner interface {
+	Retention(params json.RawMessage) (time.Duration, error)
+}
 
 // TickWorker works ff.tick: one query for the partitions with due work,
 // then the scan jobs, inserted and completed in one transaction: one per
@@ -43,6 +51,19 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
 		}
 		env.Metrics.recordDue(ctx, s.Name(), due, env.NowMs())
+		if r, ok := s.(retentionScanner); ok && env.Metrics.metered() {
+			// The retention's tick reads the named consumers for their
+			// gauges: what holds retention back is visible to alerts.
+			retention, err := r.Retention(job.Args.Params)
+			if err != nil {
+				return err
+			}
+			cs, err := subscribe.Consumers(ctx, tx, env.Schema())
+			if err != nil {
+				return fmt.Errorf("scanner %s: %w", s.Name(), err)
+			}
+			env.Metrics.recordConsumers(cs, retention)
+		}
 		out := TickOutput{}
 		seen := map[int16]bool{}
 		var params []river.InsertManyParams
