@@ -21,6 +21,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/riverlog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -39,7 +40,8 @@ type Options struct {
 	// (default ff.DefaultPartitions). On an existing schema it must be zero
 	// or equal to the recorded count.
 	Partitions ff.Partitions
-	// Logger receives one line per applied migration (default: discard).
+	// Logger receives, at DEBUG, one line per applied migration, River's
+	// and ffriver's (default: discard).
 	Logger *slog.Logger
 	// RiverSchema, when set, receives River's migrations instead of the
 	// schema of ffriver's tables (ffriver.Config.RiverSchema).
@@ -144,7 +146,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 			return nil, dbutil.MapErr(err, "migrate: creating schema "+string(riverSchema))
 		}
 	}
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(riverSchema), Logger: logger})
+	// River's migrator says each migration (and "No migrations to apply")
+	// at INFO: one level quieter, as the binaries' River clients, so that
+	// ffctl migrate's own summary is what an operator reads.
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(riverSchema), Logger: riverlog.Quieter(logger)})
 	if err != nil {
 		return nil, fmt.Errorf("migrate: river migrator: %w", err)
 	}
@@ -188,7 +193,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 			return nil, dbutil.MapErr(err, fmt.Sprintf("migrate: applying %04d_%s", m.Version, m.Name))
 		}
 		res.Applied = append(res.Applied, fmt.Sprintf("%04d_%s", m.Version, m.Name))
-		logger.InfoContext(ctx, "applied ffriver migration", "schema", string(s), "version", m.Version, "name", m.Name)
+		logger.DebugContext(ctx, "applied ffriver migration", "schema", string(s), "version", m.Version, "name", m.Name)
 	}
 
 	want := opts.Partitions

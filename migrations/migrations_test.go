@@ -3,11 +3,14 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/ffriver/ffriver/migrations"
 )
 
@@ -96,5 +99,32 @@ func TestMigrateRejectsBadPartitionCount(t *testing.T) {
 		if _, err := migrations.Migrate(context.Background(), db.Pool, db.Schema, &migrations.Options{Partitions: n}); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("Migrate with %d partitions: err = %v, want ErrValidation", n, err)
 		}
+	}
+}
+
+// Migrating is quiet at the default level (ffctl migrate's summary is what
+// an operator reads): River's migrator said every migration, and "No
+// migrations to apply" on a second run, at INFO. At DEBUG both show.
+func TestMigrateIsQuietAtInfo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	var info, debug testlog.Buffer
+	for range 2 {
+		if _, err := migrations.Migrate(ctx, db.Pool, db.Schema, &migrations.Options{
+			Logger: slog.New(slog.NewTextHandler(&info, &slog.HandlerOptions{Level: slog.LevelInfo}))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info.String() != "" {
+		t.Errorf("Migrate logged at INFO:\n%s", info.String())
+	}
+	db2 := testdb.New(t, &testdb.Options{NoMigrate: true})
+	if _, err := migrations.Migrate(ctx, db2.Pool, db2.Schema, &migrations.Options{
+		Logger: slog.New(slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug}))}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(debug.String(), "applied ffriver migration") {
+		t.Errorf("Migrate at DEBUG did not say what it applied:\n%s", debug.String())
 	}
 }
