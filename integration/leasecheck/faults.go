@@ -149,17 +149,23 @@ func (in *injector) inject(ctx context.Context, kind string) error {
 		return in.restartLater(ctx, true)
 	case "pg_terminate_backend":
 		// The application pools and the binaries; never the checker's own
-		// connections (streams, snapshots, this injector).
+		// connections (streams, snapshots, this injector). Half the time
+		// only an application connection in the middle of a call (active,
+		// or in a transaction), whose outcome then is unknown.
 		var n int
 		err := in.admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (
 			SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1 || '-%' AND pid <> pg_backend_pid()
-			ORDER BY random() LIMIT $2) t`, in.tag, 1+in.rng.IntN(3)).Scan(&n)
+			  AND ($3 OR (application_name LIKE $1 || '-app%' AND state <> 'idle'))
+			ORDER BY random() LIMIT $2) t`, in.tag, 1+in.rng.IntN(2), in.rng.IntN(2) == 0).Scan(&n)
 		in.counted(kind, n)
 		return err
 	case "long lock":
-		hold := time.Duration(1000+in.rng.IntN(2500)) * time.Millisecond
+		// The random choices are made here: the injector's rng is not
+		// shared with the goroutine.
+		hold := time.Duration(500+in.rng.IntN(1500)) * time.Millisecond
+		rows := 2 + in.rng.IntN(2)
 		in.wg.Go(func() {
-			if err := in.longLock(ctx, hold); err != nil && ctx.Err() == nil {
+			if err := in.longLock(ctx, rows, hold); err != nil && ctx.Err() == nil {
 				in.failed(kind, err)
 			}
 		})
@@ -191,9 +197,9 @@ func (in *injector) restartLater(ctx context.Context, scheduler bool) error {
 	return err
 }
 
-// longLock holds a few non-terminal executions and an edge group (the
+// longLock holds rows non-terminal executions and an edge group (the
 // fault's own transaction, which writes nothing) for hold.
-func (in *injector) longLock(ctx context.Context, hold time.Duration) error {
+func (in *injector) longLock(ctx context.Context, rows int, hold time.Duration) error {
 	tx, err := in.admin.Begin(ctx)
 	if err != nil {
 		return err
@@ -201,7 +207,7 @@ func (in *injector) longLock(ctx context.Context, hold time.Duration) error {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_exec_core WHERE (partition_key, execution_id) IN (
 		SELECT partition_key, execution_id FROM ff_exec_core WHERE lifecycle_phase <> 'terminal' ORDER BY random() LIMIT $1)
-		ORDER BY partition_key, execution_id FOR UPDATE`, 2+in.rng.IntN(3)); err != nil {
+		ORDER BY partition_key, execution_id FOR UPDATE`, rows); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_edge_group WHERE (partition_key, flow_id, downstream_eid) IN (

@@ -222,6 +222,11 @@ type Snapshot struct {
 	// Overdue lists due work not done: it must be empty before the final
 	// snapshot is judged.
 	Overdue []string
+	// Pending counts the executions still active or delayed: work that
+	// comes due by itself (a lease the stopped clients left runs out, a
+	// delay ends). The run waits for it too, so that every lease left
+	// behind is seen expired exactly once.
+	Pending int
 }
 
 // ReadSnapshot reads the final state of schema in one REPEATABLE READ
@@ -415,6 +420,9 @@ func (snap *Snapshot) readOverdue(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	snap.Overdue, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	return err
+	if snap.Overdue, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return err
+	}
+	return tx.QueryRow(ctx, `SELECT count(*) FROM ff_exec_core
+		WHERE lifecycle_phase = 'active' OR (lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time')`).Scan(&snap.Pending)
 }

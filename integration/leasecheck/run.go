@@ -166,13 +166,16 @@ func Run(tb testing.TB, o Options) *Report {
 	stopFaults()
 	<-faultsDone
 	w.Stop()
+	stopped := time.Now()
 	if err := cluster.Restore(); err != nil {
 		tb.Fatal(err)
 	}
 	logf("seed %d: clients stopped after %d calls; waiting for the scanners to quiesce", o.Seed, len(rec.Calls()))
 
-	// Quiesce: a snapshot in which nothing is overdue, whose events the
-	// streams have all delivered. No fixed sleeps: each is a condition.
+	// Quiesce: a snapshot in which nothing is overdue and nothing is active
+	// or delayed any more (the leases the clients left behind ran out and
+	// were expired), whose events the streams have all delivered. No fixed
+	// sleeps: each is a condition.
 	var snap *Snapshot
 	quiet := await(ctx, o.Quiesce, func() bool {
 		s, err := ReadSnapshot(ctx, db.Pool)
@@ -180,15 +183,16 @@ func Run(tb testing.TB, o Options) *Report {
 			return false
 		}
 		snap = s
-		return len(s.Overdue) == 0
+		return len(s.Overdue) == 0 && s.Pending == 0
 	})
 	if snap == nil {
 		tb.Fatalf("no snapshot could be read within %s", o.Quiesce)
 	}
 	if !quiet {
-		logf("seed %d: still overdue after %s: %v", o.Seed, o.Quiesce, snap.Overdue)
+		logf("seed %d: after %s, %d executions still active or delayed, overdue: %v", o.Seed, o.Quiesce, snap.Pending, snap.Overdue)
 	}
 	await(ctx, 30*time.Second, func() bool { return streams.missing(snap) == 0 })
+	logf("seed %d: quiesced %s after the clients stopped", o.Seed, time.Since(stopped).Round(10*time.Millisecond))
 
 	checkStart := time.Now()
 	calls := rec.Calls()

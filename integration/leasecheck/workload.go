@@ -102,7 +102,6 @@ type Workload struct {
 
 	mu     sync.Mutex
 	hot    []*execution
-	all    []*execution
 	groups []*Group
 	lanes  int
 
@@ -134,13 +133,6 @@ func (w *Workload) Start(ctx context.Context, seed uint64) {
 func (w *Workload) Stop() {
 	w.stop.Store(true)
 	w.wg.Wait()
-}
-
-// Executions returns every execution created.
-func (w *Workload) executions() []*execution {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.all)
 }
 
 // Groups returns the flows' edge groups.
@@ -176,7 +168,6 @@ func (w *Workload) publish(xs ...*execution) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.hot = append(w.hot, xs...)
-	w.all = append(w.all, xs...)
 }
 
 func (w *Workload) hotCount() int {
