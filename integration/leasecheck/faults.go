@@ -108,11 +108,15 @@ func (in *injector) Counts() map[string]int {
 }
 
 // run injects a fault every f.Every on average until ctx is done. Long
-// locks run in goroutines of their own (they last seconds).
+// locks run in goroutines of their own (they last seconds), and so does
+// terminateCalls.
 func (in *injector) run(ctx context.Context) {
 	kinds := in.f.kinds()
 	if len(kinds) == 0 || in.f.Every <= 0 {
 		return
+	}
+	if in.f.TerminateBackends {
+		in.wg.Go(func() { in.terminateCalls(ctx, rand.New(rand.NewPCG(in.rng.Uint64(), 8))) })
 	}
 	for {
 		wait := time.Duration(float64(in.f.Every) * (0.5 + in.rng.Float64()))
@@ -148,15 +152,13 @@ func (in *injector) inject(ctx context.Context, kind string) error {
 		in.counted(kind, 1)
 		return in.restartLater(ctx, true)
 	case "pg_terminate_backend":
-		// The application pools and the binaries; never the checker's own
-		// connections (streams, snapshots, this injector). Half the time
-		// only an application connection in the middle of a call (active,
-		// or in a transaction), whose outcome then is unknown.
+		// Any connection of the application pools or the binaries; never
+		// the checker's own (streams, snapshots, this injector). The
+		// application's calls in flight are hit by terminateCalls.
 		var n int
 		err := in.admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (
 			SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1 || '-%' AND pid <> pg_backend_pid()
-			  AND ($3 OR (application_name LIKE $1 || '-app%' AND state <> 'idle'))
-			ORDER BY random() LIMIT $2) t`, in.tag, 1+in.rng.IntN(2), in.rng.IntN(2) == 0).Scan(&n)
+			ORDER BY random() LIMIT $2) t`, in.tag, 1+in.rng.IntN(2)).Scan(&n)
 		in.counted(kind, n)
 		return err
 	case "long lock":
@@ -184,6 +186,29 @@ func (in *injector) inject(ctx context.Context, kind string) error {
 		return err
 	}
 	return fmt.Errorf("unknown fault %q", kind)
+}
+
+// terminateCalls terminates, every 100-500 ms, the connection of an
+// application call in flight (a statement running, or a transaction open),
+// if there is one: that call then ends with an unknown outcome, which the
+// outbox resolves.
+func (in *injector) terminateCalls(ctx context.Context, rng *rand.Rand) {
+	const kind = "pg_terminate_backend of a call in flight"
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(100+rng.IntN(400)) * time.Millisecond):
+		}
+		var n int
+		err := in.admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (
+			SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1 || '-app%' AND state <> 'idle'
+			ORDER BY random() LIMIT 1) t`, in.tag).Scan(&n)
+		if err != nil && ctx.Err() == nil {
+			in.failed(kind, err)
+		}
+		in.counted(kind, n)
+	}
 }
 
 // restartLater starts a replacement after a short while.

@@ -674,11 +674,19 @@ func (c *client) end(call *Call, unknown bool, err error) *Call {
 	return call
 }
 
-// plain runs one plain API call.
+// plain runs one plain API call. One in ten is impatient: its deadline
+// (1-8 ms, about a call's time) may cut it off before, during or after its
+// COMMIT, so its outcome is unknown to the client and only the outbox
+// tells.
 func (c *client) plain(ctx context.Context, x *execution, st Step, do func(context.Context) (Result, error)) *Call {
 	call := c.begin(x, []Step{st})
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
+	if c.rng.IntN(10) == 0 {
+		var cancelSoon context.CancelFunc
+		cctx, cancelSoon = context.WithTimeout(cctx, time.Duration(1000+c.rng.IntN(7000))*time.Microsecond)
+		defer cancelSoon()
+	}
 	r, err := do(cctx)
 	r.Err = Classify(err)
 	if r.Err == ErrOther {
