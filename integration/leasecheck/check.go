@@ -24,6 +24,9 @@ type Violation struct {
 	What string
 	// Ops are the operations and transactions involved.
 	Ops []string
+	// AtNs is when the offending operation began, on the run's timeline
+	// (0: not one operation).
+	AtNs int64
 }
 
 func (v Violation) String() string {
@@ -52,7 +55,22 @@ type Verdict struct {
 }
 
 func (v *Verdict) add(check, exec, what string, ops ...string) {
-	v.Violations = append(v.Violations, Violation{Check: check, Exec: exec, What: what, Ops: ops})
+	v.addAt(0, check, exec, what, ops...)
+}
+
+func (v *Verdict) addAt(at int64, check, exec, what string, ops ...string) {
+	v.Violations = append(v.Violations, Violation{Check: check, Exec: exec, What: what, Ops: ops, AtNs: at})
+}
+
+// FirstAt is when the earliest offending operation began (0: none known).
+func (v *Verdict) FirstAt() int64 {
+	var first int64
+	for _, vi := range v.Violations {
+		if vi.AtNs > 0 && (first == 0 || vi.AtNs < first) {
+			first = vi.AtNs
+		}
+	}
+	return first
 }
 
 // history is everything known about one execution.
@@ -165,7 +183,8 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 		if l.Result == porcupine.Unknown {
 			what = fmt.Sprintf("porcupine could not decide within %s", timeout)
 		}
-		v.add("linearizability", l.Exec, what, append(describeOps(l.Ops), lastWhy(l))...)
+		why, at := lastWhy(l)
+		v.addAt(at, "linearizability", l.Exec, what, append(describeOps(l.Ops), why)...)
 	}
 	if res != porcupine.Ok && len(bad) == 0 {
 		v.add("linearizability", "", fmt.Sprintf("porcupine said %s for the whole history but every execution on its own is fine", res))
@@ -210,7 +229,7 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 		j := m.txOf[i]
 		if j < 0 {
 			if !c.Unknown {
-				v.add("witness", h.key, "a call that succeeded has no transaction with its events in the outbox",
+				v.addAt(c.CallNs, "witness", h.key, "a call that succeeded has no transaction with its events in the outbox",
 					append([]string{c.String(), "the execution's transactions:"}, txsStrings(h.txs)...)...)
 			}
 			continue
@@ -284,7 +303,8 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 				ctx = append(ctx, "  "+prev.String())
 			}
 			ctx = append(ctx, "illegal: "+Describe(in, out), "why: "+strings.Join(whys, "; "))
-			v.add("replay", h.key, fmt.Sprintf("its outbox in commit order is not a legal run: transaction #%d", i+1),
+			lo, _ := bounds(tl, h.callOf[tx], tx)
+			v.addAt(lo, "replay", h.key, fmt.Sprintf("its outbox in commit order is not a legal run: transaction #%d", i+1),
 				append(ctx, h.ops(tl)...)...)
 			return
 		}
@@ -413,9 +433,10 @@ func describeOps(ops []porcupine.Operation) []string {
 	return out
 }
 
-// lastWhy explains where the longest partial linearization got stuck: the
-// first operation that could not follow it, and why.
-func lastWhy(l Linearizability) string {
+// lastWhy explains where the longest partial linearization got stuck:
+// each operation that could not follow it, and why; and when the earliest
+// of them began.
+func lastWhy(l Linearizability) (string, int64) {
 	var best []porcupine.Operation
 	for _, part := range l.Info.PartialLinearizationsOperations() {
 		for _, lin := range part {
@@ -435,9 +456,13 @@ func lastWhy(l Linearizability) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "longest legal prefix: %d of %d operations, ending in %v; none of the rest can follow:", len(best), len(l.Ops), states)
+	var at int64
 	for _, op := range l.Ops {
 		if slices.ContainsFunc(best, func(o porcupine.Operation) bool { return o.Call == op.Call && o.ClientId == op.ClientId }) {
 			continue
+		}
+		if at == 0 || op.Call < at {
+			at = max(op.Call, 1)
 		}
 		for _, s := range states {
 			if _, why := Transition(s, op.Input.(Input), op.Output.(Output)); why != "" {
@@ -446,7 +471,7 @@ func lastWhy(l Linearizability) string {
 			}
 		}
 	}
-	return b.String()
+	return b.String(), at
 }
 
 // flows checks each flow group against its upstreams' outcomes: a group

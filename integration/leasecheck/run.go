@@ -53,6 +53,9 @@ type Report struct {
 	Artifacts []string
 	// Elapsed: the whole run; Checked: the checks alone.
 	Elapsed, Checked time.Duration
+	// FirstViolation is how long after the clients started the earliest
+	// offending operation began (0: no violation, or none dated).
+	FirstViolation time.Duration
 }
 
 // Summary is the report's counts on a few lines.
@@ -66,7 +69,11 @@ func (r *Report) Summary() string {
 	for _, vi := range v.Violations {
 		byCheck[vi.Check]++
 	}
-	fmt.Fprintf(&b, "violations: %d (%s)\n", len(v.Violations), formatCounts(byCheck))
+	fmt.Fprintf(&b, "violations: %d (%s)", len(v.Violations), formatCounts(byCheck))
+	if r.FirstViolation > 0 {
+		fmt.Fprintf(&b, ", the first in an operation begun %s after the clients started", r.FirstViolation.Round(time.Millisecond))
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "run %s, checks %s", r.Elapsed.Round(100*time.Millisecond), r.Checked.Round(10*time.Millisecond))
 	return b.String()
 }
@@ -156,6 +163,7 @@ func Run(tb testing.TB, o Options) *Report {
 		inj.run(faultCtx)
 		close(faultsDone)
 	}()
+	started := tl.Now()
 	w.Start(ctx, o.Seed)
 	logf("seed %d: %d clients on %d processes (clocks %v), %d schedulers, %d workers, faults: %s, for %s",
 		o.Seed, o.Workload.Clients, o.Processes, rep.Offsets, o.Schedulers, o.Workers, o.Faults, o.Duration)
@@ -198,6 +206,9 @@ func Run(tb testing.TB, o Options) *Report {
 	calls := rec.Calls()
 	rep.Verdict = Judge(tl, calls, snap, streams, w.Groups(), o.Workload.Clients+1, o.CheckTimeout)
 	rep.Checked = time.Since(checkStart)
+	if at := rep.Verdict.FirstAt(); at > 0 {
+		rep.FirstViolation = time.Duration(max(at-started, 0))
+	}
 	rep.Calls = len(calls)
 	for _, c := range calls {
 		if c.Unknown {
