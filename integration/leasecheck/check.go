@@ -29,6 +29,7 @@ type Violation struct {
 	AtNs int64
 }
 
+// String renders the violation with its operations, one per line.
 func (v Violation) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[%s] ", v.Check)

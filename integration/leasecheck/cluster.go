@@ -26,15 +26,17 @@ func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
 	return Binaries{Scheduler: bins["ffscheduler"], Worker: bins["ffworker"]}, nil
 }
 
-// The binaries' flags: short scanner intervals, and a job timeout and
-// rescue delay short enough that a killed process's jobs are redone soon
-// (as the fault suite runs them).
-var (
-	schedulerFlags = []string{"--ui-addr", "off", "--scan-concurrency", "2", "--job-timeout", "3s", "--rescue-after", "4s",
-		"--attempt-timeout-interval", "250ms", "--delayed-promoter-interval", "250ms", "--execution-deadline-interval", "250ms",
-		"--edge-cancel-dispatcher-interval", "300ms", "--edge-cancel-reconciler-interval", "2s", "--dependency-interval", "2s"}
-	workerFlags = []string{"--concurrency", "16", "--scan-concurrency", "1", "--job-timeout", "3s"}
-)
+// binaryFlags are the flags of ffscheduler or ffworker: short scanner
+// intervals, and a job timeout and rescue delay short enough that a killed
+// process's jobs are redone soon (as the fault suite runs them).
+func binaryFlags(scheduler bool) []string {
+	if scheduler {
+		return []string{"--ui-addr", "off", "--scan-concurrency", "2", "--job-timeout", "3s", "--rescue-after", "4s",
+			"--attempt-timeout-interval", "250ms", "--delayed-promoter-interval", "250ms", "--execution-deadline-interval", "250ms",
+			"--edge-cancel-dispatcher-interval", "300ms", "--edge-cancel-reconciler-interval", "2s", "--dependency-interval", "2s"}
+	}
+	return []string{"--concurrency", "16", "--scan-concurrency", "1", "--job-timeout", "3s"}
+}
 
 // Cluster is a run's ffscheduler and ffworker processes. Their connections
 // carry application_name <tag>-<id>, so faults can find them.
@@ -78,9 +80,9 @@ func (c *Cluster) dbURL(appName string) (string, error) {
 func (c *Cluster) Start(scheduler bool) (string, error) {
 	c.mu.Lock()
 	c.seq++
-	kind, bin, flags := "work", c.bins.Worker, workerFlags
+	kind, bin := "work", c.bins.Worker
 	if scheduler {
-		kind, bin, flags = "sched", c.bins.Scheduler, schedulerFlags
+		kind, bin = "sched", c.bins.Scheduler
 	}
 	id := fmt.Sprintf("%s-%s%d", c.tag, kind, c.seq)
 	c.mu.Unlock()
@@ -88,7 +90,7 @@ func (c *Cluster) Start(scheduler bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	args := slices.Concat([]string{"--database-url", u, "--schema", c.schema, "--id", id}, flags)
+	args := slices.Concat([]string{"--database-url", u, "--schema", c.schema, "--id", id}, binaryFlags(scheduler))
 	p, err := testproc.Start(id, bin, args...)
 	if err != nil {
 		return "", err

@@ -114,6 +114,7 @@ func (c *Call) operation() porcupine.Operation {
 		Metadata: fmt.Sprintf("call %d, process %d: %s", c.ID, c.Process, c.Err)}
 }
 
+// String renders the call with its windows and outcome.
 func (c *Call) String() string {
 	ret := "∞"
 	if c.ReturnNs != Unbounded {

@@ -44,6 +44,7 @@ const (
 	Terminal
 )
 
+// String names the phase.
 func (p Phase) String() string {
 	switch p {
 	case Absent:
@@ -132,6 +133,7 @@ func (s State) terminal(outcome string) State {
 	return s
 }
 
+// String renders the state compactly, for reports and visualizations.
 func (s State) String() string {
 	if s.Phase == Absent {
 		return "absent"
@@ -184,6 +186,7 @@ const (
 	OpScanner
 )
 
+// String names the kind of step.
 func (k Kind) String() string {
 	switch k {
 	case OpCreate:
@@ -226,6 +229,7 @@ const (
 	ErrOther
 )
 
+// String names the error class as package ff names its error.
 func (c ErrClass) String() string {
 	switch c {
 	case OK:
@@ -282,6 +286,7 @@ type LeaseRef struct {
 	Instance  string
 }
 
+// String renders the lease compactly.
 func (l LeaseRef) String() string {
 	return fmt.Sprintf("a%d e%d %s exp %d", l.Attempt, l.Epoch, short(l.LeaseID), l.ExpiresAt)
 }
@@ -338,6 +343,7 @@ const Unbounded = math.MaxInt64
 
 func (w Window) contains(t int64) bool { return w.Lo <= t && t <= w.Hi }
 
+// String renders the window as an interval.
 func (w Window) String() string {
 	if w.Hi == Unbounded {
 		return fmt.Sprintf("[%d, ∞)", w.Lo)
@@ -393,6 +399,7 @@ type LeaseEvent struct {
 	AtMs     int64
 }
 
+// String renders the event compactly.
 func (e LeaseEvent) String() string {
 	return fmt.Sprintf("%s(a%d e%d %s %s @%d)", e.Type, e.Attempt, e.Epoch, short(e.LeaseID), e.Instance, e.AtMs)
 }
@@ -417,6 +424,7 @@ type Tx struct {
 	RecvNs int64
 }
 
+// String renders the transaction with its events.
 func (t *Tx) String() string {
 	var parts []string
 	for _, e := range t.Lease {
