@@ -49,7 +49,10 @@ type Verdict struct {
 	// transactions); Histories the number of executions.
 	Ops, Histories int
 	// Txs is the number of outbox transactions attributed.
-	Txs        int
+	Txs int
+	// Resolved counts the calls of unknown outcome the outbox showed
+	// committed.
+	Resolved   int
 	Violations []Violation
 	// history is porcupine's input, kept for the visualizations.
 	history map[string][]porcupine.Operation
@@ -115,11 +118,18 @@ func ns(t int64) string {
 
 // Judge runs every check over a finished run: the recorded calls, the
 // final snapshot (read once nothing was overdue), what the live streams
-// delivered, and the flows' groups.
-func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups []*Group, scannerClient int, timeout time.Duration) *Verdict {
+// delivered, the flows' groups, and the shared lanes' executions (by
+// execution, its lane).
+func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups []*Group, shared map[string]string,
+	scannerClient int, timeout time.Duration) *Verdict {
 	v := &Verdict{history: map[string][]porcupine.Operation{}}
 	hs := map[string]*history{}
+	var laneWide []*Call
 	for _, c := range calls {
+		if c.Exec == "" {
+			laneWide = append(laneWide, c)
+			continue
+		}
 		h := hs[c.Exec]
 		if h == nil {
 			h = &history{key: c.Exec, callOf: map[*Tx]*Call{}}
@@ -155,6 +165,7 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 	for _, p := range streams.problems() {
 		v.add("stream", "", p)
 	}
+	attributeLaneWide(hs, laneWide, shared)
 
 	var all []porcupine.Operation
 	keys := make([]string, 0, len(hs))
@@ -222,6 +233,34 @@ func received(s *Streams, tx *Tx) int64 {
 	return first
 }
 
+// attributeLaneWide gives each claim of unknown outcome on a shared lane,
+// on each execution of the lane with an "acquired" event that could be its
+// (its instance, a reading of its clock, committed after it began), a
+// candidate Claim of unknown outcome: the matching decides which it was.
+// Where it took no lease, it changed nothing.
+func attributeLaneWide(hs map[string]*history, laneWide []*Call, shared map[string]string) {
+	for _, p := range laneWide {
+		for k, lane := range shared {
+			h := hs[k]
+			if lane != p.Lane || h == nil {
+				continue
+			}
+			for _, tx := range h.txs {
+				if len(tx.Lease) == 0 || tx.Lease[0].Type != ff.LeaseAcquired {
+					continue
+				}
+				e := tx.Lease[0]
+				if e.Instance == p.Steps[0].Instance && p.Clock.contains(e.AtMs) && (tx.RecvNs == 0 || tx.RecvNs >= p.CallNs) {
+					c := *p
+					c.Exec, c.Lane = k, ""
+					h.calls = append(h.calls, &c)
+					break
+				}
+			}
+		}
+	}
+}
+
 // attribute matches the execution's calls to its transactions: the
 // witness and order checks.
 func (v *Verdict) attribute(tl Timeline, h *history) {
@@ -240,6 +279,7 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 		c.Tx = tx
 		if c.Unknown {
 			resolve(c, tx, h.create.Steps[0].Create.BackoffMs)
+			v.Resolved++
 		}
 	}
 	for _, tx := range h.txs {

@@ -49,8 +49,11 @@ type Call struct {
 	Client int
 	// Process is the application process (Store) that ran it.
 	Process int
-	Exec    string
-	Steps   []Step
+	// Exec is the execution; "" for a claim on a shared lane whose outcome
+	// is unknown (Lane names the lane).
+	Exec  string
+	Lane  string
+	Steps []Step
 	// Results of the steps that ran (nil for a plain call whose outcome is
 	// unknown, until the outbox resolves it).
 	Results []Result

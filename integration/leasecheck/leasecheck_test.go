@@ -110,8 +110,9 @@ func TestLeaseHistories(t *testing.T) {
 			clients = 16
 		}
 		runOne(t, Options{Seed: seed, Duration: *flagDuration, Processes: 4, Schedulers: 2, Workers: 2,
-			Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 40, FlowShare: 0.2, Hold: 40 * time.Millisecond},
-			Faults:   allFaults(*flagFaults), Bins: bins, Quiesce: 3 * time.Minute})
+			Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 40, FlowShare: 0.2, Hold: 40 * time.Millisecond,
+				SharedShare: 0.25, SharedLanes: 2},
+			Faults: allFaults(*flagFaults), Bins: bins, Quiesce: 3 * time.Minute})
 		return
 	}
 	clients := *flagClients
@@ -121,8 +122,9 @@ func TestLeaseHistories(t *testing.T) {
 	for _, r := range smallRuns() {
 		t.Run(fmt.Sprintf("seed=%d", r.seed), func(t *testing.T) {
 			runOne(t, Options{Seed: r.seed, Duration: 6 * time.Second, Processes: 2, Schedulers: 1, Workers: 1,
-				Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 30, FlowShare: 0.2, Hold: 40 * time.Millisecond},
-				Faults:   r.faults, Bins: bins})
+				Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 30, FlowShare: 0.2, Hold: 40 * time.Millisecond,
+					SharedShare: 0.3, SharedLanes: 1},
+				Faults: r.faults, Bins: bins})
 		})
 	}
 }

@@ -618,7 +618,7 @@ func claim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	case Delayed:
 		// Promoted by the delayed_promoter (unobserved), whose clock is
 		// the system clock: only once DelayUntil has passed.
-		if s.DelayUntil > in.WallHi+promotionSlackMs {
+		if s.DelayUntil-promotionSlackMs > in.WallHi { // (WallHi may be Unbounded)
 			return s, fmt.Sprintf("claimed while delayed until %d, by a call that returned at %d (system clock): no promotion could have happened",
 				s.DelayUntil, in.WallHi)
 		}

@@ -231,6 +231,14 @@ func TestModelPromotion(t *testing.T) {
 	h.add(0, 0, 1, []Step{{Kind: OpCreate, Create: CreateSpec{DelayUntil: 500}}}, ok())
 	h.add(1, 490, 510, []Step{{Kind: OpClaim, TTL: 1000, Instance: w1}}, []Result{{Lease: LeaseRef{Epoch: 1, LeaseID: leaseID(1), ExpiresAt: 1500, Instance: w1}}})
 	h.check(t, porcupine.Ok)
+	// A claim of unknown outcome that the outbox shows committed never
+	// returned: it may have come after the promotion, however late.
+	h = &hist{}
+	h.add(0, 0, 1, []Step{{Kind: OpCreate, Create: CreateSpec{DelayUntil: 500}}}, ok())
+	h.add(1, 100, Unbounded, []Step{{Kind: OpClaim, TTL: 1000, Instance: w1}}, []Result{{Lease: LeaseRef{Epoch: 1, LeaseID: leaseID(1), ExpiresAt: 1600, Instance: w1}}})
+	h.ops[1].Output = Output{Unknown: true, Resolved: true, Results: h.ops[1].Output.(Output).Results}
+	h.ops[1].Input = Input{Exec: x, Client: 1, Steps: h.ops[1].Input.(Input).Steps, Clock: Window{100, Unbounded}, WallHi: Unbounded}
+	h.check(t, porcupine.Ok)
 }
 
 // Unknown outcomes: an unresolved call committed nothing; a resolved one

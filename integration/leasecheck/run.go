@@ -43,6 +43,9 @@ type Report struct {
 	// Calls recorded, and how many of them had an unknown outcome
 	// (resolved: found in the outbox).
 	Calls, Unknown, Resolved int
+	// SharedOthers counts the leases claims on shared lanes returned for
+	// other executions than the one the client had picked.
+	SharedOthers int64
 	// Faults injected, by kind.
 	Faults map[string]int
 	// Offsets of the application processes' clocks.
@@ -62,8 +65,8 @@ type Report struct {
 func (r *Report) Summary() string {
 	var b strings.Builder
 	v := r.Verdict
-	fmt.Fprintf(&b, "seed %d: %d operations checked (%d calls, %d of unknown outcome, %d resolved by the outbox), %d histories (executions), %d outbox transactions\n",
-		r.Seed, v.Ops, r.Calls, r.Unknown, r.Resolved, v.Histories, v.Txs)
+	fmt.Fprintf(&b, "seed %d: %d operations checked (%d calls, %d of unknown outcome, %d resolved by the outbox; %d leases from shared-lane claims), %d histories (executions), %d outbox transactions\n",
+		r.Seed, v.Ops, r.Calls, r.Unknown, r.Resolved, r.SharedOthers, v.Histories, v.Txs)
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
 	byCheck := map[string]int{}
 	for _, vi := range v.Violations {
@@ -204,7 +207,7 @@ func Run(tb testing.TB, o Options) *Report {
 
 	checkStart := time.Now()
 	calls := rec.Calls()
-	rep.Verdict = Judge(tl, calls, snap, streams, w.Groups(), o.Workload.Clients+1, o.CheckTimeout)
+	rep.Verdict = Judge(tl, calls, snap, streams, w.Groups(), w.SharedLanes(), o.Workload.Clients+1, o.CheckTimeout)
 	rep.Checked = time.Since(checkStart)
 	if at := rep.Verdict.FirstAt(); at > 0 {
 		rep.FirstViolation = time.Duration(max(at-started, 0))
@@ -213,11 +216,10 @@ func Run(tb testing.TB, o Options) *Report {
 	for _, c := range calls {
 		if c.Unknown {
 			rep.Unknown++
-			if c.Resolved {
-				rep.Resolved++
-			}
 		}
 	}
+	rep.Resolved = rep.Verdict.Resolved
+	rep.SharedOthers = w.SharedOthers()
 	rep.Faults = inj.Counts()
 	rep.Notes = slices.Concat(cluster.Notes(), inj.Errors(), w.HarnessErrors())
 	if len(rep.Verdict.Violations) > 0 {

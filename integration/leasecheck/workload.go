@@ -69,6 +69,12 @@ type WorkloadConfig struct {
 	FlowShare float64
 	// Hold is the longest a held transaction stays open before COMMIT.
 	Hold time.Duration
+	// SharedShare is the share of solo executions created in one of
+	// SharedLanes shared lanes, claimed with Max 1-3: a claim there returns
+	// leases of any of the lane's executions, and only the leases it
+	// returns are recorded (each on its execution).
+	SharedShare float64
+	SharedLanes int
 }
 
 // execution is one execution the workload made.
@@ -77,6 +83,8 @@ type execution struct {
 	Key  string
 	Lane string
 	Spec CreateSpec
+	// Shared: the lane is a shared lane.
+	Shared bool
 	// Group is set on a flow downstream.
 	Group *Group
 	calls atomic.Int32
@@ -102,12 +110,16 @@ type Workload struct {
 
 	mu     sync.Mutex
 	hot    []*execution
+	byID   map[uuid.UUID]*execution
 	groups []*Group
 	lanes  int
 
-	stop  atomic.Bool
-	wg    sync.WaitGroup
-	harnd []string // the harness's own errors (a validation error is a bug here)
+	stop atomic.Bool
+	wg   sync.WaitGroup
+	// sharedOthers counts the leases claims on shared lanes returned for
+	// other executions than the one the client had picked.
+	sharedOthers atomic.Int64
+	harnd        []string // the harness's own errors (a validation error is a bug here)
 }
 
 // CreatorClient is the client id of the goroutine that creates executions.
@@ -115,7 +127,7 @@ const CreatorClient = 0
 
 // NewWorkload prepares a workload over procs, recording into rec.
 func NewWorkload(cfg WorkloadConfig, procs []*AppProcess, rec *Recorder, tl Timeline, seed uint64) *Workload {
-	return &Workload{cfg: cfg, procs: procs, rec: rec, tl: tl, rng: rand.New(rand.NewPCG(seed, 0))}
+	return &Workload{cfg: cfg, procs: procs, rec: rec, tl: tl, rng: rand.New(rand.NewPCG(seed, 0)), byID: map[uuid.UUID]*execution{}}
 }
 
 // Start starts the creator and the clients.
@@ -141,6 +153,29 @@ func (w *Workload) Groups() []*Group {
 	defer w.mu.Unlock()
 	return slices.Clone(w.groups)
 }
+
+// SharedLanes maps each execution of a shared lane to its lane.
+func (w *Workload) SharedLanes() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]string{}
+	for _, x := range w.byID {
+		if x.Shared {
+			out[x.Key] = x.Lane
+		}
+	}
+	return out
+}
+
+func (w *Workload) lookup(u uuid.UUID) *execution {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byID[u]
+}
+
+// SharedOthers is how many leases claims on shared lanes returned for
+// other executions than the one the client had picked.
+func (w *Workload) SharedOthers() int64 { return w.sharedOthers.Load() }
 
 // HarnessErrors are errors that say the workload itself is wrong.
 func (w *Workload) HarnessErrors() []string {
@@ -168,6 +203,9 @@ func (w *Workload) publish(xs ...*execution) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.hot = append(w.hot, xs...)
+	for _, x := range xs {
+		w.byID[x.ID.UUID] = x
+	}
 }
 
 func (w *Workload) hotCount() int {
@@ -208,7 +246,7 @@ func (w *Workload) creator(ctx context.Context) {
 			proc := w.procs[w.rng.IntN(len(w.procs))]
 			if w.rng.Float64() < w.cfg.FlowShare {
 				w.createFlow(ctx, proc)
-			} else if x := w.create(ctx, proc, uuid.Nil, w.spec(proc, false)); x != nil {
+			} else if x := w.create(ctx, proc, uuid.Nil, w.spec(proc, false), w.sharedLane()); x != nil {
 				w.publish(x)
 			}
 			continue
@@ -283,10 +321,22 @@ func createParams(id uuid.UUID, flow uuid.UUID, lane string, s CreateSpec) execu
 	return p
 }
 
-// create makes one execution and records its Create; nil when it could
-// not be made (a fault).
-func (w *Workload) create(ctx context.Context, proc *AppProcess, flow uuid.UUID, spec CreateSpec) *execution {
-	lane := w.newLane()
+// sharedLane draws a shared lane for a new solo execution, or "" for a
+// lane of its own.
+func (w *Workload) sharedLane() string {
+	if w.cfg.SharedLanes == 0 || w.rng.Float64() >= w.cfg.SharedShare {
+		return ""
+	}
+	return fmt.Sprintf("shared%d", w.rng.IntN(w.cfg.SharedLanes))
+}
+
+// create makes one execution in shared (a shared lane; "": a lane of its
+// own) and records its Create; nil when it could not be made (a fault).
+func (w *Workload) create(ctx context.Context, proc *AppProcess, flow uuid.UUID, spec CreateSpec, shared string) *execution {
+	lane := shared
+	if lane == "" {
+		lane = w.newLane()
+	}
 	u := uuid.New()
 	id := ff.ExecutionID{Partition: proc.Store.PartitionFor(flow, lane), UUID: u}
 	call := &Call{Client: CreatorClient, Process: proc.Index, Exec: id.String(), Steps: []Step{{Kind: OpCreate, Create: spec}}}
@@ -300,7 +350,7 @@ func (w *Workload) create(ctx context.Context, proc *AppProcess, flow uuid.UUID,
 	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), time.Now().UnixMilli()
 	call.Results = []Result{{}}
 	w.rec.Add(call)
-	return &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec}
+	return &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec, Shared: shared != ""}
 }
 
 // exists tells whether a Create whose outcome was unknown committed.
@@ -329,7 +379,7 @@ func (w *Workload) createFlow(ctx context.Context, proc *AppProcess) {
 	n := 2 + w.rng.IntN(3)
 	var ups []*execution
 	for range n {
-		if x := w.create(ctx, proc, flow, w.spec(proc, false)); x != nil {
+		if x := w.create(ctx, proc, flow, w.spec(proc, false), ""); x != nil {
 			ups = append(ups, x)
 		}
 	}
@@ -412,6 +462,9 @@ type client struct {
 	leases map[string]executions.Lease
 	// byKey finds a held lease's execution.
 	byKey map[string]*execution
+	// others are the leases a claim on a shared lane returned for other
+	// executions than the one the operation was about.
+	others []executions.Lease
 }
 
 func (c *client) run(ctx context.Context) {
@@ -567,23 +620,28 @@ func (c *client) leaseOp(ctx context.Context, x *execution, l executions.Lease) 
 func (c *client) freeOp(ctx context.Context, x *execution) {
 	store := c.proc.Store
 	ttl := c.ttl()
+	claimMax := 1
 	claimParams := func() executions.ClaimParams {
-		return executions.ClaimParams{Lane: x.Lane, WorkerID: fmt.Sprintf("client-%d", c.id), WorkerInstanceID: c.instance, LeaseTTL: ttl}
+		return executions.ClaimParams{Lane: x.Lane, WorkerID: fmt.Sprintf("client-%d", c.id), WorkerInstanceID: c.instance, LeaseTTL: ttl, Max: claimMax}
 	}
 	claimStep := Step{Kind: OpClaim, TTL: ttl.Milliseconds(), Instance: c.instance}
 	claimed := func(leases []executions.Lease, err error) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		switch {
-		case len(leases) == 0:
-			return Result{Empty: true}, nil
-		case len(leases) > 1 || leases[0].ID != x.ID:
-			c.w.harness("a claim of lane %s returned %d leases, the first for %s", x.Lane, len(leases), leases[0].ID)
-			return Result{Empty: true}, nil
+		r := Result{Empty: true}
+		for _, l := range leases {
+			switch {
+			case l.ID == x.ID:
+				c.hold(x, l)
+				r = Result{Lease: leaseRef(l)}
+			case x.Shared:
+				c.others = append(c.others, l)
+			default:
+				c.w.harness("a claim of lane %s, the lane of %s alone, returned a lease of %s", x.Lane, x.ID, l.ID)
+			}
 		}
-		c.hold(x, leases[0])
-		return Result{Lease: leaseRef(leases[0])}, nil
+		return r, nil
 	}
 	claimTx := txStep{claimStep, func(ctx context.Context, tx pgx.Tx) (Result, error) {
 		return claimed(store.ClaimTx(ctx, tx, claimParams()))
@@ -600,8 +658,12 @@ func (c *client) freeOp(ctx context.Context, x *execution) {
 	}}
 	cancelParams := executions.CancelParams{Reason: "leasecheck", By: fmt.Sprintf("client-%d", c.id)}
 	var call *Call
+	c.others = nil
 	switch r := c.rng.Float64(); {
 	case r < 0.32:
+		if x.Shared {
+			claimMax = 1 + c.rng.IntN(3)
+		}
 		call = c.plain(ctx, x, claimStep, func(ctx context.Context) (Result, error) { return claimed(store.Claim(ctx, claimParams())) })
 	case r < 0.38:
 		call = c.composite(ctx, x, c.holdFor(), []txStep{claimTx})
@@ -630,6 +692,7 @@ func (c *client) freeOp(ctx context.Context, x *execution) {
 	default:
 		call = c.plain(ctx, x, claimStep, func(ctx context.Context) (Result, error) { return claimed(store.Claim(ctx, claimParams())) })
 	}
+	c.recordOthers(call)
 	if call.Unknown || call.failed() {
 		// A lease taken in a transaction that did not commit is no lease.
 		c.drop(x.Key)
@@ -640,6 +703,35 @@ func (c *client) freeOp(ctx context.Context, x *execution) {
 	if len(call.Results) > 0 && call.Results[0].Err == ErrNotActive && call.Steps[0].Kind == OpCancel {
 		c.w.retire(x)
 	}
+}
+
+// recordOthers records, on its own execution, each lease a claim on a
+// shared lane returned for another execution than the operation's: a Claim
+// with the call's windows (unknown if the call's outcome is), and holds it
+// if the call committed.
+func (c *client) recordOthers(call *Call) {
+	var claim Step
+	for _, st := range call.Steps {
+		if st.Kind == OpClaim {
+			claim = st
+		}
+	}
+	for _, l := range c.others {
+		y := c.w.lookup(l.ID.UUID)
+		if y == nil {
+			c.w.harness("a claim returned a lease of %s, an execution the run never created", l.ID)
+			continue
+		}
+		o := &Call{Client: c.id, Process: c.proc.Index, Exec: y.Key, Steps: []Step{claim}, Results: []Result{{Lease: leaseRef(l)}},
+			Unknown: call.Unknown, CallNs: call.CallNs, ReturnNs: call.ReturnNs, Clock: call.Clock, WallHi: call.WallHi, Err: call.Err}
+		c.w.rec.Add(o)
+		c.w.sharedOthers.Add(1)
+		y.calls.Add(1)
+		if !call.Unknown && !call.failed() {
+			c.hold(y, l)
+		}
+	}
+	c.others = nil
 }
 
 // txStep is one ...Tx call of a composite transaction.
@@ -690,6 +782,11 @@ func (c *client) plain(ctx context.Context, x *execution, st Step, do func(conte
 	r, err := do(cctx)
 	r.Err = Classify(err)
 	if r.Err == ErrOther {
+		if st.Kind == OpClaim && x.Shared {
+			// It may have claimed any of the lane's executions: the checker
+			// looks for its leases in the outbox, lane-wide.
+			call.Exec, call.Lane = "", x.Lane
+		}
 		return c.end(call, true, err)
 	}
 	if r.Err != OK {
