@@ -116,7 +116,8 @@ func (in *injector) run(ctx context.Context) {
 		return
 	}
 	if in.f.TerminateBackends {
-		in.wg.Go(func() { in.terminateCalls(ctx, rand.New(rand.NewPCG(in.rng.Uint64(), 8))) })
+		rng := rand.New(rand.NewPCG(in.rng.Uint64(), 8)) // its own: in.rng is this goroutine's
+		in.wg.Go(func() { in.terminateCalls(ctx, rng) })
 	}
 	for {
 		wait := time.Duration(float64(in.f.Every) * (0.5 + in.rng.Float64()))
