@@ -79,13 +79,28 @@ func (v *Verdict) FirstAt() int64 {
 
 // history is everything known about one execution.
 type history struct {
-	key     string
-	create  *Call
-	calls   []*Call
-	txs     []*Tx
-	callOf  map[*Tx]*Call
+	key    string
+	create *Call
+	calls  []*Call
+	txs    []*Tx
+	callOf map[*Tx]*Call
+	// cands are the transactions several calls of unknown outcome fit,
+	// with those calls (see ambiguity).
+	cands   map[*Tx][]*Call
 	derived []*Tx
 	db      *DBExec
+}
+
+// earliest is the call of tx that began first: with several candidates,
+// the one that gives the weakest bound on its commit.
+func (h *history) earliest(tx *Tx) *Call {
+	c := h.callOf[tx]
+	for _, o := range h.cands[tx] {
+		if c == nil || o.CallNs < c.CallNs {
+			c = o
+		}
+	}
+	return c
 }
 
 func (h *history) ops(tl Timeline) []string {
@@ -103,7 +118,10 @@ func (h *history) ops(tl Timeline) []string {
 		} else if !slices.Contains(h.derived, tx) {
 			who = "nobody"
 		}
-		lo, hi := bounds(tl, h.callOf[tx], tx)
+		if cs := h.cands[tx]; len(cs) > 0 {
+			who = fmt.Sprintf("one of %d calls of unknown outcome", len(cs))
+		}
+		lo, hi := bounds(tl, h.earliest(tx), tx)
 		out = append(out, fmt.Sprintf("%s by %s, committed within [%s, %s]", tx, who, ns(lo), ns(hi)))
 	}
 	return out
@@ -265,6 +283,9 @@ func attributeLaneWide(hs map[string]*history, laneWide []*Call, shared map[stri
 // witness and order checks.
 func (v *Verdict) attribute(tl Timeline, h *history) {
 	m := match(h.calls, h.txs)
+	amb := ambiguities(m)
+	h.cands = amb.cands
+	backoff := h.create.Steps[0].Create.BackoffMs
 	for i, c := range m.calls {
 		j := m.txOf[i]
 		if j < 0 {
@@ -276,10 +297,17 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 		}
 		tx := h.txs[j]
 		h.callOf[tx] = c
-		c.Tx = tx
-		if c.Unknown {
-			resolve(c, tx, h.create.Steps[0].Create.BackoffMs)
+		if c.Unknown && amb.maybe[c] == nil {
+			c.Results, c.Resolved = reconstruct(c, tx, backoff), true
 			v.Resolved++
+		}
+		if !c.Unknown || c.Resolved {
+			c.Tx = tx
+		}
+	}
+	for c, txs := range amb.maybe {
+		for _, tx := range txs {
+			c.Maybe = append(c.Maybe, reconstruct(c, tx, backoff))
 		}
 	}
 	for _, tx := range h.txs {
@@ -300,7 +328,7 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 			v.add("witness", h.key, fmt.Sprintf("a cancel no call made, yet cancelled_by is %q, not the engine's sibling cancel", by), tx.String())
 		}
 	}
-	for _, o := range orderViolations(tl, h.txs, func(tx *Tx) *Call { return h.callOf[tx] }) {
+	for _, o := range orderViolations(tl, h.txs, h.earliest) {
 		v.add("order", h.key, o)
 	}
 }
@@ -321,21 +349,40 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 		v.add("replay", h.key, "its Create: "+why)
 		return
 	}
+	backoff := h.create.Steps[0].Create.BackoffMs
 	for i, tx := range h.txs {
-		in, out := Input{Exec: h.key, Derived: true}, Output{Events: tx}
-		if c := h.callOf[tx]; c != nil {
-			in, out = c.input(), c.output()
+		// The operation the transaction was: its call's, each candidate's
+		// when several calls of unknown outcome fit it, or a scanner's.
+		type reading struct {
+			in  Input
+			out Output
+		}
+		var readings []reading
+		switch c := h.callOf[tx]; {
+		case len(h.cands[tx]) > 0:
+			for _, c := range h.cands[tx] {
+				out := Output{Results: reconstruct(c, tx, backoff), Unknown: true, Resolved: true, Events: tx}
+				readings = append(readings, reading{c.input(), out})
+			}
+		case c != nil:
+			out := c.output()
 			out.Events = tx
-		} else if !slices.Contains(h.derived, tx) {
+			readings = append(readings, reading{c.input(), out})
+		case slices.Contains(h.derived, tx):
+			readings = append(readings, reading{Input{Exec: h.key, Derived: true}, Output{Events: tx}})
+		default:
 			return // reported by the witness check
 		}
+		in, out := readings[0].in, readings[0].out
 		var next []State
 		var whys []string
 		for _, s := range states {
-			n, why := Transition(s, in, out)
-			next = append(next, n...)
-			if why != "" {
-				whys = append(whys, fmt.Sprintf("from %s: %s", s, why))
+			for _, r := range readings {
+				n, why := Transition(s, r.in, r.out)
+				next = append(next, n...)
+				if why != "" {
+					whys = append(whys, fmt.Sprintf("from %s: %s", s, why))
+				}
 			}
 		}
 		if len(next) == 0 {
@@ -344,7 +391,7 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 				ctx = append(ctx, "  "+prev.String())
 			}
 			ctx = append(ctx, "illegal: "+Describe(in, out), "why: "+strings.Join(whys, "; "))
-			lo, _ := bounds(tl, h.callOf[tx], tx)
+			lo, _ := bounds(tl, h.earliest(tx), tx)
 			v.addAt(lo, "replay", h.key, fmt.Sprintf("its outbox in commit order is not a legal run: transaction #%d", i+1),
 				append(ctx, h.ops(tl)...)...)
 			return
@@ -547,7 +594,7 @@ func (v *Verdict) flows(tl Timeline, hs map[string]*history, snap *Snapshot, gro
 			if outcome == ff.OutcomeSuccess {
 				for _, tx := range h.txs {
 					if len(tx.Completions) == 1 && tx.Completions[0].Outcome == ff.OutcomeSuccess {
-						lo, _ := bounds(tl, h.callOf[tx], tx)
+						lo, _ := bounds(tl, h.earliest(tx), tx)
 						successes = append(successes, lo)
 					}
 				}
@@ -616,7 +663,7 @@ func (v *Verdict) releasedInTime(tl Timeline, g *Group, d *history, successes []
 		if len(tx.Lease) == 0 || tx.Lease[0].Type != ff.LeaseAcquired {
 			continue
 		}
-		_, hi := bounds(tl, d.callOf[tx], tx)
+		_, hi := bounds(tl, d.earliest(tx), tx)
 		if len(successes) < need || hi < successes[need-1] {
 			v.add("flow", g.Downstream, fmt.Sprintf("claimed (committed by %s) before %d of its upstreams could have succeeded (successes from %v)",
 				ns(hi), need, successes), tx.String())

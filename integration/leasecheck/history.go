@@ -74,6 +74,9 @@ type Call struct {
 	Err string
 	// Tx is the call's transaction in the outbox, once matched.
 	Tx *Tx
+	// Maybe are the results the call had if one of the transactions that
+	// other calls of unknown outcome fit too was its (see Output.Maybe).
+	Maybe [][]Result
 }
 
 // failed reports whether a step failed (the transaction rolled back).
@@ -108,7 +111,7 @@ func (c *Call) input() Input {
 }
 
 func (c *Call) output() Output {
-	return Output{Results: c.Results, Unknown: c.Unknown, Resolved: c.Resolved}
+	return Output{Results: c.Results, Unknown: c.Unknown, Resolved: c.Resolved, Maybe: c.Maybe}
 }
 
 // operation is the call as porcupine sees it.

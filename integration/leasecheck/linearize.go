@@ -76,6 +76,8 @@ func Describe(in Input, out Output) string {
 	switch {
 	case out.Unknown && out.Resolved:
 		s += " [unknown outcome, committed per the outbox]"
+	case out.Unknown && len(out.Maybe) > 0:
+		s += fmt.Sprintf(" [unknown outcome, perhaps one of %d transactions other calls fit too]", len(out.Maybe))
 	case out.Unknown:
 		s += " [unknown outcome, not in the outbox]"
 	}

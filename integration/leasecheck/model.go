@@ -379,8 +379,12 @@ type Output struct {
 	Unknown bool
 	// Resolved: an unknown call whose transaction was found in the outbox
 	// (Results were rebuilt from its events). An unresolved unknown call
-	// committed nothing: every transition that commits writes events.
+	// committed nothing (every transition that commits writes events),
+	// unless Maybe lists results: then it committed nothing, or one of its
+	// transactions, which other unknown calls fit too, was its, with
+	// those results.
 	Resolved bool
+	Maybe    [][]Result
 	// Events of the operation's transaction, when known: always for a
 	// scanner transaction, and for every call in the commit-order replay.
 	// Then the model checks that the transition wrote exactly these events,
@@ -499,8 +503,16 @@ func Transition(s State, in Input, out Output) ([]State, string) {
 		return scanner(s, out.Events)
 	}
 	if out.Unknown && !out.Resolved {
-		// Its transaction is not in the outbox: it did not commit.
-		return []State{s}, ""
+		// Its transaction is not in the outbox: it did not commit; or it
+		// may have been one that other calls fit too.
+		next := []State{s}
+		for _, rs := range out.Maybe {
+			o := Output{Results: rs, Unknown: true, Resolved: true}
+			if n, why := Transition(s, in, o); why == "" {
+				next = append(next, n...)
+			}
+		}
+		return next, ""
 	}
 	var c *cursor
 	if out.Events != nil {

@@ -243,14 +243,13 @@ func (m *matching) followRealTime() {
 	}
 }
 
-// resolve rebuilds the results of a plain call of unknown outcome from its
-// transaction's events (a composite's steps had all returned before its
-// COMMIT failed: their results are known).
-func resolve(c *Call, tx *Tx, backoffMs int64) {
-	c.Resolved = true
-	c.Tx = tx
+// reconstruct returns the results a call of unknown outcome had if tx was
+// its transaction: a plain call's rebuilt from the events (a composite's
+// steps had all returned before its COMMIT failed: their results are
+// known).
+func reconstruct(c *Call, tx *Tx, backoffMs int64) []Result {
 	if c.Results != nil {
-		return
+		return c.Results
 	}
 	st := c.Steps[0]
 	var r Result
@@ -275,7 +274,55 @@ func resolve(c *Call, tx *Tx, backoffMs int64) {
 			}
 		}
 	}
-	c.Results = []Result{r}
+	return []Result{r}
+}
+
+// ambiguity are the transactions of one execution that more than one call
+// of unknown outcome could have made (or that could be one of several for
+// such a call), and those calls. A renewed, revoked or acquired event does
+// not record the TTL or the delay of its call, so two such calls that fit
+// the same transaction leave different states: both readings stay open.
+type ambiguity struct {
+	// cands are, per ambiguous transaction, the unknown calls that fit it.
+	cands map[*Tx][]*Call
+	// maybe are, per unknown call of an ambiguity, the transactions it fits.
+	maybe map[*Call][]*Tx
+}
+
+// ambiguities finds them after the matching: a transaction not made by a
+// call known to have committed is resolved to an unknown call only when
+// that call fits it alone and no other unknown call fits it.
+func ambiguities(m *matching) ambiguity {
+	a := ambiguity{cands: map[*Tx][]*Call{}, maybe: map[*Call][]*Tx{}}
+	byKnown := make([]bool, len(m.txs))
+	for i, c := range m.calls {
+		if !c.Unknown && m.txOf[i] >= 0 {
+			byKnown[m.txOf[i]] = true
+		}
+	}
+	fitsOf := map[*Call][]*Tx{}
+	users := map[*Tx][]*Call{}
+	for i, c := range m.calls {
+		if !c.Unknown {
+			continue
+		}
+		for _, j := range m.adj[i] {
+			if !byKnown[j] {
+				fitsOf[c] = append(fitsOf[c], m.txs[j])
+				users[m.txs[j]] = append(users[m.txs[j]], c)
+			}
+		}
+	}
+	for tx, cs := range users {
+		if len(cs) == 1 && len(fitsOf[cs[0]]) == 1 {
+			continue
+		}
+		a.cands[tx] = cs
+		for _, c := range cs {
+			a.maybe[c] = fitsOf[c]
+		}
+	}
+	return a
 }
 
 // bounds returns when a transaction committed at the earliest and latest
