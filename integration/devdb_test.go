@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ffriver/ffriver/internal/testproc"
 )
 
 // A DATABASE_URL that does not answer is an error of scripts/devdb.sh (and
@@ -20,7 +22,7 @@ func TestDevdbRefusesASetURLThatDoesNotAnswer(t *testing.T) {
 		}
 	}
 	cmd := exec.Command("bash", filepath.Join("..", "scripts", "devdb.sh"))
-	cmd.Env = append(cleanEnv(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/nothing?sslmode=disable&connect_timeout=2")
+	cmd.Env = append(testproc.Env(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/nothing?sslmode=disable&connect_timeout=2")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testproc"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -940,7 +941,7 @@ func startTail(t *testing.T, bin, stream string, args ...string) *tailProc {
 	t.Helper()
 	tp := &tailProc{t: t, stream: stream, args: args, stderr: &syncBuffer{}, done: make(chan struct{})}
 	tp.cmd = exec.Command(bin, args...)
-	tp.cmd.Env = cleanEnv()
+	tp.cmd.Env = testproc.Env()
 	tp.cmd.Stdout, tp.cmd.Stderr = tp, tp.stderr
 	if err := tp.cmd.Start(); err != nil {
 		t.Fatalf("starting ffctl tail: %v", err)
@@ -1030,20 +1031,6 @@ func (tp *tailProc) stop() {
 	}
 }
 
-// cleanEnv is this process's environment without any database setting, as
-// startProc gives the binaries.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || k == "FF_SCHEMA" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
 // kill sends SIGKILL to p and waits until it is gone.
 func (sc *scenario) kill(p *proc) {
 	sc.t.Helper()
@@ -1080,11 +1067,11 @@ func (sc *scenario) killMidJob(p *proc, id, queue string) string {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		_ = p.Signal(syscall.SIGSTOP)
 		if len(kinds(queue)) > 0 || time.Now().After(deadline) {
 			break
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.Signal(syscall.SIGCONT)
 		time.Sleep(time.Duration(3+rand.IntN(20)) * time.Millisecond)
 	}
 	sc.kill(p)
@@ -1104,8 +1091,8 @@ func (sc *scenario) exited() []string {
 			continue
 		}
 		select {
-		case <-p.done:
-			out = append(out, fmt.Sprintf("%s (exit %d)", p.name, p.code))
+		case <-p.Done():
+			out = append(out, fmt.Sprintf("%s (exit %d)", p.name, p.Code()))
 		default:
 		}
 	}

@@ -210,7 +210,7 @@ func TestFaultsFlowCascadeUnderLongLocks(t *testing.T) {
 	// locks the schema's DROP needs.
 	for _, p := range sc.procs {
 		if code := p.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
-			t.Errorf("%s exited %d on SIGTERM:\n%s", p.name, code, p.stderr.String())
+			t.Errorf("%s exited %d on SIGTERM:\n%s", p.name, code, p.Output())
 		}
 	}
 }

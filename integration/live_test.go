@@ -100,7 +100,7 @@ func TestSchedulerServesTheLiveStreams(t *testing.T) {
 
 	start := time.Now()
 	if code := sched.signal(syscall.SIGTERM, 15*time.Second); code != 0 {
-		t.Fatalf("ffscheduler exit %d on SIGTERM with a live stream open\n%s", code, sched.stderr.String())
+		t.Fatalf("ffscheduler exit %d on SIGTERM with a live stream open\n%s", code, sched.Output())
 	}
 	d := time.Since(start)
 	t.Logf("ffscheduler stopped %s after SIGTERM", d)

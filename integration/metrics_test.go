@@ -135,7 +135,7 @@ func awaitMetricsAddr(t *testing.T, p *proc) string {
 	t.Helper()
 	var addr string
 	fftest.Await(t, 30*time.Second, p.name+" serving metrics", func() bool {
-		if m := metricsAddrRE.FindStringSubmatch(p.stderr.String()); m != nil {
+		if m := metricsAddrRE.FindStringSubmatch(p.Output()); m != nil {
 			addr = m[1]
 			return true
 		}

@@ -8,9 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,24 +16,20 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testproc"
 	"github.com/ffriver/ffriver/migrations"
 )
 
 // buildFFCtl builds cmd/ffctl into a temporary folder and returns its path.
 func buildFFCtl(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is not on PATH: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "ffctl")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/ffriver/ffriver/cmd/ffctl")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/ffctl: %v\n%s", err, out)
+	bins, err := testproc.Build(ctx, t.TempDir(), "ffctl")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	return bins["ffctl"]
 }
 
 // ffctlResult is what one run of the binary did.
@@ -52,14 +46,7 @@ func runFFCtl(t *testing.T, bin string, env []string, args ...string) ffctlResul
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || k == "FF_SCHEMA" || strings.HasPrefix(k, "PG") {
-			continue
-		}
-		cmd.Env = append(cmd.Env, kv)
-	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(testproc.Env(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

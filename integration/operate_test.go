@@ -2,8 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testproc"
 )
 
 // TestVersion: every binary prints its version, its Go version and the River
@@ -26,12 +25,12 @@ func TestVersion(t *testing.T) {
 	for _, d := range info.Deps {
 		deps[d.Path] = d.Version
 	}
-	dir := t.TempDir()
+	bins, err := testproc.Build(t.Context(), t.TempDir(), "ffctl", "ffscheduler", "ffworker")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"ffctl", "ffscheduler", "ffworker"} {
-		bin := filepath.Join(dir, name)
-		if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ffriver/ffriver/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
-		}
+		bin := bins[name]
 		args := [][]string{{"--version"}}
 		if name == "ffctl" {
 			args = append(args, []string{"version"})
@@ -74,7 +73,7 @@ func TestQuietByDefault(t *testing.T) {
 	if code := quiet.signal(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("default worker exit %d", code)
 	}
-	out := quiet.stderr.String()
+	out := quiet.Output()
 	if strings.Contains(out, "Producer job counts") {
 		t.Errorf("the default level logs River's producer counts:\n%s", out)
 	}
@@ -95,7 +94,7 @@ func TestRefusalJSON(t *testing.T) {
 	if code := p.wait(20 * time.Second); code != 3 {
 		t.Errorf("exit %d, want 3", code)
 	}
-	out := strings.TrimSpace(p.stderr.String())
+	out := strings.TrimSpace(p.Output())
 	var line map[string]any
 	if strings.Count(out, "not migrated") != 1 || strings.Contains(out, "\n") || json.Unmarshal([]byte(out), &line) != nil || line["level"] != "ERROR" {
 		t.Errorf("want the refusal as one JSON error line, got:\n%s", out)
@@ -106,14 +105,14 @@ func TestRefusalJSON(t *testing.T) {
 func awaitOutput(t *testing.T, p *proc, want string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for !strings.Contains(p.stderr.String(), want) {
+	for !strings.Contains(p.Output(), want) {
 		select {
-		case <-p.done:
-			t.Fatalf("%s exited (%d) before printing %q:\n%s", p.name, p.code, want, p.stderr.String())
+		case <-p.Done():
+			t.Fatalf("%s exited (%d) before printing %q:\n%s", p.name, p.Code(), want, p.Output())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not print %q within %s:\n%s", p.name, want, within, p.stderr.String())
+			t.Fatalf("%s did not print %q within %s:\n%s", p.name, want, within, p.Output())
 		}
 	}
 }

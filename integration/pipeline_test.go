@@ -1,121 +1,75 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/internal/testproc"
 )
 
 // buildPipelineBinaries builds ffscheduler and ffworker into a temporary
 // folder.
 func buildPipelineBinaries(t *testing.T) (scheduler, worker string) {
 	t.Helper()
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	for _, name := range []string{"ffscheduler", "ffworker"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), "github.com/ffriver/ffriver/cmd/"+name)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
-		}
+	bins, err := testproc.Build(ctx, t.TempDir(), "ffscheduler", "ffworker")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(dir, "ffscheduler"), filepath.Join(dir, "ffworker")
+	return bins["ffscheduler"], bins["ffworker"]
 }
 
 // syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type syncBuffer = testproc.Buffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// proc is one running binary.
+// proc is one running binary of a test.
 type proc struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-	code   int
+	*testproc.Proc
+	t    *testing.T
+	name string
 }
 
 // startProc starts bin with args and a clean database environment; it is
 // killed when the test ends if still running.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || k == "FF_SCHEMA" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
-			continue
-		}
-		cmd.Env = append(cmd.Env, kv)
+	p, err := testproc.Start(name, bin, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := &proc{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	cmd.Stdout = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() {
-		_ = cmd.Wait()
-		p.code = cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
+		p.Kill()
 		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.stderr.String())
+			t.Logf("%s output:\n%s", name, p.Output())
 		}
 	})
-	return p
+	return &proc{Proc: p, t: t, name: name}
 }
 
 // signal sends sig and waits for the exit code.
 func (p *proc) signal(sig syscall.Signal, within time.Duration) int {
 	p.t.Helper()
-	_ = p.cmd.Process.Signal(sig)
+	_ = p.Signal(sig)
 	return p.wait(within)
 }
 
 func (p *proc) wait(within time.Duration) int {
 	p.t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(within):
-		p.t.Fatalf("%s did not exit within %s\n%s", p.name, within, p.stderr.String())
+	code, ok := p.Wait(within)
+	if !ok {
+		p.t.Fatalf("%s did not exit within %s\n%s", p.name, within, p.Output())
 		return -1
 	}
+	return code
 }
 
 // awaitDB polls a count query until it reaches want.
@@ -209,12 +163,12 @@ func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 	}
 
 	if code := worker.signal(syscall.SIGTERM, 40*time.Second); code != 0 {
-		t.Errorf("ffworker exit %d after SIGTERM\n%s", code, worker.stderr.String())
+		t.Errorf("ffworker exit %d after SIGTERM\n%s", code, worker.Output())
 	}
 	if code := sched.signal(syscall.SIGTERM, 40*time.Second); code != 0 {
-		t.Errorf("ffscheduler exit %d after SIGTERM\n%s", code, sched.stderr.String())
+		t.Errorf("ffscheduler exit %d after SIGTERM\n%s", code, sched.Output())
 	}
-	if !strings.Contains(sched.stderr.String(), "stopped") || !strings.Contains(worker.stderr.String(), "stopped") {
+	if !strings.Contains(sched.Output(), "stopped") || !strings.Contains(worker.Output(), "stopped") {
 		t.Errorf("no clean stop logged")
 	}
 }
@@ -321,7 +275,7 @@ func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
 		}
 		p := startProc(t, tc.name, tc.bin, args...)
 		code := p.wait(20 * time.Second)
-		out := p.stderr.String()
+		out := p.Output()
 		if code != 3 || strings.Count(out, "not migrated") != 1 {
 			t.Errorf("%s: exit %d, want 3 and the refusal said once; output:\n%s", tc.name, code, out)
 		}
@@ -335,8 +289,8 @@ func TestSchedulerUIAuth(t *testing.T) {
 	schedBin, _ := buildPipelineBinaries(t)
 	db := testdb.New(t, nil)
 	p := startProc(t, "ffscheduler-open", schedBin, append(dbArgs(db), "--ui-addr", "0.0.0.0:0")...)
-	if code := p.wait(10 * time.Second); code != 2 || !strings.Contains(p.stderr.String(), "--ui-user") {
-		t.Errorf("non-loopback without credentials: exit %d\n%s", code, p.stderr.String())
+	if code := p.wait(10 * time.Second); code != 2 || !strings.Contains(p.Output(), "--ui-user") {
+		t.Errorf("non-loopback without credentials: exit %d\n%s", code, p.Output())
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

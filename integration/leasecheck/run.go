@@ -1,0 +1,248 @@
+package leasecheck
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/internal/testdb"
+)
+
+// Options describe one run.
+type Options struct {
+	// Seed drives every random choice of the run (operations, faults,
+	// clocks); timing does not repeat, the choices do.
+	Seed uint64
+	// Duration the clients work for.
+	Duration time.Duration
+	// Processes is the number of application processes (Stores).
+	Processes int
+	Workload  WorkloadConfig
+	// Schedulers and Workers are the ffscheduler and ffworker processes.
+	Schedulers, Workers int
+	Faults              Faults
+	Bins                Binaries
+	// Quiesce bounds the wait for the scanners to finish the due work once
+	// the clients stopped (default 60 s).
+	Quiesce time.Duration
+	// CheckTimeout bounds porcupine (default 2 min).
+	CheckTimeout time.Duration
+	// Logf reports progress (default: none).
+	Logf func(format string, args ...any)
+}
+
+// Report is what one run did and found.
+type Report struct {
+	Seed    uint64
+	Verdict *Verdict
+	// Calls recorded, and how many of them had an unknown outcome
+	// (resolved: found in the outbox).
+	Calls, Unknown, Resolved int
+	// SharedOthers counts the leases claims on shared lanes returned for
+	// other executions than the one the client had picked.
+	SharedOthers int64
+	// Faults injected, by kind.
+	Faults map[string]int
+	// Offsets of the application processes' clocks.
+	Offsets []time.Duration
+	// Notes: binaries that exited on their own, faults that failed,
+	// harness errors.
+	Notes     []string
+	Artifacts []string
+	// Elapsed: the whole run; Checked: the checks alone.
+	Elapsed, Checked time.Duration
+	// FirstViolation is how long after the clients started the earliest
+	// offending operation began (0: no violation, or none dated).
+	FirstViolation time.Duration
+}
+
+// Summary is the report's counts on a few lines.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	v := r.Verdict
+	fmt.Fprintf(&b, "seed %d: %d operations checked (%d calls, %d of unknown outcome, %d resolved by the outbox; %d leases from shared-lane claims), %d histories (executions), %d outbox transactions\n",
+		r.Seed, v.Ops, r.Calls, r.Unknown, r.Resolved, r.SharedOthers, v.Histories, v.Txs)
+	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
+	byCheck := map[string]int{}
+	for _, vi := range v.Violations {
+		byCheck[vi.Check]++
+	}
+	fmt.Fprintf(&b, "violations: %d (%s)", len(v.Violations), formatCounts(byCheck))
+	if r.FirstViolation > 0 {
+		fmt.Fprintf(&b, ", the first in an operation begun %s after the clients started", r.FirstViolation.Round(time.Millisecond))
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "run %s, checks %s", r.Elapsed.Round(100*time.Millisecond), r.Checked.Round(10*time.Millisecond))
+	return b.String()
+}
+
+func formatCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Run runs one randomized history on a schema of its own (testdb): the
+// real binaries run the scanners, the clients drive the API, the faults
+// fire; then the clients stop, the scanners quiesce, and every check runs.
+func Run(tb testing.TB, o Options) *Report {
+	tb.Helper()
+	began := time.Now()
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if o.Quiesce == 0 {
+		o.Quiesce = 60 * time.Second
+	}
+	if o.CheckTimeout == 0 {
+		o.CheckTimeout = 2 * time.Minute
+	}
+	ctx := tb.Context()
+	db := testdb.New(tb, &testdb.Options{MaxConns: 8})
+	tag := "lc" + db.Schema[len(db.Schema)-8:]
+	rep := &Report{Seed: o.Seed}
+	if err := InstallCommitOrder(ctx, db.Pool); err != nil {
+		tb.Fatal(err)
+	}
+	tl := NewTimeline()
+	streams, err := StartStreams(ctx, db.Pool, db.Schema, "leasecheck-stream", tl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer streams.Stop()
+
+	cluster := NewCluster(o.Bins, testdb.URL(), db.Schema, tag)
+	defer cluster.Stop(30 * time.Second)
+	for range o.Schedulers {
+		if _, err := cluster.Start(true); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for range o.Workers {
+		if _, err := cluster.Start(false); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if !await(ctx, 60*time.Second, func() bool { return Leader(ctx, db.Pool) != "" }) {
+		tb.Fatalf("no River leader within 60 s:\n%s", strings.Join(cluster.Notes(), "\n"))
+	}
+
+	rng := rand.New(rand.NewPCG(o.Seed, 1))
+	var procs []*AppProcess
+	perProc := int32(o.Workload.Clients/max(o.Processes, 1) + 3)
+	for i := range o.Processes {
+		var offset time.Duration
+		if o.Faults.ClockSkew > 0 && i > 0 {
+			offset = time.Duration(rng.Int64N(int64(o.Faults.ClockSkew))) - o.Faults.ClockSkew/2
+		}
+		offset = offset.Round(time.Millisecond)
+		p, err := OpenApp(ctx, testdb.URL(), db.Schema, fmt.Sprintf("%s-app%d", tag, i), i, offset, perProc)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer p.Pool.Close()
+		procs = append(procs, p)
+		rep.Offsets = append(rep.Offsets, offset)
+	}
+
+	rec := &Recorder{}
+	w := NewWorkload(o.Workload, procs, rec, tl, o.Seed)
+	inj := newInjector(o.Faults, db.Pool, cluster, tag, o.Seed)
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	faultsDone := make(chan struct{})
+	go func() {
+		inj.run(faultCtx)
+		close(faultsDone)
+	}()
+	started := tl.Now()
+	w.Start(ctx, o.Seed)
+	logf("seed %d: %d clients on %d processes (clocks %v), %d schedulers, %d workers, faults: %s, for %s",
+		o.Seed, o.Workload.Clients, o.Processes, rep.Offsets, o.Schedulers, o.Workers, o.Faults, o.Duration)
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.Duration):
+	}
+	stopFaults()
+	<-faultsDone
+	w.Stop()
+	stopped := time.Now()
+	if err := cluster.Restore(); err != nil {
+		tb.Fatal(err)
+	}
+	logf("seed %d: clients stopped after %d calls; waiting for the scanners to quiesce", o.Seed, len(rec.Calls()))
+
+	// Quiesce: a snapshot in which nothing is overdue and nothing is active
+	// or delayed any more (the leases the clients left behind ran out and
+	// were expired), whose events the streams have all delivered. No fixed
+	// sleeps: each is a condition.
+	var snap *Snapshot
+	quiet := await(ctx, o.Quiesce, func() bool {
+		s, err := ReadSnapshot(ctx, db.Pool)
+		if err != nil {
+			return false
+		}
+		snap = s
+		return len(s.Overdue) == 0 && s.Pending == 0
+	})
+	if snap == nil {
+		tb.Fatalf("no snapshot could be read within %s", o.Quiesce)
+	}
+	if !quiet {
+		logf("seed %d: after %s, %d executions still active or delayed, overdue: %v", o.Seed, o.Quiesce, snap.Pending, snap.Overdue)
+	}
+	await(ctx, 30*time.Second, func() bool { return streams.missing(snap) == 0 })
+	logf("seed %d: quiesced %s after the clients stopped", o.Seed, time.Since(stopped).Round(10*time.Millisecond))
+
+	checkStart := time.Now()
+	calls := rec.Calls()
+	rep.Verdict = Judge(tl, calls, snap, streams, w.Groups(), w.SharedLanes(), o.Workload.Clients+1, o.CheckTimeout)
+	rep.Checked = time.Since(checkStart)
+	if at := rep.Verdict.FirstAt(); at > 0 {
+		rep.FirstViolation = time.Duration(max(at-started, 0))
+	}
+	rep.Calls = len(calls)
+	for _, c := range calls {
+		if c.Unknown {
+			rep.Unknown++
+		}
+	}
+	rep.Resolved = rep.Verdict.Resolved
+	rep.SharedOthers = w.SharedOthers()
+	rep.Faults = inj.Counts()
+	rep.Notes = slices.Concat(cluster.Notes(), inj.Errors(), w.HarnessErrors())
+	if len(rep.Verdict.Violations) > 0 {
+		files, err := rep.Verdict.WriteArtifacts(ArtifactsDir(), o.Seed, 10)
+		if err != nil {
+			rep.Notes = append(rep.Notes, "writing the artifacts: "+err.Error())
+		}
+		rep.Artifacts = files
+	}
+	rep.Elapsed = time.Since(began)
+	return rep
+}
+
+// await polls cond every 100 ms until it holds or within has passed.
+func await(ctx context.Context, within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
