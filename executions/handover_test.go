@@ -50,6 +50,24 @@ func (f *fixture) hold(fn func(tx pgx.Tx) error) *holder {
 	return h
 }
 
+// holdClaim claims lane-a's execution in a transaction it leaves open,
+// holding the row, and returns the holder and the lease.
+func (f *fixture) holdClaim() (*holder, executions.Lease) {
+	f.t.Helper()
+	var lease executions.Lease
+	h := f.hold(func(tx pgx.Tx) error {
+		leases, err := f.st.ClaimTx(f.ctx, tx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute})
+		if err == nil && len(leases) != 1 {
+			err = errors.New("the claim returned no lease")
+		}
+		if len(leases) == 1 {
+			lease = leases[0]
+		}
+		return err
+	})
+	return h, lease
+}
+
 // waiting runs call in a goroutine and returns once its connection waits
 // for a lock (n backends of this test's schema waiting in all); the
 // returned channel yields call's error once it returns. A call that returns
@@ -194,14 +212,7 @@ func TestHandOverClaimThenCancelFencesTheLease(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
-	var lease executions.Lease
-	h := f.hold(func(tx pgx.Tx) error {
-		leases, err := f.st.ClaimTx(f.ctx, tx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute})
-		if len(leases) == 1 {
-			lease = leases[0]
-		}
-		return err
-	})
+	h, lease := f.holdClaim()
 	done := f.waiting(1, func() error { return f.st.Cancel(f.ctx, id, executions.CancelParams{Reason: "stop"}) })
 	h.commit()
 	if err := f.result(done); err != nil {
@@ -223,14 +234,7 @@ func TestHandOverClaimThenRevoke(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
-	var lease executions.Lease
-	h := f.hold(func(tx pgx.Tx) error {
-		leases, err := f.st.ClaimTx(f.ctx, tx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute})
-		if len(leases) == 1 {
-			lease = leases[0]
-		}
-		return err
-	})
+	h, lease := f.holdClaim()
 	done := f.waiting(1, func() error { return f.st.Revoke(f.ctx, id, "operator") })
 	h.commit()
 	if err := f.result(done); err != nil {
@@ -248,10 +252,7 @@ func TestHandOverClaimThenSiblingCancel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
-	h := f.hold(func(tx pgx.Tx) error {
-		_, err := f.st.ClaimTx(f.ctx, tx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute})
-		return err
-	})
+	h, _ := f.holdClaim()
 	var out executions.Outcome
 	done := f.waiting(1, func() error {
 		return f.inTx(func(tx pgx.Tx) error {
@@ -305,14 +306,7 @@ func TestHandOverClaimThenDeadline(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 1000)})
-	var lease executions.Lease
-	h := f.hold(func(tx pgx.Tx) error {
-		leases, err := f.st.ClaimTx(f.ctx, tx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute})
-		if len(leases) == 1 {
-			lease = leases[0]
-		}
-		return err
-	})
+	h, lease := f.holdClaim()
 	f.clock.Set(t0 + 2000)
 	deadline := func() executions.Outcome {
 		var out executions.Outcome
