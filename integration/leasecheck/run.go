@@ -219,9 +219,12 @@ func Run(tb testing.TB, o Options) *Report {
 		}
 	}
 	rep.Resolved = rep.Verdict.Resolved
+	if n, first := streams.Reorders(snap); n > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d executions' events were streamed out of commit order inside a batch (documented); the first: %s", n, first))
+	}
 	rep.SharedOthers = w.SharedOthers()
 	rep.Faults = inj.Counts()
-	rep.Notes = slices.Concat(cluster.Notes(), inj.Errors(), w.HarnessErrors())
+	rep.Notes = slices.Concat(rep.Notes, cluster.Notes(), inj.Errors(), w.HarnessErrors())
 	if len(rep.Verdict.Violations) > 0 {
 		files, err := rep.Verdict.WriteArtifacts(ArtifactsDir(), o.Seed, 10)
 		if err != nil {
