@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/subscribe"
 )
 
 // DefaultOutboxRetention is how long outbox events are kept by default.
@@ -180,13 +181,17 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q Querier, r
 		return nil, err
 	}
 	var out []Unprocessable
-	for _, st := range []struct{ stream, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
-		held := `FROM {S}` + st.table + ` x WHERE x.occurred_at_ms < $1` + eventFilterSQL + ` AND ` + outbox.UnackedSQL
+	for _, stream := range []string{subscribe.StreamLeases, subscribe.StreamCompletions} {
+		table, err := subscribe.StreamTable(stream)
+		if err != nil {
+			return nil, err
+		}
+		held := `FROM {S}` + table + ` x WHERE x.occurred_at_ms < $1` + eventFilterSQL + ` AND ` + outbox.UnackedSQL
 		rows, err := q.Query(ctx, schemaSQL(req.Store, `SELECT c.name, $4 - c.position_at_ms, c.max_lag_ms,
 			(SELECT count(*) FROM (SELECT 1 `+held+` LIMIT `+fmt.Sprint(heldCountLimit)+`) h)
 			FROM {S}ff_stream_consumer c
 			WHERE c.stream = $5 AND c.position_at_ms < $1 AND c.position_at_ms >= $4 - c.max_lag_ms
-			ORDER BY c.name`), cutoff, ns, tag, req.NowMs, st.table)
+			ORDER BY c.name`), cutoff, ns, tag, req.NowMs, table)
 		if err != nil {
 			return nil, dbutil.MapErr(err, "reading the consumers that hold retention")
 		}
@@ -207,11 +212,11 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q Querier, r
 			out = append(out, Unprocessable{
 				Reason: fmt.Sprintf("%s events of the %s stream older than the retention (%s) kept for consumer %q, whose position is %s old "+
 					"(retention waits for it until %s): if nobody runs it any more, `ffctl consumer drop --stream %s %s` releases them",
-					count, st.stream, time.Duration(req.NowMs-cutoff)*time.Millisecond, name, time.Duration(lagMs)*time.Millisecond,
-					time.Duration(maxMs)*time.Millisecond, st.stream, name),
+					count, stream, time.Duration(req.NowMs-cutoff)*time.Millisecond, name, time.Duration(lagMs)*time.Millisecond,
+					time.Duration(maxMs)*time.Millisecond, stream, name),
 				Count: n,
 				List: req.SQL(fmt.Sprintf(`SELECT x.* FROM {S}ff_stream_consumer c, {S}%s x WHERE c.stream = '%s' AND c.name = %s AND x.occurred_at_ms < %d AND %s`,
-					st.table, st.table, quoteLiteral(name), cutoff, outbox.UnackedSQL)),
+					table, table, quoteLiteral(name), cutoff, outbox.UnackedSQL)),
 			})
 		}
 		if err := rows.Err(); err != nil {

@@ -126,7 +126,15 @@ ON CONFLICT (stream, name) DO UPDATE SET cursor = excluded.cursor,
 }
 
 func (r *reader[E]) lockKey() string {
-	return string(r.cfg.schema) + "." + r.table.name + "." + r.consumer.name
+	return consumerLockKey(string(r.cfg.schema), r.table.name, r.consumer.name)
+}
+
+// consumerLockKey is the text whose hash (hashtextextended(key, 0)) is the
+// advisory lock a stream attached to the named consumer holds: the
+// resolved schema, the outbox table and the name. DropConsumer takes the
+// same lock; Consumers recomputes it in SQL for every consumer row.
+func consumerLockKey(schema, table, name string) string {
+	return schema + "." + table + "." + name
 }
 
 // attach takes the consumer's lock on q, the reading connection.

@@ -123,13 +123,16 @@ func DropConsumer(ctx context.Context, pool *pgxpool.Pool, schema, stream, name 
 	if err != nil {
 		return err
 	}
+	if s, err = s.Resolve(ctx, pool); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// The attached stream holds a session advisory lock on the same
-		// key (reader.lockKey); holding it for this transaction keeps a
+		// key (consumerLockKey); holding it for this transaction keeps a
 		// stream from attaching until the row is gone.
 		var free bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended(
-			COALESCE(NULLIF($1, ''), current_schema()) || '.' || $2 || '.' || $3, 0))`, string(s), table, name).Scan(&free); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
+			consumerLockKey(string(s), table, name)).Scan(&free); err != nil {
 			return dbutil.MapErr(err, "dropping consumer "+name)
 		}
 		if !free {
