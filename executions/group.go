@@ -29,16 +29,13 @@ type AttemptRef struct {
 
 // lockManySQL locks the executions of a pass without waiting: a row another
 // transaction holds is left out (SKIP LOCKED), as is a row that does not
-// exist. Rows are locked in key order. readManySQL then reads every named
+// exist. Rows are locked in key order (lockWaitManySQL). readManySQL then reads every named
 // execution with its current attempt, with a snapshot taken after the locks
 // are held (see lockRowSQL for why that takes a statement of its own): an
 // execution it reads but the lock left out is held by another transaction,
 // one it does not read does not exist.
 const (
-	lockManySQL = `SELECT e.partition_key, e.execution_id FROM {S}ff_exec_core e
-WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))
-ORDER BY e.partition_key, e.execution_id
-FOR NO KEY UPDATE SKIP LOCKED`
+	lockManySQL = lockWaitManySQL + ` SKIP LOCKED`
 	readManySQL = `SELECT e.partition_key, e.execution_id,` + lockedColumns + `
 WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))`
 )
@@ -48,11 +45,34 @@ WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2:
 // instead: SkippedLocked (another transaction holds it) or Orphaned (it
 // does not exist).
 func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (map[ff.ExecutionID]*locked, map[ff.ExecutionID]Outcome, error) {
+	held, read, err := s.lockAndRead(ctx, tx, lockManySQL, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	got := make(map[ff.ExecutionID]*locked, len(ids))
+	missing := make(map[ff.ExecutionID]Outcome)
+	for _, id := range ids {
+		switch {
+		case read[id] == nil:
+			missing[id] = Orphaned
+		case !held[id]:
+			missing[id] = SkippedLocked
+		default:
+			got[id] = read[id]
+		}
+	}
+	return got, missing, nil
+}
+
+// lockAndRead runs lockSQL (lockManySQL or lockWaitManySQL) over the
+// distinct executions ids and then readManySQL, in one round trip: the ids
+// it locked, and every execution it read once the locks were held.
+func (s *Store) lockAndRead(ctx context.Context, tx pgx.Tx, lockSQL string, ids []ff.ExecutionID) (map[ff.ExecutionID]bool, map[ff.ExecutionID]*locked, error) {
 	parts, uuids := keyArrays(ids)
 	held := make(map[ff.ExecutionID]bool, len(ids))
 	read := make(map[ff.ExecutionID]*locked, len(ids))
 	b := &pgx.Batch{}
-	b.Queue(s.sql(lockManySQL), parts, uuids).Query(func(rows pgx.Rows) error {
+	b.Queue(s.sql(lockSQL), parts, uuids).Query(func(rows pgx.Rows) error {
 		var id ff.ExecutionID
 		_, err := pgx.ForEachRow(rows, []any{&id.Partition, &id.UUID}, func() error {
 			held[id] = true
@@ -73,19 +93,7 @@ func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, dbutil.MapErr(err, "locking executions")
 	}
-	got := make(map[ff.ExecutionID]*locked, len(ids))
-	missing := make(map[ff.ExecutionID]Outcome)
-	for _, id := range ids {
-		switch {
-		case read[id] == nil:
-			missing[id] = Orphaned
-		case !held[id]:
-			missing[id] = SkippedLocked
-		default:
-			got[id] = read[id]
-		}
-	}
-	return got, missing, nil
+	return held, read, nil
 }
 
 func keyArrays(ids []ff.ExecutionID) ([]int16, [][16]byte) {

@@ -280,6 +280,14 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 		return err
 	}
 	b := &pgx.Batch{}
+	if err := s.queueComplete(ctx, tx, b, l, result, now); err != nil {
+		return err
+	}
+	return sendBatch(ctx, tx, b, "complete "+l.id.String())
+}
+
+// queueComplete queues the writes of a Complete of the fenced execution l.
+func (s *Store) queueComplete(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, result []byte, now int64) error {
 	s.queueCloseAttempt(b, l, "success", false, now)
 	s.queueGuarded(b, l, "complete", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
 		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
@@ -287,10 +295,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 		    terminal_at_ms = $3, result = $4
 		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(5), l.id.Partition, dbutil.UUID(l.id.UUID), now, result,
 		l.phase, l.attemptIndex)
-	if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, true, now); err != nil {
-		return err
-	}
-	return sendBatch(ctx, tx, b, "complete "+l.id.String())
+	return s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, true, now)
 }
 
 // queueCloseAttempt ends the current attempt: outcome set, lease cleared,
@@ -361,23 +366,27 @@ func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, lease Lease, p FailParams
 	if err != nil {
 		return FailResult{}, err
 	}
-	rp := l.retryPolicy()
 	b := &pgx.Batch{}
-	var res FailResult
-	if !p.Permanent && int(l.attemptIndex) < rp.MaxRetries {
-		s.queueCloseAttempt(b, l, "retry", false, now)
-		res = s.queueRetry(b, l, rp, p.Message, now)
-		if err := s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now)); err != nil {
-			return FailResult{}, err
-		}
-	} else {
-		s.queueCloseAttempt(b, l, "failed", false, now)
-		s.queueTerminal(b, l, ff.PublicFailed, p.Message, now)
-		if err := s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeFailed, ff.LeaseRevoked, true, now); err != nil {
-			return FailResult{}, err
-		}
+	res, err := s.queueFail(ctx, tx, b, l, p, now)
+	if err != nil {
+		return FailResult{}, err
 	}
 	return res, sendBatch(ctx, tx, b, "fail "+l.id.String())
+}
+
+// queueFail queues the writes of a Fail of the fenced execution l: a retry
+// while the policy has retries left and p is not permanent, else terminal
+// failed.
+func (s *Store) queueFail(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, p FailParams, now int64) (FailResult, error) {
+	rp := l.retryPolicy()
+	if !p.Permanent && int(l.attemptIndex) < rp.MaxRetries {
+		s.queueCloseAttempt(b, l, "retry", false, now)
+		res := s.queueRetry(b, l, rp, p.Message, now)
+		return res, s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now))
+	}
+	s.queueCloseAttempt(b, l, "failed", false, now)
+	s.queueTerminal(b, l, ff.PublicFailed, p.Message, now)
+	return FailResult{}, s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeFailed, ff.LeaseRevoked, true, now)
 }
 
 // queueRetry moves the execution to its next attempt, eligible now or

@@ -15,7 +15,7 @@ import (
 )
 
 // allScenarios in the order a full run runs them.
-var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout"}
+var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout", "lifecycle"}
 
 var benchCommand = command{
 	name:    "bench",
@@ -27,7 +27,7 @@ func runBench(ctx context.Context, args []string) int {
 	fs := cli.NewFlagSet("ffctl bench", "[scenario ...]",
 		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
 			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
-			"target. Scenarios: outbox, expire, lag, idle, stream, scaleout (default: all, about 10 minutes on\n"+
+			"target. Scenarios: outbox, expire, lag, idle, stream, scaleout, lifecycle (default: all, about 15 minutes on\n"+
 			"2 cores). expire, lag and idle run ffriver's pipeline (a scheduler and a worker as the\n"+
 			"binaries configure them): expire and lag in this process, idle as the ffscheduler and\n"+
 			"ffworker binaries built with `go build` from the module in the working directory (or\n"+
@@ -54,9 +54,11 @@ func runBench(ctx context.Context, args []string) int {
 	streamDuration := fs.Duration("stream-duration", 30*time.Second, "stream: how long the latency run with the Waker lasts (the poll-only run: a third, at least 5s)")
 	catchUp := fs.Int("catchup-events", 1_000_000, "stream: backlog of `events` the catch-up run drains")
 	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
-	var lagRates []int
+	lcExecs := fs.Int("lifecycle-executions", 20_000, "lifecycle: `executions` created, then claimed and completed, per run")
+	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
+	var lagRates, lcWorkerCounts []int
 	fs.AfterParse(func() error {
-		lagRates = nil // flags and scenario names may alternate: AfterParse runs after each part
+		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
@@ -72,6 +74,16 @@ func runBench(ctx context.Context, args []string) int {
 				return cli.Usagef("--expiries-per-sec %q: want rates in 1..1000000, comma-separated", *expiriesPerSec)
 			}
 			lagRates = append(lagRates, n)
+		}
+		for _, r := range strings.Split(*lcWorkers, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(r))
+			if err != nil || n < 1 || n > 1024 {
+				return cli.Usagef("--lifecycle-workers %q: want counts in 1..1024, comma-separated", *lcWorkers)
+			}
+			lcWorkerCounts = append(lcWorkerCounts, n)
+		}
+		if *lcExecs < 1 {
+			return cli.Usagef("--lifecycle-executions must be positive")
 		}
 		if *lagDuration <= 0 || *idleDuration <= 0 {
 			return cli.Usagef("--lag-duration and --idle-duration must be positive")
@@ -145,6 +157,8 @@ func runBench(ctx context.Context, args []string) int {
 		case "stream":
 			rs, err = bench.Stream(ctx, env, bench.StreamOptions{EventsPerSec: *eventsPerSec, Duration: *streamDuration,
 				CatchUp: *catchUp, WakeInterval: *wakeInterval})
+		case "lifecycle":
+			rs, err = bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: *lcExecs, Workers: lcWorkerCounts})
 		case "scaleout":
 			rs, err = bench.ScaleOut(ctx, env, bench.ScaleOutOptions{Leases: *leases, MemLeases: *memLeases, NoMemory: *memLeases == 0})
 		}

@@ -1,0 +1,143 @@
+package executions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5"
+)
+
+// Finish is how one leased attempt ends, an item of FinishMany: completed
+// with Result, or, when Fail is set, failed as Fail does.
+type Finish struct {
+	Lease  Lease
+	Result []byte
+	Fail   *FailParams
+}
+
+// FinishOutcome is what FinishMany did with one item.
+type FinishOutcome struct {
+	// Err is nil when the item's writes are in the transaction, or the
+	// typed error the one-lease call would have returned: ff.ErrStaleLease,
+	// ff.ErrLeaseExpired, ff.ErrNotActive, ff.ErrNotFound or a validation
+	// error. An item with an error wrote nothing.
+	Err error
+	// Fail is what a failed item did (retried or terminal).
+	Fail FailResult
+}
+
+// lockWaitManySQL locks the executions of a FinishMany pass in key order,
+// waiting for transactions that hold them. Every statement that locks more
+// than one execution and waits (this one, AddDependencies, the cancel
+// dispatcher) locks in (partition_key, execution_id) order, so two of them
+// cannot deadlock. readManySQL then reads them after the locks are held.
+const lockWaitManySQL = `SELECT e.partition_key, e.execution_id FROM {S}ff_exec_core e
+WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2::uuid[]))
+ORDER BY e.partition_key, e.execution_id
+FOR NO KEY UPDATE`
+
+// FinishMany completes and fails many leases in one transaction: what a
+// worker runtime's batching completer sends instead of one Complete or Fail
+// transaction per execution. Each item is fenced on its own, exactly as
+// Complete or Fail fences it, and writes its own outbox rows; an item whose
+// lease is stale, expired or no longer active gets that typed error in its
+// FinishOutcome and writes nothing, while the others commit. The returned
+// error is for the call as a whole (the database, or a writer that changed
+// a locked row without locking it): then nothing was written.
+//
+// An execution named twice is finished in the order given: the second item
+// is fenced against what the first left (a stale lease, after a Complete).
+func (s *Store) FinishMany(ctx context.Context, items []Finish) ([]FinishOutcome, error) {
+	var outs []FinishOutcome
+	err := s.inTx(ctx, "finish", func(tx pgx.Tx) error {
+		var err error
+		outs, err = s.FinishManyTx(ctx, tx, items)
+		return err
+	})
+	return outs, err
+}
+
+// FinishManyTx is FinishMany inside the caller's transaction. After an
+// error the transaction holds part of the writes and must be rolled back.
+func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]FinishOutcome, error) {
+	outs := make([]FinishOutcome, len(items))
+	ids := make([]ff.ExecutionID, len(items))
+	for i, it := range items {
+		ids[i] = it.Lease.ID
+		if err := s.checkID(it.Lease.ID); err != nil {
+			outs[i].Err = err
+			continue
+		}
+		if it.Fail != nil {
+			outs[i].Err = ff.CheckText("message", it.Fail.Message, false, ff.MaxMessage)
+		}
+	}
+	for _, pass := range passes(ids) {
+		var distinct []ff.ExecutionID
+		for _, i := range pass {
+			if outs[i].Err == nil {
+				distinct = append(distinct, ids[i])
+			}
+		}
+		if len(distinct) == 0 {
+			continue
+		}
+		got, err := s.lockWaitMany(ctx, tx, distinct)
+		if err != nil {
+			return nil, err
+		}
+		now := s.clock.NowMs()
+		b := &pgx.Batch{}
+		for _, i := range pass {
+			if outs[i].Err != nil {
+				continue
+			}
+			it := items[i]
+			l := got[it.Lease.ID]
+			if l == nil {
+				outs[i].Err = fmt.Errorf("execution %s: %w", it.Lease.ID, ff.ErrNotFound)
+				continue
+			}
+			if err := s.fence(l, it.Lease, now); err != nil {
+				outs[i].Err = err
+				continue
+			}
+			if it.Fail != nil {
+				outs[i].Fail, err = s.queueFail(ctx, tx, b, l, *it.Fail, now)
+			} else {
+				err = s.queueComplete(ctx, tx, b, l, it.Result, now)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if b.Len() > 0 {
+			if err := sendBatch(ctx, tx, b, "finish"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return outs, nil
+}
+
+// lockWaitMany locks the distinct executions ids, waiting for their
+// holders, and reads them once locked, in one round trip. An id it does not
+// return does not exist.
+func (s *Store) lockWaitMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (map[ff.ExecutionID]*locked, error) {
+	held, read, err := s.lockAndRead(ctx, tx, lockWaitManySQL, ids)
+	for id := range read {
+		if !held[id] { // inserted after the lock statement ran
+			delete(read, id)
+		}
+	}
+	return read, err
+}
+
+// IsFenced reports whether err says a lease no longer holds its execution
+// (stale, expired, not active or gone): the holder must stop working on it.
+func IsFenced(err error) bool {
+	return errors.Is(err, ff.ErrStaleLease) || errors.Is(err, ff.ErrLeaseExpired) ||
+		errors.Is(err, ff.ErrNotActive) || errors.Is(err, ff.ErrNotFound)
+}

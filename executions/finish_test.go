@@ -1,0 +1,148 @@
+package executions_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5"
+)
+
+// A batch of finishes commits each fenced item with its own outbox rows; the
+// one whose lease was revoked fails with ErrStaleLease and writes nothing.
+func TestFinishManyFencesEachItem(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	done := f.create(executions.CreateParams{})
+	retried := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
+	failed := f.create(executions.CreateParams{})
+	stale := f.create(executions.CreateParams{})
+	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute, Max: 4})
+	if err != nil || len(leases) != 4 {
+		t.Fatalf("Claim = %d leases, %v", len(leases), err)
+	}
+	byID := map[ff.ExecutionID]executions.Lease{}
+	for _, l := range leases {
+		byID[l.ID] = l
+	}
+	if err := f.st.Revoke(f.ctx, stale, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Second)
+	outs, err := f.st.FinishMany(f.ctx, []executions.Finish{
+		{Lease: byID[done], Result: []byte("ok")},
+		{Lease: byID[retried], Fail: &executions.FailParams{Message: "again"}},
+		{Lease: byID[stale], Result: []byte("late")},
+		{Lease: byID[failed], Fail: &executions.FailParams{Message: "no", Permanent: true}},
+	})
+	if err != nil {
+		t.Fatalf("FinishMany: %v", err)
+	}
+	for i, want := range []error{nil, nil, ff.ErrStaleLease, nil} {
+		if got := outs[i].Err; (want == nil) != (got == nil) || (want != nil && !errors.Is(got, want)) {
+			t.Errorf("item %d: err = %v, want %v", i, got, want)
+		}
+	}
+	if !outs[1].Fail.Retried || outs[1].Fail.NextAttempt != 1 || outs[3].Fail.Retried {
+		t.Errorf("fail results = %+v, %+v", outs[1].Fail, outs[3].Fail)
+	}
+	if e := f.wantState(done, stDone); string(e.Result) != "ok" || *e.TerminalAtMs != t0+1000 {
+		t.Errorf("completed: result %q at %d", e.Result, *e.TerminalAtMs)
+	}
+	f.wantState(retried, stRetry)
+	f.wantState(failed, stFailed)
+	f.wantEvents(done, []string{"acquired", "revoked"}, []string{"success"})
+	f.wantEvents(retried, []string{"acquired", "revoked"}, nil)
+	f.wantEvents(failed, []string{"acquired", "revoked"}, []string{"failed"})
+	// The stale item: the operator's revoke only, no completion.
+	f.wantEvents(stale, []string{"acquired", "revoked"}, nil)
+	if e := f.get(stale); e.PublicState == "completed" || string(e.Result) == "late" {
+		t.Errorf("the stale lease completed its execution: %+v", e)
+	}
+}
+
+// The same execution twice in one batch: the second finish is fenced
+// against what the first left.
+func TestFinishManySameExecutionTwice(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	l := f.claimOne("lane-a", time.Minute)
+	outs, err := f.st.FinishMany(f.ctx, []executions.Finish{{Lease: l, Result: []byte("1")}, {Lease: l, Result: []byte("2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[0].Err != nil || !errors.Is(outs[1].Err, ff.ErrNotActive) {
+		t.Fatalf("outcomes = %v, %v; want nil, ErrNotActive", outs[0].Err, outs[1].Err)
+	}
+	if e := f.wantState(id, stDone); string(e.Result) != "1" {
+		t.Errorf("result = %q, want the first item's", e.Result)
+	}
+	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
+}
+
+// Bad items fail alone: an id outside the schema's partitions, an unknown
+// execution, a message that is not UTF-8.
+func TestFinishManyBadItemsFailAlone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	l := f.claimOne("lane-a", time.Minute)
+	unknown := l
+	unknown.ID.UUID[0] ^= 0xff
+	outside := l
+	outside.ID.Partition = 30000
+	outs, err := f.st.FinishMany(f.ctx, []executions.Finish{
+		{Lease: unknown}, {Lease: outside}, {Lease: l, Fail: &executions.FailParams{Message: "\xff"}}, {Lease: l},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, outs[0].Err, ff.ErrNotFound)
+	wantErr(t, outs[1].Err, ff.ErrValidation)
+	wantErr(t, outs[2].Err, ff.ErrValidation)
+	if outs[3].Err != nil {
+		t.Fatalf("the good item: %v", outs[3].Err)
+	}
+	f.wantState(id, stDone)
+}
+
+// A batch that waits behind a transaction handing one of its executions to
+// another worker fences that item against the hand-over (as Complete does,
+// TestHandOverRevokeClaimThenStaleComplete) and commits the rest.
+func TestFinishManyWaitsAndFencesAfterHandOver(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	a := f.create(executions.CreateParams{Lane: "lane-b"})
+	b := f.create(executions.CreateParams{})
+	la := f.claimOne("lane-b", time.Minute)
+	lb := f.claimOne("lane-a", time.Minute)
+	h := f.hold(func(tx pgx.Tx) error {
+		if err := f.st.RevokeTx(f.ctx, tx, b, "hand over"); err != nil {
+			return err
+		}
+		leases, err := f.st.ClaimTx(f.ctx, tx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w2", LeaseTTL: time.Minute})
+		if err == nil && len(leases) != 1 {
+			err = errors.New("want one lease")
+		}
+		return err
+	})
+	var outs []executions.FinishOutcome
+	done := f.waiting(1, func() error {
+		var err error
+		outs, err = f.st.FinishMany(f.ctx, []executions.Finish{{Lease: la, Result: []byte("a")}, {Lease: lb, Result: []byte("b")}})
+		return err
+	})
+	h.commit()
+	if err := f.result(done); err != nil {
+		t.Fatal(err)
+	}
+	if outs[0].Err != nil || !errors.Is(outs[1].Err, ff.ErrStaleLease) {
+		t.Fatalf("outcomes = %v, %v; want nil, ErrStaleLease", outs[0].Err, outs[1].Err)
+	}
+	f.wantState(a, stDone)
+	f.wantState(b, stActive)
+	f.wantLeaseEvents(b, "acquired@1", "revoked@1", "acquired@3")
+}
