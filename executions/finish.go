@@ -10,11 +10,14 @@ import (
 )
 
 // Finish is how one leased attempt ends, an item of FinishMany: completed
-// with Result, or, when Fail is set, failed as Fail does.
+// with Result; or, when Fail is set, failed as Fail does; or, when Release
+// is set, released as Release does. Fail and Release together are a
+// validation error.
 type Finish struct {
-	Lease  Lease
-	Result []byte
-	Fail   *FailParams
+	Lease   Lease
+	Result  []byte
+	Fail    *FailParams
+	Release bool
 }
 
 // FinishOutcome is what FinishMany did with one item.
@@ -70,7 +73,10 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 			outs[i].Err = err
 			continue
 		}
-		if it.Fail != nil {
+		switch {
+		case it.Fail != nil && it.Release:
+			outs[i].Err = ff.Validationf("finish", "%s: both Fail and Release are set", it.Lease.ID)
+		case it.Fail != nil:
 			outs[i].Err = ff.CheckText("message", it.Fail.Message, false, ff.MaxMessage)
 		}
 	}
@@ -104,9 +110,12 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 				outs[i].Err = err
 				continue
 			}
-			if it.Fail != nil {
+			switch {
+			case it.Fail != nil:
 				outs[i].Fail, err = s.queueFail(ctx, tx, b, l, *it.Fail, now)
-			} else {
+			case it.Release:
+				err = s.queueRelease(b, l, now)
+			default:
 				err = s.queueComplete(ctx, tx, b, l, it.Result, now)
 			}
 			if err != nil {

@@ -450,6 +450,40 @@ func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.
 	return sendBatch(ctx, tx, b, "delay "+l.id.String())
 }
 
+// Release gives a leased execution back without using a retry: the
+// attempt ends "interrupted", the execution is runnable at once, and the
+// next Claim re-leases the same attempt with epoch + 1; the lease is revoked
+// with a "revoked" event. A worker that stops with executions in hand
+// releases them (see package runner).
+func (s *Store) Release(ctx context.Context, lease Lease) error {
+	return s.inTx(ctx, "release", func(tx pgx.Tx) error { return s.ReleaseTx(ctx, tx, lease) })
+}
+
+// ReleaseTx is Release inside the caller's transaction.
+func (s *Store) ReleaseTx(ctx context.Context, tx pgx.Tx, lease Lease) error {
+	l, now, err := s.lockLease(ctx, tx, lease)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	if err := s.queueRelease(b, l, now); err != nil {
+		return err
+	}
+	return sendBatch(ctx, tx, b, "release "+l.id.String())
+}
+
+// queueRelease queues the writes of a Release of the fenced execution l.
+func (s *Store) queueRelease(b *pgx.Batch, l *locked, now int64) error {
+	s.queueCloseAttempt(b, l, "interrupted", false, now)
+	s.queueGuarded(b, l, "release", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
+		SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'eligible_now',
+		    public_state = 'waiting', attempt_state = 'attempt_interrupted', delay_until_ms = NULL,
+		    blocking_reason = NULL
+		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(3), l.id.Partition, dbutil.UUID(l.id.UUID),
+		l.phase, l.attemptIndex)
+	return s.out.QueueLease(b, lockedLeaseEvent(l, ff.LeaseRevoked, now))
+}
+
 // Reclaim takes over an active execution whose lease has expired before the
 // attempt_timeout scanner got to it: the old attempt is closed
 // (interrupted_reclaimed), a new attempt starts under a new lease with epoch

@@ -314,6 +314,32 @@ func TestDelayReleasesWithoutConsumingAnAttempt(t *testing.T) {
 	f.wantEvents(id, []string{"acquired", "revoked", "acquired"}, nil)
 }
 
+func TestReleaseGivesBackWithoutConsumingAnAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	l := f.claimOne("lane-a", time.Minute)
+	if err := f.st.Release(f.ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	e := f.wantState(id, state{"runnable", "unowned", "eligible_now", "attempt_interrupted", "waiting"})
+	if e.AttemptIndex != 0 || e.Attempt.LeaseExpiresAtMs != nil {
+		t.Fatalf("released = %+v attempt %+v", e, e.Attempt)
+	}
+	wantErr(t, f.st.Release(f.ctx, l), ff.ErrNotActive)
+	wantErr(t, f.st.Complete(f.ctx, l, nil), ff.ErrNotActive)
+	// Claimable at once, as the same attempt under the next epoch.
+	l2 := f.claimOne("lane-a", time.Minute)
+	if l2.AttemptIndex != 0 || l2.Epoch != 2 {
+		t.Fatalf("re-lease after release = attempt %d epoch %d, want 0 and 2", l2.AttemptIndex, l2.Epoch)
+	}
+	wantErr(t, f.st.Complete(f.ctx, l, nil), ff.ErrStaleLease)
+	if err := f.st.Complete(f.ctx, l2, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.wantEvents(id, []string{"acquired", "revoked", "acquired", "revoked"}, []string{"success"})
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/runner"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -45,6 +46,10 @@ func Lifecycle(ctx context.Context, env *Env, o LifecycleOptions) ([]Result, err
 	var results []Result
 	for _, w := range o.Workers {
 		conns := min(w+2, o.MaxConns)
+		run, err := lifecycleRunner(ctx, env, o.Executions, w, int32(conns))
+		if err != nil {
+			return nil, err
+		}
 		plain, err := lifecyclePlain(ctx, env, o.Executions, w, int32(conns))
 		if err != nil {
 			return nil, err
@@ -53,15 +58,17 @@ func Lifecycle(ctx context.Context, env *Env, o LifecycleOptions) ([]Result, err
 		if err != nil {
 			return nil, err
 		}
-		r := Result{Scenario: "lifecycle", Figure: fmt.Sprintf("plain API claim → complete, %d workers", w),
-			Value: plain, Unit: "execs/s", Baseline: fmt.Sprintf("River no-op jobs, %d workers", w), BaselineValue: floor,
-			Ratio: ratioF(plain, floor)}
+		baseline := fmt.Sprintf("River no-op jobs, %d workers", w)
+		rr := Result{Scenario: "lifecycle", Figure: fmt.Sprintf("runner, %d workers", w),
+			Value: run, Unit: "execs/s", Baseline: baseline, BaselineValue: floor, Ratio: ratioF(run, floor)}
+		pr := Result{Scenario: "lifecycle", Figure: fmt.Sprintf("plain API claim → complete, %d workers", w),
+			Value: plain, Unit: "execs/s", Baseline: baseline, BaselineValue: floor, Ratio: ratioF(plain, floor)}
 		if w == 64 {
-			r.Target = "≥ 0.30"
-			r.Met = met(r.Ratio >= 0.30)
+			rr.Target, rr.Met = "≥ 0.50", met(rr.Ratio >= 0.50)
+			pr.Target, pr.Met = "≥ 0.30", met(pr.Ratio >= 0.30)
 		}
-		results = append(results, r)
-		env.Logger.InfoContext(ctx, "bench lifecycle", "workers", w, "plain_per_sec", int(plain), "river_per_sec", int(floor))
+		results = append(results, rr, pr)
+		env.Logger.InfoContext(ctx, "bench lifecycle", "workers", w, "runner_per_sec", int(run), "plain_per_sec", int(plain), "river_per_sec", int(floor))
 	}
 	return results, nil
 }
@@ -118,6 +125,63 @@ func lifecyclePlain(ctx context.Context, env *Env, n, workers int, conns int32) 
 	}
 	if got := done.Load(); got != int64(n) {
 		return 0, fmt.Errorf("bench: lifecycle completed %d of %d executions", got, n)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// lifecycleRunner is the runner's side of one run: a runner.Runner with
+// MaxWorkers w and a no-op handler.
+func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (float64, error) {
+	pool, schema, cleanup, err := env.scratch(ctx, "lifecycle_runner", conns)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	st, err := executions.Open(ctx, pool, executions.Config{Schema: schema})
+	if err != nil {
+		return 0, err
+	}
+	if err := createExecutions(ctx, pool, st, n); err != nil {
+		return 0, err
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, LeaseTTL: 5 * time.Minute,
+		FetchCooldown: workers.QueueFetchCooldown, Logger: env.Logger},
+		func(context.Context, *runner.Execution) ([]byte, error) {
+			if done.Add(1) == int64(n) {
+				close(all)
+			}
+			return nil, nil
+		})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	// The last handler returned; the run ends when its completion commits.
+	var left int
+	for {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> 'terminal'`).Scan(&left); err != nil {
+			return 0, err
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	stop()
+	if err := <-ran; err != nil {
+		return 0, err
 	}
 	return float64(n) / elapsed.Seconds(), nil
 }

@@ -1,0 +1,500 @@
+// Package runner is a worker runtime for the execution store: it claims
+// executions of a lane in batches, runs a handler for each, renews their
+// leases in the background, and completes and fails them through a
+// batching completer, several executions per transaction, each still
+// fenced and with its own outbox rows. It is to the store what River's
+// producer, executor and batch completer are to River's jobs, and it is
+// where the store's speed comes from: the hand-written Claim → Complete
+// loop costs two transactions per execution and many concurrent claimers.
+//
+// # Semantics
+//
+//   - A handler returns the execution's result, or an error: the attempt
+//     fails and is retried by the execution's retry policy, unless the error
+//     wraps Permanent. A handler that panics fails its attempt the same way
+//     (the panic and its stack are logged).
+//   - A handler's context is cancelled with cause ErrLeaseLost when its
+//     lease is gone (revoked, cancelled, expired while a renewal could not
+//     get through, reclaimed); whatever it returns then is dropped: another
+//     worker, or nobody, owns the execution now.
+//   - Leases are renewed once a third of LeaseTTL is left, by a background
+//     loop. A renewal that fails for a reason other than fencing (the
+//     database is away) is tried again until the lease runs out.
+//   - Run returns once its context is done and everything it held is
+//     finished or released: it stops claiming, waits up to StopTimeout for
+//     running handlers, then cancels their contexts with cause ErrStopping;
+//     a handler that returns an error after that is released (runnable at
+//     once, without using a retry) instead of failed. The completer then
+//     commits what it holds.
+//   - A completion the completer cannot commit (the database is away) is
+//     not retried forever: the lease then runs out and the attempt_timeout
+//     scanner expires or retries the execution, as for a worker that died.
+//     Nothing is carried only by the runner.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ErrLeaseLost is the cause of a handler's context when its lease no longer
+// holds the execution.
+var ErrLeaseLost = errors.New("runner: the lease no longer holds the execution")
+
+// ErrStopping is the cause of a handler's context when Run is stopping and
+// StopTimeout has passed.
+var ErrStopping = errors.New("runner: stopping")
+
+// permanentError marks a handler error that must not be retried.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so that the attempt fails without a retry, whatever
+// the execution's retry policy allows.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// Execution is what a handler works on: the execution's lease (ID,
+// attempt, epoch) and its payload.
+type Execution struct {
+	executions.Lease
+}
+
+// Handler runs one execution and returns its result.
+type Handler func(ctx context.Context, ex *Execution) (result []byte, err error)
+
+// Config says what a Runner claims and how.
+type Config struct {
+	// Lane the runner claims from. Required.
+	Lane string
+	// WorkerID names the worker in the attempts it opens (default
+	// "runner"); WorkerInstanceID names this process (default WorkerID
+	// and a random suffix).
+	WorkerID, WorkerInstanceID string
+	// Capabilities the runner offers (see executions.ClaimParams).
+	Capabilities []string
+	// MaxWorkers is how many handlers run at once. Required, 1..10,000.
+	MaxWorkers int
+	// LeaseTTL of each claim; the runner renews before it runs out.
+	// Required, at least 100 ms.
+	LeaseTTL time.Duration
+	// FetchPollInterval is how long the runner waits before asking again
+	// after a claim found fewer executions than it had room for. 0 means
+	// the default, 100 ms (0 itself would be a busy loop).
+	FetchPollInterval time.Duration
+	// FetchCooldown is the least time between two claims, so that slots
+	// freed one by one are claimed together. 0 claims as soon as a slot is
+	// free.
+	FetchCooldown time.Duration
+	// CompleteBatch is the most finishes in one completer transaction. 0
+	// means the default, 200.
+	CompleteBatch int
+	// StopTimeout is how long Run waits for running handlers once its
+	// context is done before it cancels their contexts. 0 cancels them at
+	// once.
+	StopTimeout time.Duration
+	// Logger receives the runner's warnings (default slog.Default()).
+	Logger *slog.Logger
+	// MeterProvider, when set, receives the runner's metrics (see
+	// MetricExecutions and the others).
+	MeterProvider metric.MeterProvider
+}
+
+// Defaults of the Config fields whose zero value cannot mean itself.
+const (
+	DefaultFetchPollInterval = 100 * time.Millisecond
+	DefaultCompleteBatch     = 200
+)
+
+func (c *Config) check() error {
+	if err := ff.CheckText("lane", c.Lane, true, ff.MaxName); err != nil {
+		return err
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = "runner"
+	}
+	if c.WorkerInstanceID == "" {
+		c.WorkerInstanceID = c.WorkerID + "-" + uuid.NewString()[:8]
+	}
+	switch {
+	case c.MaxWorkers < 1 || c.MaxWorkers > 10_000:
+		return ff.Validationf("max_workers", "%d is outside 1..10000", c.MaxWorkers)
+	case c.LeaseTTL < 100*time.Millisecond:
+		return ff.Validationf("lease_ttl", "%s: want at least 100ms", c.LeaseTTL)
+	case c.FetchPollInterval < 0 || c.FetchCooldown < 0 || c.StopTimeout < 0:
+		return ff.Validationf("runner", "negative FetchPollInterval, FetchCooldown or StopTimeout")
+	case c.CompleteBatch < 0 || c.CompleteBatch > 10_000:
+		return ff.Validationf("complete_batch", "%d is outside 0..10000", c.CompleteBatch)
+	}
+	if c.FetchPollInterval == 0 {
+		c.FetchPollInterval = DefaultFetchPollInterval
+	}
+	if c.CompleteBatch == 0 {
+		c.CompleteBatch = DefaultCompleteBatch
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Runner claims and runs executions of one lane. Create it with New and
+// call Run once.
+type Runner struct {
+	st      *executions.Store
+	cfg     Config
+	handler Handler
+	m       *metrics
+
+	active   atomic.Int64
+	freed    chan struct{} // a handler slot was freed (buffered 1)
+	finishes chan finish
+	mu       sync.Mutex
+	held     map[ff.ExecutionID]*running
+	ran      atomic.Bool
+}
+
+// running is one execution in a handler.
+type running struct {
+	lease  executions.Lease
+	cancel context.CancelCauseFunc
+	ctx    context.Context
+}
+
+// finish is a handler's end, for the completer.
+type finish struct {
+	item    executions.Finish
+	started time.Time
+}
+
+// New returns a Runner of store's executions in cfg.Lane, running h.
+func New(store *executions.Store, cfg Config, h Handler) (*Runner, error) {
+	if store == nil || h == nil {
+		return nil, ff.Validationf("runner", "a store and a handler are required")
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.MeterProvider, cfg.Lane)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{st: store, cfg: cfg, handler: h, m: m,
+		freed: make(chan struct{}, 1), finishes: make(chan finish, 2*cfg.MaxWorkers),
+		held: make(map[ff.ExecutionID]*running)}, nil
+}
+
+// Run claims and runs executions until ctx is done, then stops gracefully
+// (see the package doc) and returns nil. It returns an error only when it
+// was already run.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return errors.New("runner: Run was already called")
+	}
+	// Handlers and the completer outlive ctx until they are done.
+	base := context.WithoutCancel(ctx)
+	var handlers sync.WaitGroup
+	completerDone := make(chan struct{})
+	go func() {
+		defer close(completerDone)
+		r.complete(base)
+	}()
+	renewCtx, stopRenew := context.WithCancel(base)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		r.renew(renewCtx)
+	}()
+
+	r.fetch(ctx, base, &handlers)
+
+	// Stopping: wait for the handlers, then cancel what is left.
+	waited := make(chan struct{})
+	go func() {
+		handlers.Wait()
+		close(waited)
+	}()
+	timer := time.NewTimer(r.cfg.StopTimeout)
+	select {
+	case <-waited:
+		timer.Stop()
+	case <-timer.C:
+		r.mu.Lock()
+		for _, h := range r.held {
+			h.cancel(ErrStopping)
+		}
+		r.mu.Unlock()
+		<-waited
+	}
+	close(r.finishes)
+	<-completerDone
+	stopRenew()
+	<-renewDone
+	return nil
+}
+
+// fetch is the claim loop: it claims as many executions as there are free
+// slots and starts their handlers, until ctx is done.
+func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
+	p := executions.ClaimParams{Lane: r.cfg.Lane, WorkerID: r.cfg.WorkerID, WorkerInstanceID: r.cfg.WorkerInstanceID,
+		LeaseTTL: r.cfg.LeaseTTL, Capabilities: r.cfg.Capabilities}
+	more := true // the last claim filled every slot it asked for
+	var last time.Time
+	for ctx.Err() == nil {
+		free := r.cfg.MaxWorkers - int(r.active.Load())
+		if free > 0 && more {
+			if wait := r.cfg.FetchCooldown - time.Since(last); wait > 0 {
+				if !sleep(ctx, wait) {
+					return
+				}
+				continue
+			}
+			last = time.Now()
+			p.Max = free
+			leases, err := r.st.Claim(ctx, p)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.cfg.Logger.WarnContext(ctx, "runner: claim failed; trying again", "lane", r.cfg.Lane, "error", err)
+				}
+				more = false
+			} else {
+				more = len(leases) == free
+				r.m.claimed(ctx, len(leases))
+				for _, l := range leases {
+					r.start(base, l, handlers)
+				}
+				continue
+			}
+		}
+		var poll <-chan time.Time
+		var t *time.Timer
+		if !more {
+			t = time.NewTimer(r.cfg.FetchPollInterval)
+			poll = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.freed:
+		case <-poll:
+			more = true
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// start runs l's handler in a goroutine of its own.
+func (r *Runner) start(base context.Context, l executions.Lease, handlers *sync.WaitGroup) {
+	hctx, cancel := context.WithCancelCause(base)
+	h := &running{lease: l, cancel: cancel, ctx: hctx}
+	r.mu.Lock()
+	r.held[l.ID] = h
+	r.mu.Unlock()
+	r.active.Add(1)
+	r.m.activeAdd(base, 1)
+	handlers.Go(func() {
+		defer func() {
+			r.mu.Lock()
+			delete(r.held, l.ID)
+			r.mu.Unlock()
+			cancel(nil)
+			r.active.Add(-1)
+			r.m.activeAdd(base, -1)
+			select {
+			case r.freed <- struct{}{}:
+			default:
+			}
+		}()
+		r.runOne(h)
+	})
+}
+
+// runOne runs the handler of h and hands its end to the completer.
+func (r *Runner) runOne(h *running) {
+	started := time.Now()
+	result, err := r.call(h)
+	r.m.handled(h.ctx, time.Since(started))
+	r.mu.Lock()
+	it := executions.Finish{Lease: h.lease, Result: result}
+	r.mu.Unlock()
+	switch cause := context.Cause(h.ctx); {
+	case errors.Is(cause, ErrLeaseLost):
+		r.m.finished(h.ctx, outcomeLost)
+		return
+	case err == nil:
+	case errors.Is(cause, ErrStopping):
+		it.Release = true
+	default:
+		it.Fail = &executions.FailParams{Message: message(err), Permanent: errors.As(err, new(permanentError))}
+	}
+	r.finishes <- finish{item: it, started: started}
+}
+
+// call runs the handler, turning a panic into an error.
+func (r *Runner) call(h *running) (result []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.cfg.Logger.ErrorContext(h.ctx, "runner: handler panicked; the attempt fails", "execution", h.lease.ID.String(),
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			result, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	ex := &Execution{Lease: h.lease}
+	return r.handler(h.ctx, ex)
+}
+
+// message is err's text as a failure message: valid UTF-8, at most
+// ff.MaxMessage bytes.
+func message(err error) string {
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	if len(s) > ff.MaxMessage {
+		s = strings.ToValidUTF8(s[:ff.MaxMessage-3], "") + "..."
+	}
+	return s
+}
+
+// complete is the batching completer: it takes the finishes handed to it,
+// as many as are waiting (up to CompleteBatch), and commits them in one
+// FinishMany transaction. While one transaction runs the next batch
+// gathers, so under load batches grow and at rest a finish waits for no
+// timer.
+func (r *Runner) complete(ctx context.Context) {
+	batch := make([]finish, 0, r.cfg.CompleteBatch)
+	for {
+		f, ok := <-r.finishes
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], f)
+	gather:
+		for len(batch) < r.cfg.CompleteBatch {
+			select {
+			case f, ok := <-r.finishes:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, f)
+			default:
+				break gather
+			}
+		}
+		r.flush(ctx, batch)
+	}
+}
+
+// flush commits one batch. When the batch as a whole fails, its items are
+// tried one by one so that one bad item does not take the others with it.
+func (r *Runner) flush(ctx context.Context, batch []finish) {
+	items := make([]executions.Finish, len(batch))
+	for i, f := range batch {
+		items[i] = f.item
+	}
+	r.m.batch(ctx, len(items))
+	outs, err := r.st.FinishMany(ctx, items)
+	if err != nil && len(items) > 1 {
+		r.cfg.Logger.WarnContext(ctx, "runner: a completer batch failed; finishing its items one by one",
+			"lane", r.cfg.Lane, "items", len(items), "error", err)
+		for _, f := range batch {
+			r.flush(ctx, []finish{f})
+		}
+		return
+	}
+	for i, it := range items {
+		var ierr error
+		if err != nil {
+			ierr = err
+		} else {
+			ierr = outs[i].Err
+		}
+		switch {
+		case ierr == nil && it.Release:
+			r.m.finished(ctx, outcomeReleased)
+		case ierr == nil && it.Fail == nil:
+			r.m.finished(ctx, outcomeCompleted)
+		case ierr == nil && outs[i].Fail.Retried:
+			r.m.finished(ctx, outcomeRetried)
+		case ierr == nil:
+			r.m.finished(ctx, outcomeFailed)
+		case executions.IsFenced(ierr):
+			r.m.finished(ctx, outcomeLost)
+			r.cfg.Logger.InfoContext(ctx, "runner: an execution's lease was lost before its end was committed",
+				"execution", it.Lease.ID.String(), "error", ierr)
+		default:
+			r.m.finished(ctx, outcomeError)
+			r.cfg.Logger.ErrorContext(ctx, "runner: could not commit an execution's end; its lease will run out and the attempt_timeout scanner takes it over",
+				"execution", it.Lease.ID.String(), "error", ierr)
+		}
+	}
+}
+
+// renew renews the held leases that have less than a third of LeaseTTL
+// left, until ctx is done, and cancels the handlers whose lease is lost.
+func (r *Runner) renew(ctx context.Context) {
+	ttl := r.cfg.LeaseTTL
+	tick := time.NewTicker(max(ttl/6, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now().UnixMilli()
+		var due []*running
+		r.mu.Lock()
+		for _, h := range r.held {
+			if h.lease.ExpiresAtMs-now < ttl.Milliseconds()/3 && h.ctx.Err() == nil {
+				due = append(due, h)
+			}
+		}
+		r.mu.Unlock()
+		for _, h := range due {
+			l, err := r.st.Renew(ctx, h.lease, ttl)
+			switch {
+			case err == nil:
+				r.mu.Lock()
+				h.lease = l
+				r.mu.Unlock()
+			case executions.IsFenced(err):
+				h.cancel(ErrLeaseLost)
+			case time.Now().UnixMilli() >= h.lease.ExpiresAtMs:
+				h.cancel(ErrLeaseLost)
+			default:
+				if ctx.Err() == nil {
+					r.cfg.Logger.WarnContext(ctx, "runner: a lease renewal failed; trying again", "execution", h.lease.ID.String(), "error", err)
+				}
+			}
+		}
+	}
+}
+
+// sleep waits d or until ctx is done, and says whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
