@@ -150,3 +150,34 @@ func IsFenced(err error) bool {
 	return errors.Is(err, ff.ErrStaleLease) || errors.Is(err, ff.ErrLeaseExpired) ||
 		errors.Is(err, ff.ErrNotActive) || errors.Is(err, ff.ErrNotFound)
 }
+
+// finishBatch runs a batch of coalesced Complete, Fail and Release calls
+// as one FinishMany. When the batch fails as a whole its items are run
+// one by one, so that each call gets its own error.
+func (s *Store) finishBatch(ctx context.Context, items []Finish) []result[FinishOutcome] {
+	outs, err := s.FinishMany(ctx, items)
+	res := make([]result[FinishOutcome], len(items))
+	if err != nil && len(items) > 1 {
+		for i := range items {
+			res[i] = s.finishBatch(ctx, items[i:i+1])[0]
+		}
+		return res
+	}
+	for i := range res {
+		if err != nil {
+			res[i].err = err
+		} else {
+			res[i].res = outs[i]
+		}
+	}
+	return res
+}
+
+// finish ends one lease through the coalescer and returns its outcome.
+func (s *Store) finish(ctx context.Context, it Finish) (FinishOutcome, error) {
+	out, err := s.finisher.do(ctx, it)
+	if err != nil {
+		return FinishOutcome{}, err
+	}
+	return out, out.Err
+}

@@ -3,6 +3,7 @@ package executions
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -89,8 +90,8 @@ FOR NO KEY UPDATE SKIP LOCKED`
 
 const claimSQL = `
 WITH cand AS (
-  SELECT e.partition_key, e.execution_id, e.attempt_index
-  FROM unnest($1::int2[], $2::uuid[]) AS k(partition_key, execution_id)
+  SELECT e.partition_key, e.execution_id, e.attempt_index, k.worker_id, k.worker_instance_id
+  FROM unnest($1::int2[], $2::uuid[], $3::text[], $4::text[]) AS k(partition_key, execution_id, worker_id, worker_instance_id)
   JOIN {S}ff_exec_core e USING (partition_key, execution_id)
 ), prev AS (
   SELECT a.partition_key, a.execution_id, max(a.lease_epoch) AS max_epoch
@@ -100,7 +101,7 @@ WITH cand AS (
   INSERT INTO {S}ff_attempt AS a
     (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
      lease_epoch, lease_expires_at_ms, started_at_ms)
-  SELECT c.partition_key, c.execution_id, c.attempt_index, $3, $4, gen_random_uuid(),
+  SELECT c.partition_key, c.execution_id, c.attempt_index, c.worker_id, c.worker_instance_id, gen_random_uuid(),
          COALESCE(p.max_epoch, 0) + 1, $5::bigint + $6::bigint, $5
   FROM cand c LEFT JOIN prev p USING (partition_key, execution_id)
   ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
@@ -127,14 +128,55 @@ ORDER BY core.priority DESC, core.created_at_ms, att.execution_id`
 // first, then oldest, across all partitions in one query. It returns no
 // leases (and no error) when nothing is eligible, and a validation error
 // when the lane was never registered.
+//
+// Concurrent Claim calls of the same Store for the same lane, capabilities
+// and lease TTL are served together, in one transaction (see coalesce.go):
+// the leases are handed out in the order the calls arrived, each call
+// getting at most its Max.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Lease, error) {
-	var leases []Lease
-	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
-		var err error
-		leases, err = s.ClaimTx(ctx, tx, p)
-		return err
-	})
-	return leases, err
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return s.claimers.get(claimKey{lane: p.Lane, caps: strings.Join(p.Capabilities, "\x00"), ttl: p.LeaseTTL}, s.newClaimer).
+		do(ctx, claimAsk{max: p.Max, workerID: p.WorkerID, workerInstanceID: p.WorkerInstanceID})
+}
+
+// claimKey is what concurrent claims must share to be served together.
+type claimKey struct {
+	lane, caps string
+	ttl        time.Duration
+}
+
+// claimAsk is one caller's part of a claim.
+type claimAsk struct {
+	max                        int
+	workerID, workerInstanceID string
+}
+
+// newClaimer returns the coalescer of claims with key k.
+func (s *Store) newClaimer(k claimKey) *coalescer[claimAsk, []Lease] {
+	var caps []string
+	if k.caps != "" {
+		caps = strings.Split(k.caps, "\x00")
+	}
+	return &coalescer[claimAsk, []Lease]{max: 256, inFlight: 2,
+		run: func(ctx context.Context, asks []claimAsk) []result[[]Lease] {
+			outs := make([]result[[]Lease], len(asks))
+			var got [][]Lease
+			err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+				var err error
+				got, err = s.claimRows(ctx, tx, k.lane, caps, k.ttl, asks)
+				return err
+			})
+			for i := range outs {
+				if err != nil {
+					outs[i].err = err
+				} else {
+					outs[i].res = got[i]
+				}
+			}
+			return outs
+		}}
 }
 
 // ClaimTx is Claim inside the caller's transaction.
@@ -142,11 +184,26 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease,
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	caps := p.Capabilities
+	got, err := s.claimRows(ctx, tx, p.Lane, p.Capabilities, p.LeaseTTL,
+		[]claimAsk{{max: p.Max, workerID: p.WorkerID, workerInstanceID: p.WorkerInstanceID}})
+	if err != nil {
+		return nil, err
+	}
+	return got[0], nil
+}
+
+// claimRows claims for several asks at once: as many executions as their
+// Max add up to (at most 10,000), handed out in order, each ask getting
+// at most its max. Every lease is written under its own ask's worker.
+func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, lane string, caps []string, ttl time.Duration, asks []claimAsk) ([][]Lease, error) {
 	if caps == nil {
 		caps = []string{}
 	}
-	rows, err := tx.Query(ctx, s.sql(claimLockSQL), p.Lane, caps, p.Max)
+	total := 0
+	for _, a := range asks {
+		total += a.max
+	}
+	rows, err := tx.Query(ctx, s.sql(claimLockSQL), lane, caps, min(total, 10_000))
 	if err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
@@ -158,45 +215,61 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease,
 	}); err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
+	out := make([][]Lease, len(asks))
 	if len(ids) == 0 {
 		var known bool
-		if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_lane_registry WHERE lane_id = $1)`), p.Lane).Scan(&known); err != nil {
+		if err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_lane_registry WHERE lane_id = $1)`), lane).Scan(&known); err != nil {
 			return nil, dbutil.MapErr(err, "claim: checking lane")
 		}
 		if !known {
-			return nil, ff.Validationf("lane", "%s is unknown: no execution was ever created in it (RegisterLane registers one ahead)", ff.Excerpt(p.Lane))
+			return nil, ff.Validationf("lane", "%s is unknown: no execution was ever created in it (RegisterLane registers one ahead)", ff.Excerpt(lane))
 		}
-		return nil, nil
+		return out, nil
+	}
+	// Hand the ids out in priority order, ask by ask.
+	owner := make(map[ff.ExecutionID]int, len(ids))
+	workerIDs := make([]string, len(ids))
+	instanceIDs := make([]string, len(ids))
+	for i, a, left := 0, 0, asks[0].max; i < len(ids); i++ {
+		for left == 0 {
+			a++
+			left = asks[a].max
+		}
+		owner[ids[i]] = a
+		workerIDs[i], instanceIDs[i] = asks[a].workerID, asks[a].workerInstanceID
+		left--
 	}
 	parts, uuids := keyArrays(ids)
 	now := s.clock.NowMs()
-	rows, err = tx.Query(ctx, s.sql(claimSQL), parts, uuids, p.WorkerID, p.WorkerInstanceID, now, p.LeaseTTL.Milliseconds())
+	rows, err = tx.Query(ctx, s.sql(claimSQL), parts, uuids, workerIDs, instanceIDs, now, ttl.Milliseconds())
 	if err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
-	leases := make([]Lease, 0, len(ids))
+	b := &pgx.Batch{}
 	for rows.Next() {
-		l := Lease{WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
+		var l Lease
 		if err := rows.Scan(&l.ID.Partition, &l.ID.UUID, &l.AttemptIndex, &l.LeaseID, &l.Epoch, &l.ExpiresAtMs, &l.Payload); err != nil {
 			rows.Close()
 			return nil, dbutil.MapErr(err, "claim")
 		}
-		leases = append(leases, l)
+		a := owner[l.ID]
+		l.WorkerID, l.WorkerInstanceID = asks[a].workerID, asks[a].workerInstanceID
+		out[a] = append(out[a], l)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
-	b := &pgx.Batch{}
-	for i := range leases {
-		l := &leases[i]
-		if err := s.out.QueueLease(b, leaseEvent(l, ff.LeaseAcquired, now)); err != nil {
-			return nil, err
+	for _, ls := range out {
+		for i := range ls {
+			if err := s.out.QueueLease(b, leaseEvent(&ls[i], ff.LeaseAcquired, now)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := sendBatch(ctx, tx, b, "claim: lease events"); err != nil {
 		return nil, err
 	}
-	return leases, nil
+	return out, nil
 }
 
 func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
@@ -269,8 +342,13 @@ func (s *Store) RenewTx(ctx context.Context, tx pgx.Tx, lease Lease, ttl time.Du
 // Complete finishes the leased attempt successfully: the execution becomes
 // terminal (public state completed) with result stored, and a completion
 // "success" and a lease "revoked" event are written.
+//
+// Concurrent Complete, Fail and Release calls of one Store are committed
+// together, in one transaction (see coalesce.go); each is fenced on its
+// own and returns its own error.
 func (s *Store) Complete(ctx context.Context, lease Lease, result []byte) error {
-	return s.inTx(ctx, "complete", func(tx pgx.Tx) error { return s.CompleteTx(ctx, tx, lease, result) })
+	_, err := s.finish(ctx, Finish{Lease: lease, Result: result})
+	return err
 }
 
 // CompleteTx is Complete inside the caller's transaction.
@@ -347,14 +425,10 @@ type FailResult struct {
 // package doc) the execution goes back to runnable, delayed by the policy's
 // backoff; otherwise it becomes terminal failed with a completion "failed"
 // event. Either way the lease is revoked with a "revoked" event.
+// Like Complete, concurrent calls are committed together.
 func (s *Store) Fail(ctx context.Context, lease Lease, p FailParams) (FailResult, error) {
-	var res FailResult
-	err := s.inTx(ctx, "fail", func(tx pgx.Tx) error {
-		var err error
-		res, err = s.FailTx(ctx, tx, lease, p)
-		return err
-	})
-	return res, err
+	out, err := s.finish(ctx, Finish{Lease: lease, Fail: &p})
+	return out.Fail, err
 }
 
 // FailTx is Fail inside the caller's transaction.
@@ -455,8 +529,10 @@ func (s *Store) DelayTx(ctx context.Context, tx pgx.Tx, lease Lease, until time.
 // next Claim re-leases the same attempt with epoch + 1; the lease is revoked
 // with a "revoked" event. A worker that stops with executions in hand
 // releases them (see package runner).
+// Like Complete, concurrent calls are committed together.
 func (s *Store) Release(ctx context.Context, lease Lease) error {
-	return s.inTx(ctx, "release", func(tx pgx.Tx) error { return s.ReleaseTx(ctx, tx, lease) })
+	_, err := s.finish(ctx, Finish{Lease: lease, Release: true})
+	return err
 }
 
 // ReleaseTx is Release inside the caller's transaction.

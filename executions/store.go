@@ -94,6 +94,10 @@ type Store struct {
 	out      *outbox.Writer
 	waker    *outbox.Waker
 	cascader Cascader
+	// claimers and finisher coalesce concurrent Claim calls and
+	// Complete, Fail and Release calls (coalesce.go).
+	claimers keyed[claimKey, *coalescer[claimAsk, []Lease]]
+	finisher *coalescer[Finish, FinishOutcome]
 }
 
 // Open checks that the schema has ffriver's tables migrated (and the
@@ -128,7 +132,9 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if clock == nil {
 		clock = ff.SystemClock{}
 	}
-	return &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader}, nil
+	st := &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader}
+	st.finisher = &coalescer[Finish, FinishOutcome]{max: 256, inFlight: 2, run: st.finishBatch}
+	return st, nil
 }
 
 // Schema returns the resolved schema name.

@@ -107,6 +107,9 @@ type Config struct {
 	// CompleteBatch is the most finishes in one completer transaction. 0
 	// means the default, 200.
 	CompleteBatch int
+	// Completers is how many completer transactions may run at once. 0
+	// means the default, 2.
+	Completers int
 	// StopTimeout is how long Run waits for running handlers once its
 	// context is done before it cancels their contexts. 0 cancels them at
 	// once.
@@ -122,6 +125,7 @@ type Config struct {
 const (
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultCompleteBatch     = 200
+	DefaultCompleters        = 2
 )
 
 func (c *Config) check() error {
@@ -143,12 +147,17 @@ func (c *Config) check() error {
 		return ff.Validationf("runner", "negative FetchPollInterval, FetchCooldown or StopTimeout")
 	case c.CompleteBatch < 0 || c.CompleteBatch > 10_000:
 		return ff.Validationf("complete_batch", "%d is outside 0..10000", c.CompleteBatch)
+	case c.Completers < 0 || c.Completers > 64:
+		return ff.Validationf("completers", "%d is outside 0..64", c.Completers)
 	}
 	if c.FetchPollInterval == 0 {
 		c.FetchPollInterval = DefaultFetchPollInterval
 	}
 	if c.CompleteBatch == 0 {
 		c.CompleteBatch = DefaultCompleteBatch
+	}
+	if c.Completers == 0 {
+		c.Completers = DefaultCompleters
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -211,12 +220,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	// Handlers and the completer outlive ctx until they are done.
 	base := context.WithoutCancel(ctx)
-	var handlers sync.WaitGroup
-	completerDone := make(chan struct{})
-	go func() {
-		defer close(completerDone)
-		r.complete(base)
-	}()
+	var handlers, completers sync.WaitGroup
+	for range r.cfg.Completers {
+		completers.Go(func() { r.complete(base) })
+	}
 	renewCtx, stopRenew := context.WithCancel(base)
 	renewDone := make(chan struct{})
 	go func() {
@@ -245,7 +252,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		<-waited
 	}
 	close(r.finishes)
-	<-completerDone
+	completers.Wait()
 	stopRenew()
 	<-renewDone
 	return nil
