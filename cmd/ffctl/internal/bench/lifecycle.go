@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +147,7 @@ func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (floa
 	var done atomic.Int64
 	all := make(chan struct{})
 	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, LeaseTTL: 5 * time.Minute,
-		FetchCooldown: workers.QueueFetchCooldown, Logger: env.Logger, Completers: completersForBench()},
+		FetchCooldown: workers.QueueFetchCooldown, Logger: env.Logger},
 		func(context.Context, *runner.Execution) ([]byte, error) {
 			if done.Add(1) == int64(n) {
 				close(all)
@@ -226,7 +224,3 @@ func eachWorker(ctx context.Context, n int, fn func(ctx context.Context, worker 
 	return errors.Join(errs...)
 }
 
-func completersForBench() int {
-	n, _ := strconv.Atoi(os.Getenv("FFBENCH_COMPLETERS"))
-	return n
-}
