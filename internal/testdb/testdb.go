@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -22,6 +23,8 @@ import (
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 )
 
 // DefaultURL is used when $DATABASE_URL is unset.
@@ -48,6 +51,9 @@ type Options struct {
 	Partitions ff.Partitions
 	// NoMigrate creates the schema but applies no migrations.
 	NoMigrate bool
+	// RiverOnly applies River's migrations only: the schema of a host
+	// application's own River, without ffriver's tables.
+	RiverOnly bool
 	// MaxConns of the pool (default 16).
 	MaxConns int32
 }
@@ -95,6 +101,16 @@ func New(tb testing.TB, opts *Options) *DB {
 	tb.Cleanup(pool.Close)
 	db := &DB{Pool: pool, Schema: schema}
 	if opts.NoMigrate {
+		return db
+	}
+	if opts.RiverOnly {
+		migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+		if err == nil {
+			_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		}
+		if err != nil {
+			tb.Fatalf("testdb: River's migrations in %s: %v", schema, err)
+		}
 		return db
 	}
 	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions})
