@@ -51,6 +51,9 @@ type Options struct {
 	Partitions ff.Partitions
 	// NoMigrate creates the schema but applies no migrations.
 	NoMigrate bool
+	// RiverSchema, when set, receives River's migrations instead of the
+	// test's schema (migrations.Options.RiverSchema): the split layout.
+	RiverSchema string
 	// RiverOnly applies River's migrations only: the schema of a host
 	// application's own River, without ffriver's tables.
 	RiverOnly bool
@@ -113,7 +116,7 @@ func New(tb testing.TB, opts *Options) *DB {
 		}
 		return db
 	}
-	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions})
+	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions, RiverSchema: opts.RiverSchema})
 	if err != nil {
 		tb.Fatalf("testdb: migrating %s: %v", schema, err)
 	}
