@@ -16,7 +16,10 @@
 //     waker, the tick watchdog and River, and stops gracefully.
 //   - Embedded in an application that already runs River: New, then
 //     AddWorkers, PeriodicJobs and Queues merged into the application's own
-//     river.Config (or Configure, which does the three). The guarantees are
+//     river.Config (or Configure, which does the three and checks River's
+//     schema against Config.RiverSchema), then Attach (the outbox waker,
+//     the tick watchdog, the item metrics) before the client starts, and
+//     CheckTicks for a health endpoint. The guarantees are
 //     the binaries': ffriver's jobs use their own queues (ff_scan, ff_apply),
 //     never River's "default", and every item action commits its transition
 //     and its outbox rows in one transaction (River completes the job after
@@ -24,7 +27,9 @@
 //
 // When embedding, register ffriver's workers on every River client that can
 // become leader (River's rescuer discards stuck jobs of kinds its leader
-// does not know) and give the periodic jobs to each of them; clients that
+// does not know) and give the periodic jobs to each of them: while a
+// leader without them leads (an old process of a rolling deploy), nothing
+// is scanned, which CheckTicks and the watchdog report; clients that
 // only work some queues should set FetchOnlyKnownKinds. River's
 // RescueStuckJobsAfter (default 1 h) bounds how long an item whose process
 // died mid-job keeps its execution waiting; ffscheduler sets it to a minute.
