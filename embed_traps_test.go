@@ -21,9 +21,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
-// hostApp is a small River application before ffriver: River's tables in
-// their own schema, its own job kind in River's default queue, and a pool
-// whose search_path is ffriver's schema, then River's.
+// hostApp is a small River application before ffriver (testdb.Beside:
+// River's tables in their own schema, an empty one for ffriver's, a pool
+// whose search_path is ffriver's schema, then River's), with its own job
+// kind in River's default queue.
 type hostApp struct {
 	river, ff *testdb.DB
 	pool      *pgxpool.Pool
@@ -31,10 +32,8 @@ type hostApp struct {
 
 func newHostApp(t *testing.T) *hostApp {
 	t.Helper()
-	h := &hostApp{river: testdb.New(t, &testdb.Options{RiverOnly: true}), ff: testdb.New(t, &testdb.Options{NoMigrate: true})}
-	h.pool = testdb.Connect(t, h.ff.Schema+", "+h.river.Schema)
-	t.Cleanup(h.pool.Close)
-	return h
+	b := testdb.NewBeside(t)
+	return &hostApp{river: b.River, ff: b.FF, pool: b.Pool}
 }
 
 // config is the application's own River config (client id, no ffriver).

@@ -138,11 +138,8 @@ func TestMigrateIsQuietAtInfo(t *testing.T) {
 func TestMigrateRefusesASecondRiverUnlessAsked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	host := testdb.New(t, &testdb.Options{RiverOnly: true})
-	ffdb := testdb.New(t, &testdb.Options{NoMigrate: true})
-	// The application's pool: ffriver's schema first, River's after it.
-	pool := testdb.Connect(t, ffdb.Schema+", "+host.Schema)
-	t.Cleanup(pool.Close)
+	app := testdb.NewBeside(t)
+	host, ffdb, pool := app.River, app.FF, app.Pool
 
 	_, err := migrations.Migrate(ctx, pool, ffdb.Schema, nil)
 	var rse *migrations.RiverSchemaError
@@ -189,10 +186,8 @@ func TestMigrateRefusesASecondRiverUnlessAsked(t *testing.T) {
 func TestVerifyRiverForNamesRiverSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	riv := testdb.New(t, &testdb.Options{NoMigrate: true})
-	ffdb := testdb.New(t, &testdb.Options{NoMigrate: true})
-	pool := testdb.Connect(t, ffdb.Schema+", "+riv.Schema)
-	t.Cleanup(pool.Close)
+	app := testdb.NewBeside(t)
+	riv, ffdb, pool := app.River, app.FF, app.Pool
 	if _, err := migrations.Migrate(ctx, pool, ffdb.Schema, &migrations.Options{RiverSchema: riv.Schema}); err != nil {
 		t.Fatal(err)
 	}

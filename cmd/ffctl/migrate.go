@@ -77,6 +77,9 @@ func runMigrate(ctx context.Context, args []string) int {
 		return cli.ExitOK
 	}
 	fmt.Fprintf(w, "migrated schema %s (%d partitions)\n", res.Schema, int(res.Partitions))
+	if res.RiverSchema != res.Schema {
+		fmt.Fprintf(w, "  River's tables in schema:   %s\n", res.RiverSchema)
+	}
 	if len(res.RiverApplied) > 0 {
 		vs := make([]string, len(res.RiverApplied))
 		for i, v := range res.RiverApplied {

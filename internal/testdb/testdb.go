@@ -184,3 +184,22 @@ func SchemaName(testName string) string {
 }
 
 func redact(u string) string { return ffredact.ConnString(u) }
+
+// Beside is an application's River and an empty schema for ffriver's
+// tables beside it: River's schema with River's migrations only
+// (Options.RiverOnly), ffriver's schema unmigrated, and the application's
+// pool, whose search_path is ffriver's schema, then River's. All three
+// are closed or dropped when the test ends.
+type Beside struct {
+	River, FF *DB
+	Pool      *pgxpool.Pool
+}
+
+// NewBeside creates a Beside.
+func NewBeside(tb testing.TB) *Beside {
+	tb.Helper()
+	b := &Beside{River: New(tb, &Options{RiverOnly: true}), FF: New(tb, &Options{NoMigrate: true})}
+	b.Pool = Connect(tb, b.FF.Schema+", "+b.River.Schema)
+	tb.Cleanup(b.Pool.Close)
+	return b
+}
