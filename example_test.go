@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 )
 
 // SendEmailArgs is the host application's own job.
@@ -24,9 +25,13 @@ type SendEmailArgs struct {
 
 func (SendEmailArgs) Kind() string { return "send_email" }
 
-// Embedding ffriver into an application that already runs River: its
-// workers, periodic jobs and queues go into the application's own
-// river.Config, next to the application's jobs in River's default queue.
+// Embedding ffriver into an application that already runs River, its
+// River tables in their own schema: ffriver's tables go into a schema of
+// their own beside them (RiverSchema names River's to both Migrate and
+// Config), and its workers, periodic jobs and queues into the
+// application's own river.Config, next to the application's jobs in
+// River's default queue. Attach starts the outbox waker and the tick
+// watchdog; CheckTicks is the health check.
 func Example_embed() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
@@ -35,16 +40,22 @@ func Example_embed() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_embed"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
-	// ffctl migrate does this: River's migrations and ffriver's, one schema.
-	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
+	const appSchema, schema = "ffriver_example_app", "ffriver_example_embed"
+	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; DROP SCHEMA IF EXISTS `+appSchema+` CASCADE; CREATE SCHEMA `+appSchema)
+	defer pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; DROP SCHEMA `+appSchema+` CASCADE`) //nolint:errcheck
+
+	// The application before ffriver: River's tables, migrated as River
+	// says (rivermigrate, or the river CLI)...
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: appSchema})
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) //nolint:errcheck
-
-	// The application's River config, as it was before ffriver.
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// ...and its River config.
 	workers := river.NewWorkers()
 	sent := make(chan string, 1)
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[SendEmailArgs]) error {
@@ -52,20 +63,24 @@ func Example_embed() {
 		return nil
 	}))
 	rc := &river.Config{
-		Schema:  schema,
+		Schema:  appSchema,
 		Workers: workers,
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 
-	// River's insert notifications are spaced by the client's cooldown
-	// (100 ms by default); ffriver's item jobs want them at once.
-	rc.FetchCooldown = ffworkers.QueueFetchCooldown
-
-	// ffriver verifies the schema, then adds its workers, ticks and queues.
+	// 1. ffriver's tables, sharing the application's River (ffctl migrate
+	// --schema ffriver_example_embed --river-schema ffriver_example_app).
+	if _, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{RiverSchema: appSchema}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// 2. ffriver verifies both schemas, then adds its workers, ticks and
+	// queues to the application's config.
 	f, err := ffriver.New(ctx, pool, ffriver.Config{
-		Schema:   schema,
-		Scanners: map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
+		Schema:      schema,
+		RiverSchema: appSchema,
+		Scanners:    map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -75,11 +90,17 @@ func Example_embed() {
 		fmt.Println(err)
 		return
 	}
+	// River's insert notifications are spaced by the client's cooldown
+	// (100 ms by default, for every queue of the client); ffriver's item
+	// jobs want them at once.
+	rc.FetchCooldown = ffworkers.QueueFetchCooldown
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	// 3. The outbox waker, the tick watchdog and the item metrics, then River.
+	f.Attach(ctx, client, ffriver.AttachOptions{})
 	if err := client.Start(ctx); err != nil {
 		fmt.Println(err)
 		return
@@ -100,6 +121,7 @@ func Example_embed() {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if e, err := f.Store().Get(ctx, id); err == nil && e.EligibilityState == "eligible_now" {
 			fmt.Println("delayed execution promoted:", e.PublicState)
+			fmt.Println("ticks:", f.CheckTicks(ctx, 0))
 			return
 		}
 	}
@@ -107,6 +129,7 @@ func Example_embed() {
 	// Output:
 	// host job worked: ada@example.com
 	// delayed execution promoted: waiting
+	// ticks: <nil>
 }
 
 func databaseURL() string {

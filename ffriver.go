@@ -16,7 +16,10 @@
 //     waker, the tick watchdog and River, and stops gracefully.
 //   - Embedded in an application that already runs River: New, then
 //     AddWorkers, PeriodicJobs and Queues merged into the application's own
-//     river.Config (or Configure, which does the three). The guarantees are
+//     river.Config (or Configure, which does the three and checks River's
+//     schema against Config.RiverSchema), then Attach (the outbox waker,
+//     the tick watchdog, the item metrics) before the client starts, and
+//     CheckTicks for a health endpoint. The guarantees are
 //     the binaries': ffriver's jobs use their own queues (ff_scan, ff_apply),
 //     never River's "default", and every item action commits its transition
 //     and its outbox rows in one transaction (River completes the job after
@@ -24,7 +27,9 @@
 //
 // When embedding, register ffriver's workers on every River client that can
 // become leader (River's rescuer discards stuck jobs of kinds its leader
-// does not know) and give the periodic jobs to each of them; clients that
+// does not know) and give the periodic jobs to each of them: while a
+// leader without them leads (an old process of a rolling deploy), nothing
+// is scanned, which CheckTicks and the watchdog report; clients that
 // only work some queues should set FetchOnlyKnownKinds. River's
 // RescueStuckJobsAfter (default 1 h) bounds how long an item whose process
 // died mid-job keeps its execution waiting; ffscheduler sets it to a minute.
@@ -35,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
@@ -100,11 +106,17 @@ type Config struct {
 	// runs no Process may run Store().Waker() itself; otherwise readers
 	// poll).
 	Waker *outbox.Waker
-	// RiverSchema holds River's tables (default: Schema): New verifies
-	// River's migrations there, the flow cascade inserts its ff.advance
-	// jobs there, and the processes' River clients (SchedulerConfig,
-	// WorkerConfig) and LastTick use it. Set it when River's tables live in
-	// another schema than ffriver's (a host's River client keeps its own).
+	// RiverSchema holds River's tables: New verifies River's migrations
+	// there, the flow cascade inserts its ff.advance jobs there, and the
+	// processes' River clients (SchedulerConfig, WorkerConfig), LastTick,
+	// CheckTicks and WatchTicks use it. Set it when River's tables live in
+	// another schema than ffriver's (an application's own River).
+	//
+	// Left empty it is Schema (the single-schema layout of ffctl migrate),
+	// and Configure takes the schema of the River config it configures
+	// instead when that differs: ffriver's jobs go where that client works.
+	// Set, a client whose river.Config.Schema names another schema is
+	// refused by Configure.
 	RiverSchema string
 	// MeterProvider receives ffriver's instruments (workers.Metrics: item
 	// outcomes and durations, the scanners' backlog from the ticks) and,
@@ -124,13 +136,22 @@ type Config struct {
 // Service is ffriver's pipeline configured on a verified schema, with the
 // store it acts on. It is safe for concurrent use once built.
 type Service struct {
-	ownWaker    bool   // the Waker is New's: every Process runs it
-	riverSchema string // resolved
-	store       *executions.Store
-	pipeline    *workers.Pipeline
-	periodic    []*river.PeriodicJob
-	meters      metric.MeterProvider
-	tracers     trace.TracerProvider
+	ownWaker      bool // the Waker is New's: every Process runs it
+	riverExplicit bool // Config.RiverSchema was set
+	// riverSchema is resolved; Configure may take the host client's.
+	riverSchema atomic.Pointer[string]
+	// pathRiver is what a River client with Config.Schema "" uses on the
+	// pool: the schema of the search_path's river_job, else
+	// current_schema().
+	pathRiver string
+	cascade   *cascade
+	created   time.Time
+	logger    *slog.Logger
+	store     *executions.Store
+	pipeline  *workers.Pipeline
+	periodic  []*river.PeriodicJob
+	meters    metric.MeterProvider
+	tracers   trace.TracerProvider
 }
 
 // Verify checks that schema is migrated (River's and ffriver's migrations)
@@ -155,7 +176,18 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		return nil, err
 	}
 	riverSchema = string(rs)
-	cascader, err := workers.NewCascader(riverSchema, cfg.Filter)
+	pathRiver, ok, err := migrations.FindRiver(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		cur, err := dbutil.Schema("").Resolve(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		pathRiver = string(cur)
+	}
+	cascade, err := newCascade(riverSchema, cfg.Filter)
 	if err != nil {
 		return nil, err
 	}
@@ -171,13 +203,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		waker = outbox.NewWaker(pool, string(s), 0, cfg.Logger)
 	}
 	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock,
-		Waker: waker, Cascader: cascader})
+		Waker: waker, Cascader: cascade})
 	if err != nil {
 		return nil, err
 	}
 	// River's tables are checked here, where River is used, in their own
 	// schema.
-	if err := migrations.VerifyRiver(ctx, pool, riverSchema); err != nil {
+	if err := migrations.VerifyRiverFor(ctx, pool, cfg.Schema, riverSchema); err != nil {
 		return nil, err
 	}
 	var plugins []workers.Plugin
@@ -211,9 +243,21 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Service{ownWaker: cfg.Waker == nil, riverSchema: riverSchema, store: store, pipeline: p, periodic: periodic,
-		meters: cfg.MeterProvider, tracers: cfg.TracerProvider}, nil
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Service{ownWaker: cfg.Waker == nil, riverExplicit: cfg.RiverSchema != "", pathRiver: pathRiver, cascade: cascade,
+		created: time.Now(), logger: logger, store: store, pipeline: p, periodic: periodic,
+		meters: cfg.MeterProvider, tracers: cfg.TracerProvider}
+	f.riverSchema.Store(&riverSchema)
+	return f, nil
 }
+
+// RiverSchema returns the schema of the River tables ffriver uses:
+// Config.RiverSchema, else Config.Schema, or the schema Configure took from
+// the host's River config.
+func (f *Service) RiverSchema() string { return *f.riverSchema.Load() }
 
 // Store returns the execution store the pipeline acts on. Its terminal
 // transitions of flow members enqueue their cascade (ff.advance jobs) in
@@ -268,7 +312,27 @@ func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx])
 // standalone processes set it to workers.QueueFetchCooldown, which took
 // ffctl bench lag's p99 from 1.8-2.1 s to 1.3 s at 1,000 expiries/s; a host
 // that wants the same lag sets it too.
+//
+// River's schema is the client's: rc.Schema ("" = the pool's search_path,
+// as River reads it) must be Config.RiverSchema when that was set, else
+// Configure refuses with an error naming both; left unset, Configure takes
+// rc.Schema as ffriver's River schema (RiverSchema), so the flow cascade's
+// ff.advance jobs, LastTick and the watchdog use the tables this client
+// works, not a second River in ffriver's schema. Call it before the Store
+// is used, and build the client on a pool with the Service's search_path.
 func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
+	host, err := dbutil.ParseSchema(rc.Schema)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		host = dbutil.Schema(f.pathRiver)
+	}
+	take := string(host) != f.RiverSchema()
+	if take && f.riverExplicit {
+		return ff.Validationf("river_schema", "the River client's schema is %q (river.Config.Schema) but ffriver.Config.RiverSchema is %q: "+
+			"set both to the schema of River's tables, or ffriver's jobs go where this client never looks", host, f.RiverSchema())
+	}
 	if rc.Workers == nil {
 		rc.Workers = river.NewWorkers()
 	}
@@ -293,6 +357,15 @@ func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 			qc.FetchCooldown = rc.FetchPollInterval
 		}
 		rc.Queues[name] = qc
+	}
+	if take {
+		if err := f.cascade.use(string(host)); err != nil {
+			return err
+		}
+		f.logger.Warn("ffriver: River's tables are in the host client's schema, not ffriver's: ffriver uses the client's "+
+			"(set ffriver.Config.RiverSchema to it to say so)", "river_schema", string(host), "unused", f.RiverSchema())
+		h := string(host)
+		f.riverSchema.Store(&h)
 	}
 	return nil
 }
@@ -356,7 +429,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	return &river.Config{
 		ID:         o.ID,
 		Middleware: middleware,
-		Schema:     f.riverSchema,
+		Schema:     f.RiverSchema(),
 		Logger:     logger,
 		Workers:    rw,
 		Queues:     qs,
@@ -411,7 +484,7 @@ func (f *Service) WorkerConfig(o ClientOptions) (*river.Config, error) {
 // database's clock, and ok=false when there is none.
 func (f *Service) LastTick(ctx context.Context, riverSchema string) (age time.Duration, ok bool, err error) {
 	if riverSchema == "" {
-		riverSchema = f.riverSchema
+		riverSchema = f.RiverSchema()
 	}
 	s, err := dbutil.ParseSchema(riverSchema)
 	if err != nil {
@@ -429,10 +502,80 @@ func (f *Service) LastTick(ctx context.Context, riverSchema string) (age time.Du
 	return time.Duration(*ms) * time.Millisecond, true, nil
 }
 
-// WatchTicks logs a warning when no tick has been inserted for staleAfter,
-// checking every staleAfter/3: no scheduler is alive (or none runs with
-// this schema and filter), so nothing is being scanned. It logs once when
+// DefaultTickStaleAfter is AttachOptions.TickStaleAfter unless set: the
+// tick watchdog's threshold, as ffworker's --tick-stale-after.
+const DefaultTickStaleAfter = 30 * time.Second
+
+// ErrTicksStale matches a *TicksStaleError (errors.Is).
+var ErrTicksStale = errors.New("no recent ff.tick")
+
+// TicksStaleError is CheckTicks's answer when no tick of the pipeline's
+// scan queue has been inserted for StaleAfter: no River leader carries
+// ffriver's periodic jobs, so nothing is scanned (expired leases stay
+// leased, delayed executions wait, flows stall on their sweep). It matches
+// ErrTicksStale.
+type TicksStaleError struct {
+	// Queue is the pipeline's scan queue; RiverSchema holds the river_job
+	// looked in.
+	Queue, RiverSchema string
+	// StaleAfter is the threshold.
+	StaleAfter time.Duration
+	// LastTick is how long ago the newest tick was inserted, when Seen.
+	LastTick time.Duration
+	// Seen: there is a tick at all.
+	Seen bool
+}
+
+// Error implements error.
+func (e *TicksStaleError) Error() string {
+	last := "none since this process started"
+	if e.Seen {
+		last = "the last " + e.LastTick.Round(time.Second).String() + " ago"
+	}
+	return fmt.Sprintf("no ff.tick job inserted into %s.river_job for queue %s in %s (%s): no ffscheduler or other River leader "+
+		"with ffriver's periodic jobs is running, so nothing is being scanned; run ffscheduler, or give ffriver's periodic jobs "+
+		"(Configure) to every leader-eligible River client, the old ones of a rolling deploy included",
+		e.RiverSchema, e.Queue, e.StaleAfter, last)
+}
+
+// Is makes errors.Is(err, ErrTicksStale) true.
+func (e *TicksStaleError) Is(target error) bool { return target == ErrTicksStale }
+
+// CheckTicks returns a *TicksStaleError when no tick of this pipeline's
+// scan queue has been inserted into River's tables (RiverSchema) for
+// staleAfter (DefaultTickStaleAfter when 0), counting from New when there
+// is none yet; nil otherwise. It is the tick watchdog's check, for an
+// application's health endpoint. Wire it to a check that alerts rather
+// than to a readiness gate a rolling deploy waits for: while an old leader
+// without ffriver's periodic jobs leads, no new process gets ticks.
+func (f *Service) CheckTicks(ctx context.Context, staleAfter time.Duration) error {
+	return f.checkTicks(ctx, "", staleAfter, f.created)
+}
+
+func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter time.Duration, since time.Time) error {
+	if staleAfter <= 0 {
+		staleAfter = DefaultTickStaleAfter
+	}
+	if riverSchema == "" {
+		riverSchema = f.RiverSchema()
+	}
+	age, ok, err := f.LastTick(ctx, riverSchema)
+	if err != nil {
+		return err
+	}
+	if (ok && age < staleAfter) || (!ok && time.Since(since) < staleAfter) {
+		return nil
+	}
+	return &TicksStaleError{Queue: f.pipeline.ScanQueue(), RiverSchema: riverSchema, StaleAfter: staleAfter, LastTick: age, Seen: ok}
+}
+
+// WatchTicks logs a warning when no tick has been inserted for staleAfter
+// (CheckTicks), checking every staleAfter/3: no scheduler is alive (or
+// none runs with this schema and filter, or the River leader has no
+// ffriver periodic jobs), so nothing is being scanned. It logs once when
 // ticks stop and once when they resume, and returns when ctx is done.
+// Processes run it (ProcessOptions.TickStaleAfter); an application on its
+// own River client runs it through Attach.
 func (f *Service) WatchTicks(ctx context.Context, riverSchema string, staleAfter time.Duration, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -448,25 +591,88 @@ func (f *Service) WatchTicks(ctx context.Context, riverSchema string, staleAfter
 			return
 		case <-t.C:
 		}
-		age, ok, err := f.LastTick(ctx, riverSchema)
-		if err != nil {
+		err := f.checkTicks(ctx, riverSchema, staleAfter, started)
+		var stale *TicksStaleError
+		switch {
+		case errors.As(err, &stale):
+			if !warned {
+				warned = true
+				logger.WarnContext(ctx, "ffriver: "+stale.Error(), "queue", stale.Queue, "schema", f.store.Schema(),
+					"river_schema", stale.RiverSchema, "stale_after", stale.StaleAfter.String())
+			}
+		case err != nil:
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 				logger.WarnContext(ctx, "ffriver: cannot check for recent ticks", "error", err)
 			}
-			continue
-		}
-		stale := (!ok && time.Since(started) >= staleAfter) || (ok && age >= staleAfter)
-		switch {
-		case stale && !warned:
-			warned = true
-			attrs := []any{"queue", f.pipeline.ScanQueue(), "schema", f.store.Schema(), "stale_after", staleAfter.String()}
-			if ok {
-				attrs = append(attrs, "last_tick_ago", age.Round(time.Second).String())
-			}
-			logger.WarnContext(ctx, "no ff.tick job seen recently: no ffscheduler (River leader with ffriver's periodic jobs) seems to be running for this schema and filter; nothing is being scanned", attrs...)
-		case !stale && warned:
+		case warned:
 			warned = false
 			logger.InfoContext(ctx, "ff.tick jobs are being inserted again", "queue", f.pipeline.ScanQueue())
 		}
 	}
+}
+
+// AttachOptions configure Attach.
+type AttachOptions struct {
+	// TickStaleAfter is the tick watchdog's threshold (default
+	// DefaultTickStaleAfter; negative: no watchdog).
+	TickStaleAfter time.Duration
+	// Logger hears the watchdog (default Config.Logger).
+	Logger *slog.Logger
+}
+
+// Attach starts, until ctx is done, what a Process runs beside its River
+// client, for an application's own client set up with Configure: the item
+// metrics and spans (ObserveJobs on client), the outbox waker (when New
+// made it) and the tick watchdog (WatchTicks: a warning when no tick was
+// inserted for TickStaleAfter, e.g. because the River leader of a rolling
+// deploy has no ffriver periodic jobs). Call it once, before client.Start;
+// CheckTicks answers the watchdog's question for a health endpoint.
+func (f *Service) Attach(ctx context.Context, client *river.Client[pgx.Tx], o AttachOptions) {
+	if o.TickStaleAfter == 0 {
+		o.TickStaleAfter = DefaultTickStaleAfter
+	}
+	if o.Logger == nil {
+		o.Logger = f.logger
+	}
+	f.attach(ctx, client, max(o.TickStaleAfter, 0), o.Logger)
+}
+
+// attach starts the waker (when the Service made it) and, with staleAfter
+// positive, the tick watchdog, and observes client's jobs.
+func (f *Service) attach(ctx context.Context, client *river.Client[pgx.Tx], staleAfter time.Duration, logger *slog.Logger) {
+	if f.ownWaker {
+		go f.store.Waker().Run(ctx)
+	}
+	if staleAfter > 0 {
+		go f.WatchTicks(ctx, "", staleAfter, logger)
+	}
+	f.ObserveJobs(ctx, client)
+}
+
+// cascade is the Store's executions.Cascader: a workers.Cascader whose
+// River schema Configure may replace (the host client's) before the Store
+// is used.
+type cascade struct {
+	filter ff.Filter
+	c      atomic.Pointer[workers.Cascader]
+}
+
+func newCascade(riverSchema string, filter ff.Filter) (*cascade, error) {
+	c := &cascade{filter: filter}
+	return c, c.use(riverSchema)
+}
+
+// use makes the cascade insert into riverSchema's River tables.
+func (c *cascade) use(riverSchema string) error {
+	wc, err := workers.NewCascader(riverSchema, c.filter)
+	if err != nil {
+		return err
+	}
+	c.c.Store(wc)
+	return nil
+}
+
+// EnqueueHopsTx implements executions.Cascader.
+func (c *cascade) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
+	return c.c.Load().EnqueueHopsTx(ctx, tx, hops)
 }

@@ -126,13 +126,7 @@ func (p *Process) Context() context.Context { return p.runCtx }
 // Start starts the outbox waker (when the Service made it), the tick
 // watchdog (TickStaleAfter) and the River client.
 func (p *Process) Start() error {
-	if p.svc.ownWaker {
-		go p.svc.store.Waker().Run(p.runCtx)
-	}
-	if p.opts.TickStaleAfter > 0 {
-		go p.svc.WatchTicks(p.runCtx, "", p.opts.TickStaleAfter, p.logger)
-	}
-	p.svc.ObserveJobs(p.runCtx, p.client)
+	p.svc.attach(p.runCtx, p.client, p.opts.TickStaleAfter, p.logger)
 	if err := p.client.Start(p.runCtx); err != nil {
 		p.cancel()
 		return fmt.Errorf("starting River: %w", err)
@@ -162,7 +156,7 @@ func (p *Process) Ready(ctx context.Context) error {
 	if _, err := migrations.VerifyTables(ctx, pool, p.svc.store.Schema(), p.svc.store.Partitions()); err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
-	if err := migrations.VerifyRiver(ctx, pool, p.svc.riverSchema); err != nil {
+	if err := migrations.VerifyRiverFor(ctx, pool, p.svc.store.Schema(), p.svc.RiverSchema()); err != nil {
 		return fmt.Errorf("the schema of River's tables: %w", err)
 	}
 	return nil

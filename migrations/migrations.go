@@ -43,14 +43,27 @@ type Options struct {
 	// Logger receives, at DEBUG, one line per applied migration, River's
 	// and ffriver's (default: discard).
 	Logger *slog.Logger
-	// RiverSchema, when set, receives River's migrations instead of the
-	// schema of ffriver's tables (ffriver.Config.RiverSchema).
+	// RiverSchema receives River's migrations (ffriver.Config.RiverSchema;
+	// ffctl migrate --river-schema). Set it to the schema of an
+	// application's own River tables to share them, or to the schema of
+	// ffriver's tables for a River of ffriver's own.
+	//
+	// Left empty, Migrate applies River's migrations in ffriver's schema
+	// only when River's tables are already there or the connection's
+	// search_path shows none (a fresh database: the single-schema layout of
+	// ffctl migrate --schema X, as before); when the search_path shows
+	// River's tables in another schema, Migrate creates nothing and returns
+	// a *RiverSchemaError naming it, since a second River in ffriver's
+	// schema would hold ffriver's jobs where the application's River client
+	// never looks.
 	RiverSchema string
 }
 
 // Result says what a Migrate run did.
 type Result struct {
-	Schema       string
+	Schema string
+	// RiverSchema received River's migrations.
+	RiverSchema  string
 	Partitions   ff.Partitions
 	RiverApplied []int
 	Applied      []string // ffriver migrations applied by this run
@@ -94,8 +107,10 @@ func LockKey(schema string) int64 {
 	return int64(h.Sum64())
 }
 
-// Migrate creates schema if missing and brings River's and ffriver's tables in
-// it up to date. An empty schema means the connection's current_schema().
+// Migrate creates schema if missing and brings ffriver's tables in it up to
+// date, and River's in opts.RiverSchema (see Options.RiverSchema for where
+// River's go when it is empty). An empty schema means the connection's
+// current_schema().
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Options) (*Result, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -133,15 +148,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key)
 	}()
 
+	riverSchema, err := riverSchemaFor(ctx, conn, s, opts)
+	if err != nil {
+		return nil, err
+	}
+	res.RiverSchema = string(riverSchema)
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Ident()); err != nil {
 		return nil, dbutil.MapErr(err, "migrate: creating schema "+string(s))
 	}
 
-	riverSchema := s
-	if opts.RiverSchema != "" {
-		if riverSchema, err = dbutil.ParseSchema(opts.RiverSchema); err != nil {
-			return nil, err
-		}
+	if riverSchema != s {
 		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+riverSchema.Ident()); err != nil {
 			return nil, dbutil.MapErr(err, "migrate: creating schema "+string(riverSchema))
 		}
@@ -273,29 +289,11 @@ func VerifyTables(ctx context.Context, pool *pgxpool.Pool, schema string, want f
 }
 
 // VerifyRiver checks that River's migrations are all applied in
-// riverSchema ("" = the pool's search_path); errors match
+// riverSchema ("" = the pool's search_path), the single-schema layout:
+// VerifyRiverFor(ctx, pool, riverSchema, ""). Errors match
 // ff.ErrNotMigrated.
 func VerifyRiver(ctx context.Context, pool *pgxpool.Pool, riverSchema string) error {
-	s, err := dbutil.ParseSchema(riverSchema)
-	if err != nil {
-		return err
-	}
-	if s, err = s.Resolve(ctx, pool); err != nil {
-		return err
-	}
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: string(s)})
-	if err != nil {
-		return fmt.Errorf("verify: river migrator: %w", err)
-	}
-	vres, err := migrator.Validate(ctx, nil)
-	if err != nil {
-		return dbutil.MapErr(err, "verify: River's migrations")
-	}
-	if !vres.OK {
-		return fmt.Errorf("%w: schema %q: River's migrations: %s; run `ffctl migrate --schema %s`",
-			ff.ErrNotMigrated, s, strings.Join(vres.Messages, "; "), s)
-	}
-	return nil
+	return VerifyRiverFor(ctx, pool, riverSchema, "")
 }
 
 func versionsOf(ms []Migration) []int {
@@ -319,6 +317,8 @@ type Step struct {
 // anything (ffctl migrate --dry-run).
 type Plan struct {
 	Schema string
+	// RiverSchema would receive River's migrations.
+	RiverSchema string
 	// CreateSchema: the schema does not exist and would be created (so would
 	// River's schema when RiverSchema names one that does not exist).
 	CreateSchema, CreateRiverSchema bool
@@ -362,11 +362,12 @@ func PlanMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *O
 		return nil, err
 	}
 	p.CreateSchema = !ok
-	riverSchema := s
-	if opts.RiverSchema != "" {
-		if riverSchema, err = dbutil.ParseSchema(opts.RiverSchema); err != nil {
-			return nil, err
-		}
+	riverSchema, err := riverSchemaFor(ctx, pool, s, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.RiverSchema = string(riverSchema)
+	if riverSchema != s {
 		if ok, err = exists(riverSchema); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/ffriver/ffriver/migrations"
+	"github.com/jackc/pgx/v5"
 )
 
 func TestMigrateTwiceAndConcurrently(t *testing.T) {
@@ -127,4 +128,95 @@ func TestMigrateIsQuietAtInfo(t *testing.T) {
 	if !strings.Contains(debug.String(), "applied ffriver migration") {
 		t.Errorf("Migrate at DEBUG did not say what it applied:\n%s", debug.String())
 	}
+}
+
+// An application's River is on the search_path and ffriver's schema has
+// none: Migrate without Options.RiverSchema used to create a second,
+// unused River in ffriver's schema (issue 24, item 1). It refuses, naming
+// both schemas and the setting, and creates nothing; with RiverSchema set,
+// River's tables stay where they are.
+func TestMigrateRefusesASecondRiverUnlessAsked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	app := testdb.NewBeside(t)
+	host, ffdb, pool := app.River, app.FF, app.Pool
+
+	_, err := migrations.Migrate(ctx, pool, ffdb.Schema, nil)
+	var rse *migrations.RiverSchemaError
+	if !errors.As(err, &rse) || rse.Found != host.Schema || rse.Schema != ffdb.Schema || !errors.Is(err, ff.ErrValidation) {
+		t.Fatalf("Migrate without RiverSchema beside a host's River: err = %v, want a *RiverSchemaError naming %s", err, host.Schema)
+	}
+	for _, want := range []string{"RiverSchema", "--river-schema", host.Schema, ffdb.Schema} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	if _, err := migrations.PlanMigrate(ctx, pool, ffdb.Schema, nil); !errors.As(err, &rse) {
+		t.Errorf("PlanMigrate without RiverSchema beside a host's River: err = %v, want the same refusal", err)
+	}
+	if n := riverTables(t, pool, ffdb.Schema); n != 0 {
+		t.Fatalf("%d River tables created in ffriver's schema by a refused Migrate", n)
+	}
+
+	res, err := migrations.Migrate(ctx, pool, ffdb.Schema, &migrations.Options{RiverSchema: host.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RiverSchema != host.Schema || len(res.RiverApplied) != 0 || len(res.Applied) == 0 {
+		t.Errorf("Migrate with RiverSchema = %s: %+v", host.Schema, res)
+	}
+	if n := riverTables(t, pool, ffdb.Schema); n != 0 {
+		t.Errorf("%d River tables in ffriver's schema", n)
+	}
+	// Once ffriver's schema is migrated, a run that forgets RiverSchema is
+	// still refused: it would create the second River now.
+	if _, err := migrations.Migrate(ctx, pool, ffdb.Schema, nil); !errors.As(err, &rse) {
+		t.Errorf("re-Migrate without RiverSchema: err = %v, want a *RiverSchemaError", err)
+	}
+	// Asking for a River of ffriver's own is allowed.
+	if res, err := migrations.Migrate(ctx, pool, ffdb.Schema, &migrations.Options{RiverSchema: ffdb.Schema}); err != nil || len(res.RiverApplied) == 0 {
+		t.Errorf("Migrate with RiverSchema = ffriver's schema: %+v, %v", res, err)
+	}
+}
+
+// The split layout's "not migrated" hint (issue 24, item 2): River's tables
+// in one schema, ffriver's in another, and the River schema left out. The
+// hint used to be `run ffctl migrate --schema <ffriver's>`, which created a
+// second River; it names the River schema, RiverSchema and --river-schema.
+func TestVerifyRiverForNamesRiverSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	app := testdb.NewBeside(t)
+	riv, ffdb, pool := app.River, app.FF, app.Pool
+	if _, err := migrations.Migrate(ctx, pool, ffdb.Schema, &migrations.Options{RiverSchema: riv.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.VerifyRiverFor(ctx, pool, ffdb.Schema, riv.Schema); err != nil {
+		t.Fatalf("the split layout: %v", err)
+	}
+	err := migrations.VerifyRiverFor(ctx, pool, ffdb.Schema, "")
+	if !errors.Is(err, ff.ErrNotMigrated) {
+		t.Fatalf("River schema left out: err = %v, want ErrNotMigrated", err)
+	}
+	for _, want := range []string{"Config.RiverSchema", "--river-schema", `"` + riv.Schema + `"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the hint does not say %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "run `ffctl migrate --schema "+ffdb.Schema+"`") {
+		t.Errorf("the hint still says to migrate ffriver's schema alone: %v", err)
+	}
+}
+
+// riverTables counts River's tables in schema.
+func riverTables(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'river%'`,
+		schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

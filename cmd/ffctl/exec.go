@@ -93,6 +93,7 @@ func newSubcommandFlags(name, argsUsage, summary string, stdout io.Writer) *exec
 	fs := cli.NewFlagSet(name, argsUsage, summary)
 	fs.Stdout = stdout
 	f := &execFlags{fs: fs, common: cli.AddCommon(fs)}
+	f.common.AddRiverSchema(fs)
 	f.format = fs.String("format", "text", "output `format`: text or json")
 	fs.AfterParse(func() error {
 		if *f.format != "text" && *f.format != "json" {
@@ -145,7 +146,7 @@ func (f *execFlags) open(ctx context.Context) (*executions.Store, func(), error)
 	if err != nil {
 		return nil, nil, err
 	}
-	svc, err := ffriver.New(ctx, pool, ffriver.Config{Schema: f.common.Schema})
+	svc, err := ffriver.New(ctx, pool, ffriver.Config{Schema: f.common.Schema, RiverSchema: f.common.RiverSchema})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

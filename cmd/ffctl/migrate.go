@@ -22,11 +22,14 @@ var migrateCommand = command{
 
 func runMigrate(ctx context.Context, args []string) int {
 	fs := cli.NewFlagSet("ffctl migrate", "",
-		"Creates the schema if it is missing, then applies River's migrations and ffriver's own,\n"+
-			"and records the partition count of a new schema. Applying nothing is success: it is\n"+
+		"Creates the schema if it is missing, then applies River's migrations (in --river-schema,\n"+
+			"by default --schema) and ffriver's own, and records the partition count of a new schema.\n"+
+			"Embedding ffriver into an application that runs River: --river-schema names the\n"+
+			"application's River schema (its tables are shared, never duplicated). Applying nothing is success: it is\n"+
 			"safe to run twice, and from several processes at once (they take turns on a lock).\n"+
 			"--dry-run says what would be applied, --show-sql prints its SQL too; neither changes anything.")
 	common := cli.AddCommon(fs)
+	common.AddRiverSchema(fs)
 	partitions := fs.Int("partitions", ff.DefaultPartitions,
 		"logical partition `count` of a NEW schema (1.."+strconv.Itoa(ff.MaxPartitions)+"); fixed once migrated.\n"+
 			"Given explicitly on an existing schema, it must match the recorded count (else exit 3)")
@@ -47,7 +50,7 @@ func runMigrate(ctx context.Context, args []string) int {
 	}
 	defer pool.Close()
 
-	opts := &migrations.Options{Logger: logger}
+	opts := &migrations.Options{Logger: logger, RiverSchema: common.RiverSchema}
 	if fs.Explicit("partitions") {
 		// Otherwise 0: the default for a new schema, any count for an existing one.
 		opts.Partitions = ff.Partitions(*partitions)
@@ -74,6 +77,9 @@ func runMigrate(ctx context.Context, args []string) int {
 		return cli.ExitOK
 	}
 	fmt.Fprintf(w, "migrated schema %s (%d partitions)\n", res.Schema, int(res.Partitions))
+	if res.RiverSchema != res.Schema {
+		fmt.Fprintf(w, "  River's tables in schema:   %s\n", res.RiverSchema)
+	}
 	if len(res.RiverApplied) > 0 {
 		vs := make([]string, len(res.RiverApplied))
 		for i, v := range res.RiverApplied {
@@ -98,7 +104,7 @@ func printPlan(w io.Writer, p *migrations.Plan, sql bool) {
 		fmt.Fprintf(w, "  create schema %s\n", p.Schema)
 	}
 	if p.CreateRiverSchema {
-		fmt.Fprintln(w, "  create River's schema")
+		fmt.Fprintf(w, "  create River's schema %s\n", p.RiverSchema)
 	}
 	for _, st := range p.River {
 		fmt.Fprintf(w, "  river migration %03d %s\n", st.Version, st.Name)

@@ -28,8 +28,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			"that wrote to it (their events wait for them to commit; nothing else waits); the named\n"+
 			"stream consumers with their lag, whether they hold retention back and whether a tail is\n"+
 			"attached; and the oldest open writer on the server.\n"+
-			"Exits 3 when the schema is not migrated. River's tables are read in the same schema.")
+			"Exits 3 when the schema is not migrated. River's tables are read in --river-schema.")
 	common := cli.AddCommon(fs)
+	common.AddRiverSchema(fs)
 	format := fs.String("format", "text", "output `format`: text or json")
 	retention := fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
 		"the outbox `retention` ffscheduler runs with (its --outbox-retention): what is due for\n"+
@@ -48,7 +49,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	defer pool.Close()
-	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema, OutboxRetention: *retention})
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema, RiverSchema: common.RiverSchema, OutboxRetention: *retention})
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}

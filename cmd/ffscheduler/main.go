@@ -95,6 +95,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Getenv = getenv
 	fs.AddVersion()
 	o := &options{common: cli.AddCommon(fs), intervals: map[string]*time.Duration{}, batches: map[string]*int{}}
+	o.common.AddRiverSchema(fs)
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.StringVar(&o.uiAddr, "ui-addr", defaultUIAddr, "`host:port` River UI listens on; \"off\" disables it.\n"+
 		"A non-loopback address requires --ui-user and --ui-password")
@@ -196,7 +197,7 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	// "off", or why not (the address was taken).
 	ui := &logString{o.uiAddr}
 	return ffriver.Run(ctx, pool, ffriver.Config{
-		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
+		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
 		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
 		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
 	}, ffriver.RunOptions{

@@ -108,3 +108,35 @@ func TestStartedLineSaysUINotServed(t *testing.T) {
 		t.Errorf("started line %q: want it to say River UI is not served", started)
 	}
 }
+
+// The split layout (issue 24, item 4): ffriver's tables in --schema,
+// River's in --river-schema. Without the flag the scheduler refuses with
+// one line that names it; with it, its ticks land in River's schema.
+func TestRiverSchemaFlag(t *testing.T) {
+	t.Parallel()
+	riv := testdb.New(t, &testdb.Options{NoMigrate: true})
+	db := testdb.New(t, &testdb.Options{RiverSchema: riv.Schema})
+	args := []string{"--database-url", testdb.URL(), "--schema", db.Schema, "--ui-addr", "off"}
+	noEnv := func(string) string { return "" }
+	var stderr testlog.Buffer
+	if code := cli.Run(context.Background(), "ffscheduler", parse, args, io.Discard, &stderr, noEnv); code != cli.ExitNotMigrated ||
+		!strings.Contains(stderr.String(), "--river-schema") || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
+		t.Errorf("without --river-schema: exit %d, stderr %q; want %d and one line naming --river-schema", code, stderr.String(), cli.ExitNotMigrated)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, "ffscheduler", parse, append(args, "--river-schema", riv.Schema), io.Discard, &stderr, noEnv)
+	}()
+	fftest.Await(t, 90*time.Second, "a tick in River's schema", func() bool {
+		var n int
+		err := riv.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+riv.Schema+`.river_job WHERE kind = 'ff.tick'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	cancel()
+	if code := <-done; code != cli.ExitOK {
+		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+}

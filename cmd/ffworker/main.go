@@ -59,6 +59,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Getenv = getenv
 	fs.AddVersion()
 	o := &options{common: cli.AddCommon(fs)}
+	o.common.AddRiverSchema(fs)
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
 		"items share transactions, so they need few connections); on 2 cores 128 drained about 1.5x\n"+
@@ -119,7 +120,7 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	}
 	defer cli.StopTelemetry(tel, logger)
 	return ffriver.Run(ctx, pool, ffriver.Config{
-		Schema: o.common.Schema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout,
+		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout,
 		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
 	}, ffriver.RunOptions{
 		BeforeStart: func(p *ffriver.Process) (func(), error) {

@@ -71,3 +71,20 @@ func TestBadConnStringsNeverPrintThePassword(t *testing.T) {
 		}
 	}
 }
+
+// --river-schema (issue 24, item 4): parsed, defaulting to --schema.
+func TestRiverSchemaFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--schema", "ff"}, "ff"},
+		{[]string{"--schema", "ff", "--river-schema", "app"}, "app"},
+	} {
+		d, err := parse(c.args, io.Discard, getenv)
+		if err != nil || d.Flags.RiverSchema != c.want {
+			t.Errorf("%q: RiverSchema %q, %v; want %q", c.args, d.Flags.RiverSchema, err, c.want)
+		}
+	}
+}

@@ -345,3 +345,31 @@ func TestVersionFlag(t *testing.T) {
 		t.Errorf("version output:\n%s", out.String())
 	}
 }
+
+// --river-schema: the flag, else $FF_RIVER_SCHEMA, else --schema; a bad
+// name is a usage error naming the flag.
+func TestRiverSchemaFlag(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"DATABASE_URL": "postgres://h/db"}, []string{"--schema", "ff"}, "ff"},
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "FF_SCHEMA": "ff"}, nil, "ff"},
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "FF_RIVER_SCHEMA": "app"}, []string{"--schema", "ff"}, "app"},
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "FF_RIVER_SCHEMA": "app"}, []string{"--river-schema", "riv"}, "riv"},
+		{map[string]string{"DATABASE_URL": "postgres://h/db"}, nil, ""},
+	} {
+		fs, common, _ := newTestFlagSet(c.env)
+		common.AddRiverSchema(fs)
+		if err := fs.Parse(c.args); err != nil || common.RiverSchema != c.want {
+			t.Errorf("%v with %v: RiverSchema = %q, %v; want %q", c.args, c.env, common.RiverSchema, err, c.want)
+		}
+	}
+	fs, common, _ := newTestFlagSet(map[string]string{"DATABASE_URL": "postgres://h/db"})
+	common.AddRiverSchema(fs)
+	var ue *UsageError
+	if err := fs.Parse([]string{"--river-schema", "a b"}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--river-schema") {
+		t.Errorf("a bad --river-schema: %v, want a usage error naming the flag", err)
+	}
+}

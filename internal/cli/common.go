@@ -29,6 +29,9 @@ type Common struct {
 	// Schema: --schema, else $FF_SCHEMA, else "" (the connection's
 	// search_path decides). Always a valid identifier after Parse.
 	Schema string
+	// RiverSchema: --river-schema, else $FF_RIVER_SCHEMA, else Schema;
+	// set only on commands that registered the flag (AddRiverSchema).
+	RiverSchema string
 	// LogFormat: LogText or LogJSON.
 	LogFormat string
 	// LogLevel: --log-level.
@@ -44,7 +47,7 @@ func AddCommon(fs *FlagSet) *Common {
 	fs.StringVar(&c.DatabaseURL, "database-url", "",
 		"Postgres connection `url`, e.g. postgres://user@host:5432/db (default $DATABASE_URL)")
 	fs.StringVar(&c.Schema, "schema", "",
-		"Postgres `schema` holding River's and ffriver's tables: letters, digits and underscores\n"+
+		"Postgres `schema` holding ffriver's tables (and River's, unless --river-schema): letters, digits\nand underscores "+
 			"(default $FF_SCHEMA, else the first schema of the connection's search_path)")
 	fs.Var(&logFormatValue{&c.LogFormat}, "log-format", "log line `format` on stderr: text or json")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "lowest `level` logged: debug, info, warn or error")
@@ -60,6 +63,29 @@ func AddCommon(fs *FlagSet) *Common {
 		return c.check(fs.Getenv)
 	})
 	return c
+}
+
+// AddRiverSchema registers --river-schema on fs, for a command that
+// reads or writes River's tables: the schema of River's tables when they
+// are not in --schema (an application's own River: ffriver.Config.RiverSchema).
+// Call it after AddCommon; after fs.Parse, c.RiverSchema holds the flag,
+// else $FF_RIVER_SCHEMA, else c.Schema.
+func (c *Common) AddRiverSchema(fs *FlagSet) {
+	fs.StringVar(&c.RiverSchema, "river-schema", "",
+		"Postgres `schema` holding River's tables, when they are not in --schema (an application's\n"+
+			"own River; ffriver.Config.RiverSchema) (default $FF_RIVER_SCHEMA, else --schema)")
+	fs.AfterParse(func() error {
+		if c.RiverSchema == "" {
+			c.RiverSchema = fs.Getenv("FF_RIVER_SCHEMA")
+		}
+		if c.RiverSchema == "" {
+			c.RiverSchema = c.Schema
+		}
+		if _, err := dbutil.ParseSchema(c.RiverSchema); err != nil {
+			return &UsageError{Err: fmt.Errorf("--river-schema: %w", err)}
+		}
+		return nil
+	})
 }
 
 func (c *Common) check(getenv func(string) string) error {

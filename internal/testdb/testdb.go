@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -22,6 +23,8 @@ import (
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 )
 
 // DefaultURL is used when $DATABASE_URL is unset.
@@ -48,6 +51,12 @@ type Options struct {
 	Partitions ff.Partitions
 	// NoMigrate creates the schema but applies no migrations.
 	NoMigrate bool
+	// RiverSchema, when set, receives River's migrations instead of the
+	// test's schema (migrations.Options.RiverSchema): the split layout.
+	RiverSchema string
+	// RiverOnly applies River's migrations only: the schema of a host
+	// application's own River, without ffriver's tables.
+	RiverOnly bool
 	// MaxConns of the pool (default 16).
 	MaxConns int32
 }
@@ -97,7 +106,17 @@ func New(tb testing.TB, opts *Options) *DB {
 	if opts.NoMigrate {
 		return db
 	}
-	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions})
+	if opts.RiverOnly {
+		migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+		if err == nil {
+			_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		}
+		if err != nil {
+			tb.Fatalf("testdb: River's migrations in %s: %v", schema, err)
+		}
+		return db
+	}
+	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions, RiverSchema: opts.RiverSchema})
 	if err != nil {
 		tb.Fatalf("testdb: migrating %s: %v", schema, err)
 	}
@@ -165,3 +184,22 @@ func SchemaName(testName string) string {
 }
 
 func redact(u string) string { return ffredact.ConnString(u) }
+
+// Beside is an application's River and an empty schema for ffriver's
+// tables beside it: River's schema with River's migrations only
+// (Options.RiverOnly), ffriver's schema unmigrated, and the application's
+// pool, whose search_path is ffriver's schema, then River's. All three
+// are closed or dropped when the test ends.
+type Beside struct {
+	River, FF *DB
+	Pool      *pgxpool.Pool
+}
+
+// NewBeside creates a Beside.
+func NewBeside(tb testing.TB) *Beside {
+	tb.Helper()
+	b := &Beside{River: New(tb, &Options{RiverOnly: true}), FF: New(tb, &Options{NoMigrate: true})}
+	b.Pool = Connect(tb, b.FF.Schema+", "+b.River.Schema)
+	tb.Cleanup(b.Pool.Close)
+	return b
+}

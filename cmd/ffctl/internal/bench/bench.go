@@ -85,7 +85,7 @@ func (e *Env) scratch(ctx context.Context, name string, maxConns int32) (*pgxpoo
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("bench: connecting: %w", err)
 	}
-	if _, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: ff.DefaultPartitions}); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: ff.DefaultPartitions, RiverSchema: schema}); err != nil {
 		pool.Close()
 		return nil, "", nil, err
 	}

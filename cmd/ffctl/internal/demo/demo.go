@@ -250,7 +250,9 @@ func (d *demo) createSchema(ctx context.Context) error {
 	}
 	d.created = true
 	start := time.Now()
-	res, err := migrations.Migrate(ctx, d.admin, string(d.schema), &migrations.Options{Partitions: ff.DefaultPartitions})
+	res, err := migrations.Migrate(ctx, d.admin, string(d.schema), &migrations.Options{Partitions: ff.DefaultPartitions,
+		// A River of its own, whatever River the search_path shows.
+		RiverSchema: string(d.schema)})
 	if err != nil {
 		return fmt.Errorf("migrating schema %s: %w", d.schema, err)
 	}

@@ -24,12 +24,14 @@ import (
 
 // Report is one status snapshot.
 type Report struct {
-	Schema     string    `json:"schema"`
-	Partitions int       `json:"partitions"`
-	At         time.Time `json:"at"`
-	Scanners   []Scanner `json:"scanners"`
-	Queues     []Queue   `json:"queues"`
-	Streams    []Stream  `json:"streams"`
+	Schema string `json:"schema"`
+	// RiverSchema holds River's tables (the queues' counts).
+	RiverSchema string    `json:"river_schema"`
+	Partitions  int       `json:"partitions"`
+	At          time.Time `json:"at"`
+	Scanners    []Scanner `json:"scanners"`
+	Queues      []Queue   `json:"queues"`
+	Streams     []Stream  `json:"streams"`
 	// Consumers are the named stream consumers (subscribe.Options.Consumer).
 	Consumers []Consumer `json:"consumers"`
 	// OldestWriter is the longest-open transaction holding a transaction id
@@ -125,7 +127,8 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 	p := f.Pipeline()
 	env := p.Env()
 	s := dbutil.Schema(env.Schema())
-	r := &Report{Schema: env.Schema(), Partitions: int(env.Partitions()), At: time.Now()}
+	rs := dbutil.Schema(f.RiverSchema())
+	r := &Report{Schema: env.Schema(), RiverSchema: string(rs), Partitions: int(env.Partitions()), At: time.Now()}
 	backlog, err := p.Backlog(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -137,7 +140,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 		r.Scanners = append(r.Scanners, out)
 	}
 
-	rows, err := pool.Query(ctx, s.SQL(`SELECT queue, state::text, count(*) FROM {S}river_job GROUP BY queue, state ORDER BY queue`))
+	rows, err := pool.Query(ctx, rs.SQL(`SELECT queue, state::text, count(*) FROM {S}river_job GROUP BY queue, state ORDER BY queue`))
 	if err != nil {
 		return nil, dbutil.MapErr(err, "status: counting River jobs")
 	}
@@ -220,7 +223,11 @@ func (r *Report) UnprocessableCount() int64 {
 // WriteText prints r as tables.
 func WriteText(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "schema %s, %d partitions, at %s\n\n", r.Schema, r.Partitions, r.At.UTC().Format(time.RFC3339))
+	fmt.Fprintf(tw, "schema %s, %d partitions, at %s\n", r.Schema, r.Partitions, r.At.UTC().Format(time.RFC3339))
+	if r.RiverSchema != r.Schema {
+		fmt.Fprintf(tw, "River's tables in schema %s\n", r.RiverSchema)
+	}
+	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "scanner\tinterval\tbatch\tdue\tpartitions\toldest overdue\tunprocessable")
 	for _, s := range r.Scanners {
 		name := s.Name

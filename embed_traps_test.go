@@ -1,0 +1,230 @@
+package ffriver_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/migrations"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// hostApp is a small River application before ffriver (testdb.Beside:
+// River's tables in their own schema, an empty one for ffriver's, a pool
+// whose search_path is ffriver's schema, then River's), with its own job
+// kind in River's default queue.
+type hostApp struct {
+	river, ff *testdb.DB
+	pool      *pgxpool.Pool
+}
+
+func newHostApp(t *testing.T) *hostApp {
+	t.Helper()
+	b := testdb.NewBeside(t)
+	return &hostApp{river: b.River, ff: b.FF, pool: b.Pool}
+}
+
+// config is the application's own River config (client id, no ffriver).
+func (h *hostApp) config(id string) *river.Config {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[SendEmailArgs]) error { return nil }))
+	return &river.Config{ID: id, Schema: h.river.Schema, Workers: workers, TestOnly: true,
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+}
+
+// start builds and starts a client of rc, stopped when the test ends.
+func (h *hostApp) start(t *testing.T, rc *river.Config) *river.Client[pgx.Tx] {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(h.pool), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+// count runs a count query.
+func (h *hostApp) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := h.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Trap 1 (issue 24, item 1): forgetting RiverSchema. Migrate no longer
+// creates a second River in ffriver's schema beside the application's; a
+// schema that has one anyway (migrated before) passes New, and Configure
+// takes the host client's schema, so a flow's ff.advance job goes where
+// the host client works (it sat in the unused river_job until the
+// dependency sweep, 18.9 s later). A RiverSchema that contradicts the
+// client is refused, naming both.
+func TestEmbedForgottenRiverSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHostApp(t)
+	var rse *migrations.RiverSchemaError
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, nil); !errors.As(err, &rse) {
+		t.Fatalf("Migrate without RiverSchema beside the application's River: %v, want a *RiverSchemaError", err)
+	}
+	// The second River that Migrate used to create unasked.
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, &migrations.Options{RiverSchema: h.ff.Schema}); err != nil {
+		t.Fatal(err)
+	}
+
+	explicit, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, RiverSchema: h.ff.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = explicit.Configure(h.config("mismatch"), 1, 1)
+	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), `"`+h.river.Schema+`"`) || !strings.Contains(err.Error(), `"`+h.ff.Schema+`"`) {
+		t.Errorf("Configure with RiverSchema %s on a client of schema %s: %v, want a refusal naming both", h.ff.Schema, h.river.Schema, err)
+	}
+
+	f, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, Scanners: fastScanners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := h.config("host")
+	rc.FetchCooldown = 5 * time.Millisecond
+	if err := f.Configure(rc, 2, 4); err != nil {
+		t.Fatal(err)
+	}
+	if f.RiverSchema() != h.river.Schema {
+		t.Fatalf("RiverSchema after Configure = %s, want the client's %s", f.RiverSchema(), h.river.Schema)
+	}
+	h.start(t, rc)
+
+	st := f.Store()
+	flow, err := st.CreateFlow(ctx, [16]byte{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := st.Create(ctx, executions.CreateParams{FlowID: flow, Lane: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := st.Create(ctx, executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddDependencies(ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: []ff.ExecutionID{up},
+		Policy: executions.AllOf()}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := st.Claim(ctx, executions.ClaimParams{Lane: "up", WorkerInstanceID: "w", LeaseTTL: time.Minute})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim: %v, %v", leases, err)
+	}
+	if err := st.Complete(ctx, leases[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	// Inserted with the completion, into the host client's tables.
+	if n := h.count(t, `SELECT count(*) FROM `+h.river.Schema+`.river_job WHERE kind = $1`, jobs.KindAdvance); n != 1 {
+		t.Errorf("%d ff.advance jobs in the host client's river_job, want 1", n)
+	}
+	if n := h.count(t, `SELECT count(*) FROM `+h.ff.Schema+`.river_job WHERE kind = $1`, jobs.KindAdvance); n != 0 {
+		t.Errorf("%d ff.advance jobs in the unused river_job of ffriver's schema", n)
+	}
+	fftest.Await(t, 60*time.Second, "the downstream step's promotion", func() bool {
+		e, err := st.Get(ctx, down)
+		return err == nil && e.EligibilityState == "eligible_now"
+	})
+}
+
+// Trap 2 (issue 24, item 2): River's tables migrated apart (RiverSchema
+// given to Migrate) and RiverSchema left out of Config. New's error named
+// only `ffctl migrate --schema <ffriver's>`, which made a second River; it
+// names River's schema, Config.RiverSchema and --river-schema.
+func TestEmbedSplitLayoutHint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHostApp(t)
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, &migrations.Options{RiverSchema: h.river.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema})
+	if !errors.Is(err, ff.ErrNotMigrated) {
+		t.Fatalf("New without RiverSchema: %v, want ErrNotMigrated", err)
+	}
+	for _, want := range []string{"Config.RiverSchema", "--river-schema", `"` + h.river.Schema + `"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New's error does not say %q: %v", want, err)
+		}
+	}
+	if _, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, RiverSchema: h.river.Schema}); err != nil {
+		t.Errorf("New with RiverSchema: %v", err)
+	}
+}
+
+// Trap 3 (issue 24, item 3): in a rolling deploy the River leader is an
+// old process without ffriver's periodic jobs, so nothing ticks. An
+// embedding app's Attach runs the tick watchdog, which warns, and
+// CheckTicks reports ErrTicksStale for its health endpoint; once the old
+// leader stops and the new client leads, both clear.
+func TestEmbedLeaderWithoutFFriver(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newHostApp(t)
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, &migrations.Options{RiverSchema: h.river.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	old := h.start(t, h.config("old-leader"))
+	fftest.Await(t, 90*time.Second, "the old client's leadership", func() bool {
+		return h.count(t, `SELECT count(*) FROM `+h.river.Schema+`.river_leader WHERE leader_id = 'old-leader' AND expires_at > now()`) == 1
+	})
+
+	const staleAfter = 2 * time.Second
+	f, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, RiverSchema: h.river.Schema, Scanners: fastScanners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := h.config("new")
+	if err := f.Configure(rc, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(h.pool), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuf
+	f.Attach(ctx, client, ffriver.AttachOptions{TickStaleAfter: staleAfter, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+
+	fftest.Await(t, 60*time.Second, "the watchdog's warning", func() bool { return strings.Contains(logs.String(), "no ff.tick job") })
+	err = f.CheckTicks(ctx, staleAfter)
+	var stale *ffriver.TicksStaleError
+	if !errors.Is(err, ffriver.ErrTicksStale) || !errors.As(err, &stale) || stale.Seen || stale.RiverSchema != h.river.Schema {
+		t.Fatalf("CheckTicks under a leader without ffriver = %v, want a *TicksStaleError with no tick seen", err)
+	}
+	if !strings.Contains(err.Error(), "leader-eligible") {
+		t.Errorf("the error does not say what to do: %v", err)
+	}
+
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fftest.Await(t, 90*time.Second, "ticks under the new leader", func() bool { return f.CheckTicks(ctx, staleAfter) == nil })
+	fftest.Await(t, 60*time.Second, "the watchdog's all-clear", func() bool { return strings.Contains(logs.String(), "inserted again") })
+}
