@@ -223,4 +223,3 @@ func eachWorker(ctx context.Context, n int, fn func(ctx context.Context, worker 
 	wg.Wait()
 	return errors.Join(errs...)
 }
-
