@@ -74,8 +74,12 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Idle: %v", err)
 	}
-	table := checkRows(t, ctx, db, slices.Concat(out, exp, lag, idle))
-	for _, row := range []string{"sequential per-row loop", "renew with outbox row", "ffriver River pipeline", "River alone: 300 no-op jobs, 64 workers",
+	life, err := bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: 200, Workers: []int{4}, MaxConns: 8})
+	if err != nil {
+		t.Fatalf("Lifecycle: %v", err)
+	}
+	table := checkRows(t, ctx, db, slices.Concat(out, exp, lag, idle, life))
+	for _, row := range []string{"runner, 4 workers", "plain API claim → complete, 4 workers", "River no-op jobs, 4 workers", "sequential per-row loop", "renew with outbox row", "ffriver River pipeline", "River alone: 300 no-op jobs, 64 workers",
 		"lease expiry → expired event at the consumer p99", "scheduler + worker CPU", "Postgres transactions while idle"} {
 		if !strings.Contains(table, row) {
 			t.Fatalf("table misses %q:\n%s", row, table)
