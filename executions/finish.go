@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -96,6 +98,7 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 		}
 		now := s.clock.NowMs()
 		b := &pgx.Batch{}
+		var plain completes
 		for _, i := range pass {
 			if outs[i].Err != nil {
 				continue
@@ -111,6 +114,9 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 				continue
 			}
 			switch {
+			case it.Fail == nil && !it.Release && l.flowID == nil:
+				plain.add(l, it.Result)
+				continue
 			case it.Fail != nil:
 				outs[i].Fail, err = s.queueFail(ctx, tx, b, l, *it.Fail, now)
 			case it.Release:
@@ -122,6 +128,9 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 				return nil, err
 			}
 		}
+		if err := s.queueCompletes(ctx, tx, b, &plain, now); err != nil {
+			return nil, err
+		}
 		if b.Len() > 0 {
 			if err := sendBatch(ctx, tx, b, "finish"); err != nil {
 				return nil, err
@@ -129,6 +138,69 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 		}
 	}
 	return outs, nil
+}
+
+// completes gathers the Completes of a FinishMany pass whose execution is
+// in no flow (a flow member's completion enqueues its cascade, one by one):
+// they are written by set-based statements, a handful per pass instead of
+// four per execution.
+type completes struct {
+	locked  []*locked
+	results [][]byte
+}
+
+func (c *completes) add(l *locked, result []byte) {
+	c.locked, c.results = append(c.locked, l), append(c.results, result)
+}
+
+// Set-based Complete of many fenced executions: the attempts closed and the
+// executions made terminal, each guarded as queueComplete guards one (the
+// attempt's epoch; the execution's phase and attempt index).
+const (
+	closeAttemptsSQL = `UPDATE {S}ff_attempt a
+SET outcome = 'success', lease_expires_at_ms = NULL, terminal_at_ms = $5
+FROM unnest($1::int2[], $2::uuid[], $3::int[], $4::bigint[]) AS k(partition_key, execution_id, attempt_index, lease_epoch)
+WHERE a.partition_key = k.partition_key AND a.execution_id = k.execution_id
+  AND a.attempt_index = k.attempt_index AND a.lease_epoch = k.lease_epoch`
+	completeManySQL = `UPDATE {S}ff_exec_core e
+SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
+    terminal_at_ms = $6, result = k.result
+FROM unnest($1::int2[], $2::uuid[], $3::bytea[], $4::text[], $5::int[]) AS k(partition_key, execution_id, result, phase, attempt_index)
+WHERE e.partition_key = k.partition_key AND e.execution_id = k.execution_id
+  AND e.lifecycle_phase = k.phase AND e.attempt_index = k.attempt_index`
+)
+
+// queueCompletes queues the set-based writes of c: what queueComplete
+// writes for each, in four statements.
+func (s *Store) queueCompletes(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *completes, now int64) error {
+	n := len(c.locked)
+	if n == 0 {
+		return nil
+	}
+	if n == 1 { // the statements of a single Complete are cheaper to plan
+		return s.queueComplete(ctx, tx, b, c.locked[0], c.results[0], now)
+	}
+	parts := make([]int16, n)
+	uuids := make([][16]byte, n)
+	attempts := make([]int32, n)
+	epochs := make([]int64, n)
+	phases := make([]string, n)
+	leases := make([]outbox.LeaseEvent, n)
+	comps := make([]outbox.CompletionEvent, n)
+	for i, l := range c.locked {
+		parts[i], uuids[i] = l.id.Partition, dbutil.UUID(l.id.UUID)
+		attempts[i], epochs[i], phases[i] = l.attemptIndex, l.epoch, l.phase
+		leases[i] = lockedLeaseEvent(l, ff.LeaseRevoked, now)
+		comps[i] = outboxCompletion(l, ff.OutcomeSuccess, now)
+	}
+	what := fmt.Sprintf("complete %d executions", n)
+	s.queueExpect(b, what, int64(n), ff.ErrStaleLease, closeAttemptsSQL, parts, uuids, attempts, epochs, now)
+	s.queueExpect(b, what, int64(n), ff.ErrStaleLease, completeManySQL, parts, uuids, c.results, phases, attempts, now)
+	if err := s.out.QueueLeases(b, leases); err != nil {
+		return err
+	}
+	return s.out.QueueCompletions(b, comps)
 }
 
 // lockWaitMany locks the distinct executions ids, waiting for their

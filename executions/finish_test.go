@@ -146,3 +146,57 @@ func TestFinishManyWaitsAndFencesAfterHandOver(t *testing.T) {
 	f.wantState(b, stActive)
 	f.wantLeaseEvents(b, "acquired@1", "revoked@1", "acquired@3")
 }
+
+// Completes of many executions outside flows are written set-based: every
+// row and event as a Complete of each writes it (namespace and instance tag
+// copied onto the events, results kept, nil results NULL).
+func TestFinishManyCompletesWriteWhatCompleteWrites(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var ids []ff.ExecutionID
+	for i := range 3 {
+		ids = append(ids, f.create(executions.CreateParams{Namespace: "ns-" + string(rune('a'+i)),
+			Tags: map[string]string{"cairn.instance_id": "i-" + string(rune('a'+i))}}))
+	}
+	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Minute, Max: 3})
+	if err != nil || len(leases) != 3 {
+		t.Fatalf("Claim = %d, %v", len(leases), err)
+	}
+	f.clock.Advance(time.Second)
+	items := make([]executions.Finish, 3)
+	for i, l := range leases {
+		items[i] = executions.Finish{Lease: l, Result: []byte(l.ID.String())}
+	}
+	items[2].Result = nil
+	outs, err := f.st.FinishMany(f.ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range leases {
+		if outs[i].Err != nil {
+			t.Fatalf("item %d: %v", i, outs[i].Err)
+		}
+		e := f.wantState(l.ID, stDone)
+		if want := items[i].Result; string(e.Result) != string(want) || (want == nil) != (e.Result == nil) {
+			t.Errorf("%s: result %q, want %q", l.ID, e.Result, want)
+		}
+		if *e.TerminalAtMs != t0+1000 || *e.Attempt.Outcome != "success" || e.Attempt.LeaseExpiresAtMs != nil || e.Attempt.Epoch != 1 {
+			t.Errorf("%s: terminal %d, attempt %+v", l.ID, *e.TerminalAtMs, e.Attempt)
+		}
+		evs := f.leaseEvents(l.ID)
+		if len(evs) != 2 || evs[1].Type != "revoked" || evs[1].Epoch != 1 || evs[1].Attempt != 0 || evs[1].AtMs != t0+1000 ||
+			evs[1].Namespace != evs[0].Namespace || evs[1].InstanceTag != evs[0].InstanceTag || evs[1].Namespace == "" || evs[1].InstanceTag == "" {
+			t.Errorf("%s: lease events %+v", l.ID, evs)
+		}
+		var ns, tag string
+		var flow *[16]byte
+		var at int64
+		if err := f.db.Pool.QueryRow(f.ctx, `SELECT namespace, instance_tag, flow_id, occurred_at_ms FROM ff_completion_event
+			WHERE partition_key = $1 AND execution_id = $2 AND outcome = 'success'`, l.ID.Partition, l.ID.UUID).Scan(&ns, &tag, &flow, &at); err != nil {
+			t.Fatalf("%s: completion event: %v", l.ID, err)
+		}
+		if ns != evs[0].Namespace || tag != evs[0].InstanceTag || flow != nil || at != t0+1000 {
+			t.Errorf("%s: completion event ns %q tag %q flow %v at %d", l.ID, ns, tag, flow, at)
+		}
+	}
+}

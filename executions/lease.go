@@ -117,10 +117,11 @@ WITH cand AS (
       delay_until_ms = NULL, started_at_ms = COALESCE(e.started_at_ms, $5)
   FROM att
   WHERE e.partition_key = att.partition_key AND e.execution_id = att.execution_id
-  RETURNING e.partition_key, e.execution_id, e.payload, e.priority, e.created_at_ms
+  RETURNING e.partition_key, e.execution_id, e.payload, e.priority, e.created_at_ms,
+            e.raw_fields->>'namespace' AS namespace, e.raw_fields->'tags'->>'cairn.instance_id' AS instance_tag
 )
 SELECT att.partition_key, att.execution_id, att.attempt_index, att.lease_id, att.lease_epoch,
-       att.lease_expires_at_ms, core.payload
+       att.lease_expires_at_ms, core.payload, core.namespace, core.instance_tag
 FROM att JOIN core USING (partition_key, execution_id)
 ORDER BY core.priority DESC, core.created_at_ms, att.execution_id`
 
@@ -245,26 +246,28 @@ func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, lane string, caps []st
 	if err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
-	b := &pgx.Batch{}
+	events := make([]outbox.LeaseEvent, 0, len(ids))
 	for rows.Next() {
 		var l Lease
-		if err := rows.Scan(&l.ID.Partition, &l.ID.UUID, &l.AttemptIndex, &l.LeaseID, &l.Epoch, &l.ExpiresAtMs, &l.Payload); err != nil {
+		var src outbox.Source
+		if err := rows.Scan(&l.ID.Partition, &l.ID.UUID, &l.AttemptIndex, &l.LeaseID, &l.Epoch, &l.ExpiresAtMs, &l.Payload,
+			&src.Namespace, &src.InstanceTag); err != nil {
 			rows.Close()
 			return nil, dbutil.MapErr(err, "claim")
 		}
 		a := owner[l.ID]
 		l.WorkerID, l.WorkerInstanceID = asks[a].workerID, asks[a].workerInstanceID
 		out[a] = append(out[a], l)
+		ev := leaseEvent(&l, ff.LeaseAcquired, now)
+		ev.Source = &src
+		events = append(events, ev)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
-	for _, ls := range out {
-		for i := range ls {
-			if err := s.out.QueueLease(b, leaseEvent(&ls[i], ff.LeaseAcquired, now)); err != nil {
-				return nil, err
-			}
-		}
+	b := &pgx.Batch{}
+	if err := s.out.QueueLeases(b, events); err != nil {
+		return nil, err
 	}
 	if err := sendBatch(ctx, tx, b, "claim: lease events"); err != nil {
 		return nil, err

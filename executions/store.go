@@ -353,10 +353,16 @@ func coreGuard(n int) string {
 // after any error of a ...Tx method (the non-Tx methods and the apply
 // engine do so).
 func (s *Store) queueGuarded(b *pgx.Batch, l *locked, what string, notFound error, q string, args ...any) {
+	s.queueExpect(b, what+" "+l.id.String(), 1, notFound, q, args...)
+}
+
+// queueExpect queues a guarded write (see queueGuarded) that must change
+// exactly want rows: the set-based writes of many locked executions.
+func (s *Store) queueExpect(b *pgx.Batch, what string, want int64, notFound error, q string, args ...any) {
 	b.Queue(s.sql(q), args...).Exec(func(ct pgconn.CommandTag) error {
-		if n := ct.RowsAffected(); n != 1 {
-			return fmt.Errorf("%s %s: the row no longer holds what was read under its lock (%d rows matched): "+
-				"a writer changed it without locking the execution first: %w", what, l.id, n, notFound)
+		if n := ct.RowsAffected(); n != want {
+			return fmt.Errorf("%s: the rows no longer hold what was read under their locks (%d of %d matched): "+
+				"a writer changed them without locking the execution first: %w", what, n, want, notFound)
 		}
 		return nil
 	})

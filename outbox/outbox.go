@@ -85,6 +85,8 @@ type Writer struct {
 	leaseSourceSQL      string
 	completionSQL       string
 	completionSourceSQL string
+	leasesSQL           string
+	completionsSQL      string
 	discard             bool
 }
 
@@ -104,7 +106,8 @@ func NewWriter(schema string) (*Writer, error) {
 		return nil, err
 	}
 	return &Writer{leaseSQL: s.SQL(leaseSQL), leaseSourceSQL: s.SQL(leaseSourceSQL),
-		completionSQL: s.SQL(completionSQL), completionSourceSQL: s.SQL(completionSourceSQL)}, nil
+		completionSQL: s.SQL(completionSQL), completionSourceSQL: s.SQL(completionSourceSQL),
+		leasesSQL: s.SQL(leasesSQL), completionsSQL: s.SQL(completionsSQL)}, nil
 }
 
 // The execution's row is read in the same statement. An event for an
@@ -225,5 +228,90 @@ func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionEvent) error {
 		return err
 	}
 	b.Queue(sql, args...)
+	return nil
+}
+
+// leasesSQL writes many lease events whose Source the producer gives, in
+// one statement: one row per array element, in order.
+const leasesSQL = `
+INSERT INTO {S}ff_lease_event
+  (execution_id, lease_id, event_type, occurred_at_ms, partition_key,
+   namespace, instance_tag, attempt_index, lease_epoch, worker_instance_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::int[],
+                     $6::text[], $7::text[], $8::int[], $9::bigint[], $10::text[])`
+
+// completionsSQL writes many completion events whose Source the producer
+// gives, in one statement.
+const completionsSQL = `
+INSERT INTO {S}ff_completion_event
+  (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms, dispatched_at_ms)
+SELECT * FROM unnest($1::int2[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])`
+
+// QueueLeases adds many lease events to a batch. Events that carry their
+// Source travel in one set-based INSERT (in the order given); the others
+// as QueueLease queues them.
+func (w *Writer) QueueLeases(b *pgx.Batch, evs []LeaseEvent) error {
+	var (
+		ids, leaseIDs, types, nss, tags, workers []*string
+		ats, epochs                              []*int64
+		parts, attempts                          []*int32
+	)
+	for _, ev := range evs {
+		if ev.Source == nil {
+			if err := w.QueueLease(b, ev); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, _, err := w.leaseInsert(ev); err != nil {
+			return err
+		}
+		var leaseID *string
+		if ev.LeaseID != nil {
+			l := ev.LeaseID.String()
+			leaseID = &l
+		}
+		id, typ, at, part := ev.ID.UUID.String(), ev.Type, ev.OccurredAtMs, int32(ev.ID.Partition)
+		ids, leaseIDs, types, ats, parts = append(ids, &id), append(leaseIDs, leaseID), append(types, &typ), append(ats, &at), append(parts, &part)
+		nss, tags, attempts, epochs, workers = append(nss, ev.Source.Namespace), append(tags, ev.Source.InstanceTag),
+			append(attempts, ev.AttemptIndex), append(epochs, ev.LeaseEpoch), append(workers, ev.WorkerInstanceID)
+	}
+	if len(ids) > 0 && !w.discard {
+		b.Queue(w.leasesSQL, ids, leaseIDs, types, ats, parts, nss, tags, attempts, epochs, workers)
+	}
+	return nil
+}
+
+// QueueCompletions adds many completion events to a batch, as QueueLeases.
+func (w *Writer) QueueCompletions(b *pgx.Batch, evs []CompletionEvent) error {
+	var (
+		parts               []int16
+		ids                 [][16]byte
+		flows               []*[16]byte
+		outcomes, nss, tags []*string
+		ats, dispatched     []*int64
+	)
+	for _, ev := range evs {
+		if ev.Source == nil {
+			if err := w.QueueCompletion(b, ev); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, _, err := w.completionInsert(ev); err != nil {
+			return err
+		}
+		var flow *[16]byte
+		if ev.Source.FlowID != nil {
+			f := dbutil.UUID(*ev.Source.FlowID)
+			flow = &f
+		}
+		outcome, at := ev.Outcome, ev.OccurredAtMs
+		parts, ids, flows, outcomes = append(parts, ev.ID.Partition), append(ids, dbutil.UUID(ev.ID.UUID)), append(flows, flow), append(outcomes, &outcome)
+		nss, tags, ats, dispatched = append(nss, ev.Source.Namespace), append(tags, ev.Source.InstanceTag), append(ats, &at), append(dispatched, ev.DispatchedAtMs)
+	}
+	if len(ids) > 0 && !w.discard {
+		b.Queue(w.completionsSQL, parts, ids, flows, outcomes, nss, tags, ats, dispatched)
+	}
 	return nil
 }
