@@ -56,6 +56,7 @@ func runBench(ctx context.Context, args []string) int {
 	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
 	lcExecs := fs.Int("lifecycle-executions", 20_000, "lifecycle: `executions` created, then claimed and completed, per run")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
+	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (the README's is docs/lifecycle.svg)")
 	var lagRates, lcWorkerCounts []int
 	fs.AfterParse(func() error {
 		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part
@@ -167,10 +168,29 @@ func runBench(ctx context.Context, args []string) int {
 		}
 		results = append(results, rs...)
 	}
+	if *lcPlot != "" && slices.Contains(scenarios, "lifecycle") {
+		if err := writePlot(*lcPlot, machine, results); err != nil {
+			return cli.Report(os.Stderr, fs.Name(), err)
+		}
+	}
 	if *format == "json" {
 		err = bench.WriteJSON(os.Stdout, machine, results)
 	} else {
 		err = bench.WriteTable(os.Stdout, machine, results)
 	}
 	return cli.Report(os.Stderr, fs.Name(), err)
+}
+
+// writePlot draws the lifecycle figures of results into an SVG file.
+func writePlot(path, machine string, results []bench.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--lifecycle-plot: %w", err)
+	}
+	err = bench.WriteSVG(f, "create → claim → complete, executions/s ("+machine+")", "workers", "executions or jobs per second",
+		bench.LifecycleSeries(results))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
