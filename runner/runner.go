@@ -53,6 +53,10 @@ import (
 // holds the execution.
 var ErrLeaseLost = errors.New("runner: the lease no longer holds the execution")
 
+// maxClaimBackoff bounds the wait between claims that keep failing (the
+// database is away).
+const maxClaimBackoff = 5 * time.Second
+
 // ErrStopping is the cause of a handler's context when Run is stopping and
 // StopTimeout has passed.
 var ErrStopping = errors.New("runner: stopping")
@@ -186,6 +190,7 @@ type running struct {
 	lease  executions.Lease
 	cancel context.CancelCauseFunc
 	ctx    context.Context
+	ex     *Execution // the handler's, never written after start
 }
 
 // finish is a handler's end, for the completer.
@@ -211,12 +216,17 @@ func New(store *executions.Store, cfg Config, h Handler) (*Runner, error) {
 		held: make(map[ff.ExecutionID]*running)}, nil
 }
 
-// Run claims and runs executions until ctx is done, then stops gracefully
-// (see the package doc) and returns nil. It returns an error only when it
-// was already run.
+// Run registers the lane (so that a runner may start before the first
+// execution of its lane is created), claims and runs executions until ctx
+// is done, then stops gracefully (see the package doc) and returns nil. It
+// returns an error only when it was already run or could not register the
+// lane.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return errors.New("runner: Run was already called")
+	}
+	if err := r.st.RegisterLane(ctx, r.cfg.Lane, "runner "+r.cfg.WorkerInstanceID); err != nil {
+		return fmt.Errorf("runner: registering lane %s: %w", ff.Excerpt(r.cfg.Lane), err)
 	}
 	// Handlers and the completer outlive ctx until they are done.
 	base := context.WithoutCancel(ctx)
@@ -265,6 +275,7 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 		LeaseTTL: r.cfg.LeaseTTL, Capabilities: r.cfg.Capabilities}
 	more := true // the last claim filled every slot it asked for
 	var last time.Time
+	wait := r.cfg.FetchPollInterval // after an empty claim; grows while claims fail
 	for ctx.Err() == nil {
 		free := r.cfg.MaxWorkers - int(r.active.Load())
 		if free > 0 && more {
@@ -279,10 +290,12 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 			leases, err := r.st.Claim(ctx, p)
 			if err != nil {
 				if ctx.Err() == nil {
-					r.cfg.Logger.WarnContext(ctx, "runner: claim failed; trying again", "lane", r.cfg.Lane, "error", err)
+					wait = min(2*wait, max(maxClaimBackoff, r.cfg.FetchPollInterval))
+					r.cfg.Logger.WarnContext(ctx, "runner: claim failed; trying again", "lane", r.cfg.Lane, "in", wait, "error", err)
 				}
 				more = false
 			} else {
+				wait = r.cfg.FetchPollInterval
 				more = len(leases) == free
 				r.m.claimed(ctx, len(leases))
 				for _, l := range leases {
@@ -294,7 +307,7 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 		var poll <-chan time.Time
 		var t *time.Timer
 		if !more {
-			t = time.NewTimer(r.cfg.FetchPollInterval)
+			t = time.NewTimer(wait)
 			poll = t.C
 		}
 		select {
@@ -312,7 +325,7 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 // start runs l's handler in a goroutine of its own.
 func (r *Runner) start(base context.Context, l executions.Lease, handlers *sync.WaitGroup) {
 	hctx, cancel := context.WithCancelCause(base)
-	h := &running{lease: l, cancel: cancel, ctx: hctx}
+	h := &running{lease: l, cancel: cancel, ctx: hctx, ex: &Execution{Lease: l}}
 	r.mu.Lock()
 	r.held[l.ID] = h
 	r.mu.Unlock()
@@ -365,8 +378,7 @@ func (r *Runner) call(h *running) (result []byte, err error) {
 			result, err = nil, fmt.Errorf("panic: %v", p)
 		}
 	}()
-	ex := &Execution{Lease: h.lease}
-	return r.handler(h.ctx, ex)
+	return r.handler(h.ctx, h.ex)
 }
 
 // message is err's text as a failure message: valid UTF-8, at most

@@ -14,6 +14,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/ffriver/ffriver/runner"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -352,3 +353,25 @@ func counter(t *testing.T, reader *sdkmetric.ManualReader, name, outcome string)
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A runner may start before the first execution of its lane exists: it
+// registers the lane, and executions created later run.
+func TestRunnerStartsBeforeItsLaneExists(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	logs := &testlog.Buffer{}
+	f.start(runner.Config{MaxWorkers: 2, LeaseTTL: time.Minute, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		func(context.Context, *runner.Execution) ([]byte, error) { return nil, nil })
+	fftest.Await(t, 90*time.Second, "the lane registered", func() bool {
+		var ok bool
+		if err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM ff_lane_registry WHERE lane_id = $1)`, lane).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
+	ids := f.create(3, executions.CreateParams{})
+	f.awaitStates(ids, "completed", 3)
+	if s := logs.String(); strings.Contains(s, "claim failed") {
+		t.Errorf("the runner logged claim failures:\n%s", s)
+	}
+}
