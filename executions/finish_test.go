@@ -153,10 +153,9 @@ func TestFinishManyWaitsAndFencesAfterHandOver(t *testing.T) {
 func TestFinishManyCompletesWriteWhatCompleteWrites(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	var ids []ff.ExecutionID
 	for i := range 3 {
-		ids = append(ids, f.create(executions.CreateParams{Namespace: "ns-" + string(rune('a'+i)),
-			Tags: map[string]string{"cairn.instance_id": "i-" + string(rune('a'+i))}}))
+		f.create(executions.CreateParams{Namespace: "ns-" + string(rune('a'+i)),
+			Tags: map[string]string{"cairn.instance_id": "i-" + string(rune('a'+i))}})
 	}
 	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Minute, Max: 3})
 	if err != nil || len(leases) != 3 {
