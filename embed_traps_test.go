@@ -228,3 +228,22 @@ func TestEmbedLeaderWithoutFFriver(t *testing.T) {
 	fftest.Await(t, 90*time.Second, "ticks under the new leader", func() bool { return f.CheckTicks(ctx, staleAfter) == nil })
 	fftest.Await(t, 60*time.Second, "the watchdog's all-clear", func() bool { return strings.Contains(logs.String(), "inserted again") })
 }
+
+// A pool too small for ffriver's queues is refused by Configure, naming the
+// size it needs: with pgxpool's default (4 connections on 2 CPUs) River's
+// fetches and leader election timed out and a 2 s lease expired 31 s late.
+func TestEmbedPoolTooSmall(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, &testdb.Options{MaxConns: 4})
+	f, err := ffriver.New(context.Background(), db.Pool, ffriver.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.Configure(&river.Config{Schema: db.Schema}, 4, 16)
+	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "needs at least 24") || !strings.Contains(err.Error(), "pool_max_conns") {
+		t.Fatalf("Configure on a 4-connection pool = %v, want a validation error naming 24 connections and pool_max_conns", err)
+	}
+	if err := f.Configure(&river.Config{Schema: db.Schema}, 0, 0); err != nil {
+		t.Fatalf("Configure with no ffriver workers on 4 connections: %v", err)
+	}
+}

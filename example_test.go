@@ -34,7 +34,15 @@ func (SendEmailArgs) Kind() string { return "send_email" }
 // watchdog; CheckTicks is the health check.
 func Example_embed() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL())
+	// The client's pool serves the application's queue (10 workers) and
+	// ffriver's (2 scan, 8 apply workers): Configure refuses a smaller one.
+	poolConfig, err := pgxpool.ParseConfig(databaseURL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	poolConfig.MaxConns = 10 + ffriver.PoolConns(2, 8)
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -321,6 +321,11 @@ func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx])
 // works, not a second River in ffriver's schema. Call it before the Store
 // is used, and build the client on a pool with the Service's search_path.
 func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
+	if have, need := f.store.Pool().Config().MaxConns, PoolConns(scanWorkers, applyWorkers); have < need {
+		return ff.Validationf("pool", "the pool has %d connections, but a River client working ffriver's queues with %d scan and %d apply workers "+
+			"needs at least %d (ffriver.PoolConns) plus what the application's own queues use: raise pool_max_conns "+
+			"(pgxpool.Config.MaxConns), or River's fetches and leader election time out and leases expire late", have, scanWorkers, applyWorkers, need)
+	}
 	host, err := dbutil.ParseSchema(rc.Schema)
 	if err != nil {
 		return err
@@ -330,8 +335,12 @@ func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 	}
 	take := string(host) != f.RiverSchema()
 	if take && f.riverExplicit {
-		return ff.Validationf("river_schema", "the River client's schema is %q (river.Config.Schema) but ffriver.Config.RiverSchema is %q: "+
-			"set both to the schema of River's tables, or ffriver's jobs go where this client never looks", host, f.RiverSchema())
+		said := fmt.Sprintf("%q (river.Config.Schema)", host)
+		if rc.Schema == "" {
+			said = fmt.Sprintf("%q (river.Config.Schema is empty: the search_path's River)", host)
+		}
+		return ff.Validationf("river_schema", "the River client's schema is %s but ffriver.Config.RiverSchema is %q: "+
+			"set both to the schema of River's tables, or ffriver's jobs go where this client never looks", said, f.RiverSchema())
 	}
 	if rc.Workers == nil {
 		rc.Workers = river.NewWorkers()
@@ -368,6 +377,16 @@ func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 		f.riverSchema.Store(&h)
 	}
 	return nil
+}
+
+// PoolConns is the least MaxConns of the pool of a River client that works
+// ffriver's queues with scanWorkers and applyWorkers workers: a connection
+// per scan worker, one per apply worker up to 16 (the apply engine groups
+// items beyond that), and 4 for River's producers, leader election and
+// maintenance. An application that embeds ffriver adds what its own queues
+// use; ffworker sizes its pool with it.
+func PoolConns(scanWorkers, applyWorkers int) int32 {
+	return int32(min(applyWorkers, 16) + scanWorkers + 4)
 }
 
 // ClientOptions tune the River configs of the standalone processes.

@@ -102,15 +102,16 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 // completion), and with 64 all of a process's jobs fit in one group, so one
 // lane worked while the other idled; 128 fill both lanes. Grouped items
 // share a transaction, so the jobs in flight need far fewer connections
-// (poolSize).
+// (ffriver.PoolConns).
 const defaultConcurrency = 128
 
-// poolSize is the connections of an ffworker's pool: up to 16 for the item
-// jobs (the grouped kinds use at most workers.DefaultGroupLanes each; the
-// others one per job, waiting for a connection beyond that), one per scan
-// worker, and 4 for River's fetches, completions and notifier. It keeps a
-// few ffworkers within Postgres' default max_connections of 100.
-func poolSize(apply, scan int) int32 { return int32(min(apply, 16) + scan + 4) }
+// poolSize is the connections of an ffworker's pool, ffriver.PoolConns: up
+// to 16 for the item jobs (the grouped kinds use at most
+// workers.DefaultGroupLanes each; the others one per job, waiting for a
+// connection beyond that), one per scan worker, and 4 for River's fetches,
+// completions and notifier. It keeps a few ffworkers within Postgres'
+// default max_connections of 100.
+func poolSize(apply, scan int) int32 { return ffriver.PoolConns(scan, apply) }
 
 // serve runs the process: ffriver's run path (ffriver.Run).
 func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {

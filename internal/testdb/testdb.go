@@ -199,7 +199,9 @@ type Beside struct {
 func NewBeside(tb testing.TB) *Beside {
 	tb.Helper()
 	b := &Beside{River: New(tb, &Options{RiverOnly: true}), FF: New(tb, &Options{NoMigrate: true})}
-	b.Pool = Connect(tb, b.FF.Schema+", "+b.River.Schema)
+	// Sized for an application's River client with ffriver's queues
+	// (ffriver.Configure refuses a pool below ffriver.PoolConns).
+	b.Pool = connectWith(tb, b.FF.Schema+", "+b.River.Schema, 16)
 	tb.Cleanup(b.Pool.Close)
 	return b
 }
