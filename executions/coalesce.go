@@ -3,6 +3,7 @@ package executions
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Coalescing: concurrent Claim calls of one Store (for the same lane,
@@ -26,7 +27,11 @@ import (
 
 // coalescer gathers calls of one kind into batches.
 type coalescer[Req, Res any] struct {
-	run      func(ctx context.Context, reqs []Req) []result[Res]
+	// run runs one batch and calls deliver once for each of its calls,
+	// before it returns or later (a call it hands to a goroutine of its
+	// own, so that the next batch need not wait for it). The batch's
+	// context lives until every call is delivered.
+	run      func(ctx context.Context, reqs []Req, deliver func(i int, r result[Res]))
 	max      int // most calls per batch
 	inFlight int // most batches at once
 
@@ -128,12 +133,15 @@ func (c *coalescer[Req, Res]) loop() {
 		for i, cl := range calls {
 			reqs[i] = cl.req
 		}
-		outs := c.run(ctx, reqs)
-		cancel()
-		for i, cl := range calls {
-			cl.out = outs[i]
-			close(cl.done)
-		}
+		var left atomic.Int64
+		left.Store(int64(n))
+		c.run(ctx, reqs, func(i int, r result[Res]) {
+			calls[i].out = r
+			close(calls[i].done)
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
 	}
 }
 

@@ -67,6 +67,16 @@ func (s *Store) FinishMany(ctx context.Context, items []Finish) ([]FinishOutcome
 // FinishManyTx is FinishMany inside the caller's transaction. After an
 // error the transaction holds part of the writes and must be rolled back.
 func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]FinishOutcome, error) {
+	return s.finishMany(ctx, tx, items, true)
+}
+
+// errBusy is the outcome of an item whose execution another transaction
+// held, in a finishMany that does not wait: it wrote nothing.
+var errBusy = errors.New("executions: the execution is locked by another transaction")
+
+// finishMany is FinishManyTx; without wait, an item whose execution is
+// locked by another transaction gets errBusy instead of waiting for it.
+func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait bool) ([]FinishOutcome, error) {
 	outs := make([]FinishOutcome, len(items))
 	ids := make([]ff.ExecutionID, len(items))
 	for i, it := range items {
@@ -92,7 +102,14 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 		if len(distinct) == 0 {
 			continue
 		}
-		got, err := s.lockWaitMany(ctx, tx, distinct)
+		var got map[ff.ExecutionID]*locked
+		var busy map[ff.ExecutionID]Outcome
+		var err error
+		if wait {
+			got, err = s.lockWaitMany(ctx, tx, distinct)
+		} else {
+			got, busy, err = s.lockMany(ctx, tx, distinct)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +123,11 @@ func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]
 			it := items[i]
 			l := got[it.Lease.ID]
 			if l == nil {
-				outs[i].Err = fmt.Errorf("execution %s: %w", it.Lease.ID, ff.ErrNotFound)
+				if busy[it.Lease.ID] == SkippedLocked {
+					outs[i].Err = errBusy
+				} else {
+					outs[i].Err = fmt.Errorf("execution %s: %w", it.Lease.ID, ff.ErrNotFound)
+				}
 				continue
 			}
 			if err := s.fence(l, it.Lease, now); err != nil {
@@ -224,25 +245,37 @@ func IsFenced(err error) bool {
 }
 
 // finishBatch runs a batch of coalesced Complete, Fail and Release calls
-// as one FinishMany. When the batch fails as a whole its items are run
-// one by one, so that each call gets its own error.
-func (s *Store) finishBatch(ctx context.Context, items []Finish) []result[FinishOutcome] {
-	outs, err := s.FinishMany(ctx, items)
-	res := make([]result[FinishOutcome], len(items))
-	if err != nil && len(items) > 1 {
-		for i := range items {
-			res[i] = s.finishBatch(ctx, items[i:i+1])[0]
-		}
-		return res
+// in one transaction that does not wait for locks: a call whose execution
+// another transaction holds would hold up every other call of the batch
+// for as long as that transaction runs. Each such call is finished in a
+// transaction and a goroutine of its own, waiting for its lock as a lone
+// Complete does, while the next batch goes on. When the batch fails as a
+// whole its calls are finished the same way, each getting its own error.
+func (s *Store) finishBatch(ctx context.Context, items []Finish, deliver func(int, result[FinishOutcome])) {
+	var outs []FinishOutcome
+	err := s.inTx(ctx, "finish", func(tx pgx.Tx) error {
+		var err error
+		outs, err = s.finishMany(ctx, tx, items, false)
+		return err
+	})
+	if err != nil && len(items) == 1 {
+		deliver(0, result[FinishOutcome]{err: err})
+		return
 	}
-	for i := range res {
-		if err != nil {
-			res[i].err = err
-		} else {
-			res[i].res = outs[i]
+	for i := range items {
+		if err == nil && !errors.Is(outs[i].Err, errBusy) {
+			deliver(i, result[FinishOutcome]{res: outs[i]})
+			continue
 		}
+		go func() {
+			outs, err := s.FinishMany(ctx, items[i:i+1])
+			if err != nil {
+				deliver(i, result[FinishOutcome]{err: err})
+			} else {
+				deliver(i, result[FinishOutcome]{res: outs[0]})
+			}
+		}()
 	}
-	return res
 }
 
 // finish ends one lease through the coalescer and returns its outcome.

@@ -199,3 +199,49 @@ func TestFinishManyCompletesWriteWhatCompleteWrites(t *testing.T) {
 		}
 	}
 }
+
+// Completes of executions another transaction holds do not hold up the
+// Completes of other executions: before, two of them filled both batches
+// the Store runs at once, and every later Complete waited for the holder.
+func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for range 3 {
+		f.create(executions.CreateParams{})
+	}
+	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute, Max: 3})
+	if err != nil || len(leases) != 3 {
+		t.Fatalf("Claim = %d, %v", len(leases), err)
+	}
+	held, free := leases[:2], leases[2]
+	h := f.hold(func(tx pgx.Tx) error {
+		for _, l := range held {
+			if _, err := tx.Exec(f.ctx, `SELECT FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`,
+				l.ID.Partition, l.ID.UUID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	first := f.waiting(1, func() error { return f.st.Complete(f.ctx, held[0], nil) })
+	second := f.waiting(2, func() error { return f.st.Complete(f.ctx, held[1], nil) })
+	done := make(chan error, 1)
+	go func() { done <- f.st.Complete(f.ctx, free, []byte("free")) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the free execution's Complete: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the free execution's Complete waited for a transaction that holds other executions")
+	}
+	h.commit()
+	for _, c := range []<-chan error{first, second} {
+		if err := f.result(c); err != nil {
+			t.Fatalf("a held execution's Complete after the holder committed: %v", err)
+		}
+	}
+	for _, l := range leases {
+		f.wantState(l.ID, stDone)
+	}
+}

@@ -161,22 +161,20 @@ func (s *Store) newClaimer(k claimKey) *coalescer[claimAsk, []Lease] {
 		caps = strings.Split(k.caps, "\x00")
 	}
 	return &coalescer[claimAsk, []Lease]{max: 256, inFlight: 2,
-		run: func(ctx context.Context, asks []claimAsk) []result[[]Lease] {
-			outs := make([]result[[]Lease], len(asks))
+		run: func(ctx context.Context, asks []claimAsk, deliver func(int, result[[]Lease])) {
 			var got [][]Lease
 			err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
 				var err error
 				got, err = s.claimRows(ctx, tx, k.lane, caps, k.ttl, asks)
 				return err
 			})
-			for i := range outs {
+			for i := range asks {
 				if err != nil {
-					outs[i].err = err
+					deliver(i, result[[]Lease]{err: err})
 				} else {
-					outs[i].res = got[i]
+					deliver(i, result[[]Lease]{res: got[i]})
 				}
 			}
-			return outs
 		}}
 }
 
