@@ -338,6 +338,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 		return nil, ff.Validationf("concurrency", "the process works no queue: scan and apply workers are both 0")
 	}
 	var middleware []rivertype.Middleware
+	var plugins []rivertype.Plugin
 	if f.meters != nil || f.tracers != nil {
 		// River's own job metrics and spans, on the Service's providers
 		// (never the global ones: otelriver falls back to those for nil).
@@ -348,7 +349,11 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 		if tp == nil {
 			tp = tracenoop.NewTracerProvider()
 		}
-		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{MeterProvider: mp, TracerProvider: tp}))
+		// A plugin, not only a middleware: River calls its metric hook
+		// too (the producers' fetch metrics, river.job_get_available_*).
+		// River runs plugins' middleware before Middleware's, so River's
+		// work span still encloses the item span below.
+		plugins = append(plugins, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{MeterProvider: mp, TracerProvider: tp}))
 		if f.tracers != nil {
 			middleware = append(middleware, f.pipeline.Middleware())
 		}
@@ -356,6 +361,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	return &river.Config{
 		ID:         o.ID,
 		Middleware: middleware,
+		Plugins:    plugins,
 		Schema:     f.riverSchema,
 		Logger:     logger,
 		Workers:    rw,
