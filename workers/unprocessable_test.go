@@ -216,3 +216,63 @@ func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
 		}
 	}
 }
+
+// A filtered deployment's auditors count only the rows of its own
+// executions, as its scanners scan only those (issue 23, item 8: they
+// counted every tenant's rows, and rows of no execution, whatever the
+// filter). The list queries list exactly what is counted, with the
+// filter's values (quotes and backslashes included) written in.
+func TestUnprocessableHonoursTheFilter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ffriver.Config{Scanners: disabled()})
+	const ns = `it's\a`
+	now := h.clock.NowMs()
+	// The tenant's own unprocessable rows: an execution in a foreign
+	// lifecycle_phase with an expired lease, and one in a partition
+	// outside the schema's count whose delay and deadline came due.
+	odd := h.create(executions.CreateParams{Lane: "tenant-odd", Namespace: ns})
+	h.claim("tenant-odd", time.Second)
+	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
+	h.exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, raw_fields, lifecycle_phase, ownership_state,
+		eligibility_state, public_state, attempt_state, delay_until_ms, deadline_at_ms)
+		VALUES (301, $1, 'far', jsonb_build_object('namespace', $3::text), 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
+		'pending_first_attempt', $2, $2)`, uuid.New(), now, ns)
+	h.poison() // every other tenant's, and rows of no execution at all
+
+	want := map[string][]string{
+		scanners.AttemptTimeout:    {"execution in an unknown lifecycle_phase"},
+		scanners.DelayedPromoter:   {"partition outside 0..255"},
+		scanners.ExecutionDeadline: {"partition outside 0..255"},
+	}
+	for _, s := range h.ff.Pipeline().Registry().Scanners() {
+		a, ok := s.(scanners.Auditor)
+		if !ok {
+			continue
+		}
+		params, err := scanners.ParamsOf(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []ff.Filter{{Namespace: ns}, {Namespace: "nobody"}, {InstanceTag: &ff.Tag{Key: "k'\\", Value: "v"}}} {
+			req := scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params, Filter: f}
+			sets, err := a.Unprocessable(h.ctx, h.db.Pool, req)
+			if err != nil {
+				t.Fatalf("%s, filter %+v: %v", s.Name(), f, err)
+			}
+			var got []string
+			for _, u := range sets {
+				got = append(got, u.Reason)
+				if n := h.count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count || u.Count != 1 {
+					t.Errorf("%s, filter %+v: %q counts %d, its query lists %d (want 1): %s", s.Name(), f, u.Reason, u.Count, n, u.List)
+				}
+			}
+			var wantHere []string
+			if f.Namespace == ns {
+				wantHere = want[s.Name()]
+			}
+			if !slices.Equal(got, wantHere) {
+				t.Errorf("%s, filter %+v: unprocessable %q, want %q", s.Name(), f, got, wantHere)
+			}
+		}
+	}
+}
