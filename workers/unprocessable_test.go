@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 )
 
@@ -188,32 +189,42 @@ func (w *warnings) of(scanner string) []string {
 }
 
 // Poison rows are reported once per interval, not on every tick: a tick
-// every 50 ms for a second logs them once.
+// every 50 ms for a second logs them once; with NoUnprocessableReport,
+// never (a negative interval fell back to the default before).
 func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
 	t.Parallel()
-	logs := &warnings{}
-	over := disabled()
-	over[scanners.AttemptTimeout] = fast(1000)
-	h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
-	h.ff.Pipeline().Env().UnprocessableReportInterval = time.Hour
-	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
-	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
-	h.client(true, nil)
-	h.await("20 attempt_timeout ticks", func() bool {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
-	})
-	got := logs.of(scanners.AttemptTimeout)
-	if len(got) != 1 {
-		t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want 1: %q", len(got), got)
-	}
-	// Nothing was scanned for them: no scan, no item.
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
-		t.Fatalf("%d scan or item jobs for rows no scan can process", n)
-	}
-	for _, o := range h.outputs("ff.tick") {
-		if o["due_items"] != 0.0 {
-			t.Fatalf("tick output %v: want no due items", o)
-		}
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+		want  int
+	}{{"hourly", time.Hour, 1}, {"never", workers.NoUnprocessableReport, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			logs := &warnings{}
+			over := disabled()
+			over[scanners.AttemptTimeout] = fast(1000)
+			h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
+			h.ff.Pipeline().Env().UnprocessableReportInterval = tc.every
+			h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
+			h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
+			h.client(true, nil)
+			h.await("20 attempt_timeout ticks", func() bool {
+				return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
+			})
+			got := logs.of(scanners.AttemptTimeout)
+			if len(got) != tc.want {
+				t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want %d: %q", len(got), tc.want, got)
+			}
+			// Nothing was scanned for them: no scan, no item.
+			if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
+				t.Fatalf("%d scan or item jobs for rows no scan can process", n)
+			}
+			for _, o := range h.outputs("ff.tick") {
+				if o["due_items"] != 0.0 {
+					t.Fatalf("tick output %v: want no due items", o)
+				}
+			}
+		})
 	}
 }
 
