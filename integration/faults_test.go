@@ -122,10 +122,7 @@ func TestFaults(t *testing.T) {
 	t.Run("terminate the streams' LISTEN connections", func(t *testing.T) {
 		db, url := sharedDB(t, 8)
 		sc := newScenario(t, bins, db, url)
-		sc.startTails()
-		sc.startScheduler("sched")
-		sc.startWorker("worker")
-		sc.awaitLeader(20 * time.Second)
+		sc.startOneOfEach()
 		// The tails' LISTEN connections: ffctl names its stream connections
 		// "ffctl tail", and the listener's last statement is its LISTEN on
 		// this schema's channel.
@@ -186,10 +183,7 @@ func TestFaults(t *testing.T) {
 		}
 		db := &testdb.DB{Pool: pool, Schema: schema, Partitions: faultPartitions}
 		sc := newScenario(t, bins, db, c.connString("postgres"))
-		sc.startTails()
-		sc.startScheduler("sched")
-		sc.startWorker("worker")
-		sc.awaitLeader(20 * time.Second)
+		sc.startOneOfEach()
 		sc.seed()
 		done := sc.awaitProgress(0.3, 60*time.Second)
 		began := time.Now()
@@ -257,10 +251,7 @@ func TestFaults(t *testing.T) {
 	t.Run("cancel and delete jobs mid-load", func(t *testing.T) {
 		db, url := sharedDB(t, 8)
 		sc := newScenario(t, bins, db, url)
-		sc.startTails()
-		sc.startScheduler("sched")
-		sc.startWorker("worker")
-		sc.awaitLeader(20 * time.Second)
+		sc.startOneOfEach()
 		sc.seed()
 		done := sc.awaitProgress(0.2, 60*time.Second)
 		// For 3 s, and on until each fault has hit a job at least once
@@ -323,10 +314,7 @@ func TestFaults(t *testing.T) {
 	t.Run("abandoned consumer dropped by command", func(t *testing.T) {
 		db, url := sharedDB(t, 8)
 		sc := newScenario(t, bins, db, url)
-		sc.startTails()
-		sc.startScheduler("sched")
-		sc.startWorker("worker")
-		sc.awaitLeader(20 * time.Second)
+		sc.startOneOfEach()
 		// A named consumer reads the first 10 lease events and is never
 		// run again: its stored position holds retention back.
 		abandoned := startTail(t, bins.ffctl, "leases", slices.Concat([]string{"tail", "--stream", "leases", "--consumer", "abandoned",
@@ -409,10 +397,7 @@ func TestFaults(t *testing.T) {
 	t.Run("16 writers commit out of order", func(t *testing.T) {
 		db, url := sharedDB(t, 24)
 		sc := newScenario(t, bins, db, url)
-		sc.startTails()
-		sc.startScheduler("sched")
-		sc.startWorker("worker")
-		sc.awaitLeader(20 * time.Second)
+		sc.startOneOfEach()
 		sc.startWriters(16)
 		sc.seed()
 		sc.drain(90 * time.Second)
