@@ -78,23 +78,32 @@ type Config struct {
 	// with the same filter work exactly these jobs.
 	Filter ff.Filter
 	// Scanners overrides settings by scanner name; zero fields keep the
-	// defaults. Naming an unregistered scanner is an error.
+	// defaults (scanners.Settings says which), scanners.NoSweep turns a
+	// scanner's scan cursors off. Naming an unregistered scanner is an
+	// error.
 	Scanners map[string]scanners.Settings
 	// Plugins are scanners of your own with their item kinds, registered
 	// after the built-ins exactly as they are (workers.Builtins).
 	Plugins []workers.Plugin
 	// NoBuiltins leaves the built-in scanners out (only Plugins run).
 	NoBuiltins bool
-	// OutboxRetention of the outbox_retention scanner (default 7 days).
+	// OutboxRetention of the outbox_retention scanner: events older than
+	// this are deleted. 0 means scanners.DefaultOutboxRetention (7 days);
+	// negative is an error. To keep every event, disable the scanner
+	// (Scanners: {scanners.OutboxRetention: {Disabled: true}}).
 	OutboxRetention time.Duration
-	// JobTimeout of ffriver's jobs (default 30 s).
+	// JobTimeout of ffriver's jobs. 0 means workers.DefaultJobTimeout
+	// (30 s); negative is an error (a job without a timeout would defeat
+	// ff.rescue, which presumes a job running past it dead).
 	JobTimeout time.Duration
 	// GroupSize is the most item jobs of one grouped kind (the built-in
-	// expire, promote and deadline) a process applies in one transaction
-	// (default workers.DefaultGroupSize; 1 applies every item alone).
+	// expire, promote and deadline) a process applies in one transaction;
+	// 1 applies every item alone. 0 means workers.DefaultGroupSize (a
+	// group of none means nothing); negative is an error.
 	GroupSize int
 	// GroupLanes is how many such group transactions per kind a process
-	// runs at once (default workers.DefaultGroupLanes).
+	// runs at once. 0 means workers.DefaultGroupLanes; negative is an
+	// error.
 	GroupLanes int
 	// Clock for every *_ms timestamp (default ff.SystemClock).
 	Clock ff.Clock
@@ -211,6 +220,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	// schema.
 	if err := migrations.VerifyRiverFor(ctx, pool, cfg.Schema, riverSchema); err != nil {
 		return nil, err
+	}
+	if cfg.OutboxRetention < 0 {
+		return nil, ff.Validationf("outbox_retention", "%s is negative: 0 means the default %s; disable the outbox_retention scanner to keep every event",
+			cfg.OutboxRetention, scanners.DefaultOutboxRetention)
+	}
+	if cfg.JobTimeout < 0 {
+		return nil, ff.Validationf("job_timeout", "%s is negative: 0 means the default %s", cfg.JobTimeout, workers.DefaultJobTimeout)
 	}
 	var plugins []workers.Plugin
 	if !cfg.NoBuiltins {
@@ -400,14 +416,17 @@ type ClientOptions struct {
 	// Logger of the process; River's client gets RiverLogger(Logger), one
 	// level quieter unless Logger logs DEBUG (default: discard).
 	Logger *slog.Logger
-	// RescueStuckJobsAfter (scheduler only; default DefaultRescueAfter):
-	// how long a job may run before River's rescuer, on the leader, retries
-	// it. It bounds how long an item whose worker process died keeps its
-	// execution waiting.
+	// RescueStuckJobsAfter (scheduler only): how long a job may run before
+	// River's rescuer, on the leader, retries it. It bounds how long an
+	// item whose worker process died keeps its execution waiting. 0 means
+	// DefaultRescueAfter; negative is an error, and so is a value below
+	// the job timeout.
 	RescueStuckJobsAfter time.Duration
-	// CompletedJobRetention (scheduler only; default DefaultCompletedRetention):
-	// how long River keeps completed ffriver jobs (and their outputs) for
-	// River UI.
+	// CompletedJobRetention (scheduler only): how long River keeps
+	// completed jobs (and their outputs) for River UI. 0 means
+	// DefaultCompletedRetention; KeepCompletedJobs (-1, River's own
+	// special value) never deletes them; any other negative value is an
+	// error.
 	CompletedJobRetention time.Duration
 	// TestOnly sets river.Config.TestOnly (no start-up jitter).
 	TestOnly bool
@@ -418,6 +437,10 @@ const (
 	DefaultRescueAfter        = time.Minute
 	DefaultCompletedRetention = time.Hour
 )
+
+// KeepCompletedJobs as ClientOptions.CompletedJobRetention keeps completed
+// jobs forever (River's CompletedJobRetentionPeriod -1).
+const KeepCompletedJobs time.Duration = -1
 
 func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	rw := river.NewWorkers()
@@ -430,6 +453,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 		return nil, ff.Validationf("concurrency", "the process works no queue: scan and apply workers are both 0")
 	}
 	var middleware []rivertype.Middleware
+	var plugins []rivertype.Plugin
 	if f.meters != nil || f.tracers != nil {
 		// River's own job metrics and spans, on the Service's providers
 		// (never the global ones: otelriver falls back to those for nil).
@@ -440,7 +464,11 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 		if tp == nil {
 			tp = tracenoop.NewTracerProvider()
 		}
-		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{MeterProvider: mp, TracerProvider: tp}))
+		// A plugin, not only a middleware: River calls its metric hook
+		// too (the producers' fetch metrics, river.job_get_available_*).
+		// River runs plugins' middleware before Middleware's, so River's
+		// work span still encloses the item span below.
+		plugins = append(plugins, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{MeterProvider: mp, TracerProvider: tp}))
 		if f.tracers != nil {
 			middleware = append(middleware, f.pipeline.Middleware())
 		}
@@ -448,6 +476,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	return &river.Config{
 		ID:         o.ID,
 		Middleware: middleware,
+		Plugins:    plugins,
 		Schema:     f.RiverSchema(),
 		Logger:     logger,
 		Workers:    rw,
@@ -472,15 +501,22 @@ func (f *Service) SchedulerConfig(o ClientOptions) (*river.Config, error) {
 	}
 	rc.PeriodicJobs = f.PeriodicJobs()
 	rc.RescueStuckJobsAfter = o.RescueStuckJobsAfter
-	if rc.RescueStuckJobsAfter <= 0 {
+	switch {
+	case rc.RescueStuckJobsAfter < 0:
+		return nil, ff.Validationf("rescue_after", "%s is negative: 0 means the default %s", rc.RescueStuckJobsAfter, DefaultRescueAfter)
+	case rc.RescueStuckJobsAfter == 0:
 		rc.RescueStuckJobsAfter = DefaultRescueAfter
 	}
 	if rc.RescueStuckJobsAfter < rc.JobTimeout {
 		return nil, ff.Validationf("rescue_after", "%s is shorter than the job timeout %s", rc.RescueStuckJobsAfter, rc.JobTimeout)
 	}
 	rc.CompletedJobRetentionPeriod = o.CompletedJobRetention
-	if rc.CompletedJobRetentionPeriod == 0 {
+	switch {
+	case rc.CompletedJobRetentionPeriod == 0:
 		rc.CompletedJobRetentionPeriod = DefaultCompletedRetention
+	case rc.CompletedJobRetentionPeriod < 0 && rc.CompletedJobRetentionPeriod != KeepCompletedJobs:
+		return nil, ff.Validationf("completed_retention", "%s is negative: 0 means the default %s, KeepCompletedJobs (-1) keeps them forever",
+			rc.CompletedJobRetentionPeriod, DefaultCompletedRetention)
 	}
 	return rc, nil
 }

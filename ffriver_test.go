@@ -261,3 +261,63 @@ func TestRiverSchemaApart(t *testing.T) {
 		t.Errorf("LastTick in River's schema: %v, %v", ok, err)
 	}
 }
+
+// Zero means the documented default where zero can mean nothing else; a
+// negative value is refused where it used to fall back to the default in
+// silence; and where zero does mean something, a named value says it
+// (issue 23, item 8).
+func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	for name, cfg := range map[string]ffriver.Config{
+		"outbox_retention": {OutboxRetention: -time.Hour},
+		"job_timeout":      {JobTimeout: -time.Second},
+		"sweep":            {Scanners: map[string]scanners.Settings{scanners.AttemptTimeout: {Sweep: -2 * time.Second}}},
+	} {
+		cfg.Schema = db.Schema
+		if _, err := ffriver.New(ctx, db.Pool, cfg); !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "negative") {
+			t.Errorf("%s negative: %v, want a validation error", name, err)
+		}
+	}
+
+	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema,
+		Scanners: map[string]scanners.Settings{scanners.AttemptTimeout: {Sweep: scanners.NoSweep}, scanners.DelayedPromoter: {Batch: 7}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.Pipeline().Settings(scanners.AttemptTimeout); st.Sweep != 0 {
+		t.Errorf("NoSweep: attempt_timeout sweeps every %s, want no scan cursors", st.Sweep)
+	}
+	if st, _ := f.Pipeline().Settings(scanners.DelayedPromoter); st.Sweep != scanners.DefaultSweep || st.Batch != 7 {
+		t.Errorf("an override's 0 sweep: %+v, want the default sweep %s", st, scanners.DefaultSweep)
+	}
+	if f.Pipeline().Env().JobTimeout <= 0 {
+		t.Errorf("JobTimeout 0 gave %s, want the default", f.Pipeline().Env().JobTimeout)
+	}
+
+	for name, o := range map[string]ffriver.ClientOptions{
+		"rescue_after":        {RescueStuckJobsAfter: -time.Minute},
+		"completed_retention": {CompletedJobRetention: -2 * time.Hour},
+	} {
+		o.ScanWorkers = 1
+		if _, err := f.SchedulerConfig(o); !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "negative") {
+			t.Errorf("%s negative: %v, want a validation error", name, err)
+		}
+	}
+	for in, want := range map[time.Duration]time.Duration{0: ffriver.DefaultCompletedRetention, ffriver.KeepCompletedJobs: -1, time.Minute: time.Minute} {
+		rc, err := f.SchedulerConfig(ffriver.ClientOptions{ScanWorkers: 1, CompletedJobRetention: in})
+		if err != nil {
+			t.Errorf("CompletedJobRetention %s: %v", in, err)
+			continue
+		}
+		if rc.CompletedJobRetentionPeriod != want {
+			t.Errorf("CompletedJobRetention %s: River's period %v, %v; want %s", in, rc.CompletedJobRetentionPeriod, err, want)
+		}
+	}
+	_, err = f.NewProcess(ctx, ffriver.ProcessOptions{Role: ffriver.Worker, ShutdownTimeout: -time.Second,
+		Client: ffriver.ClientOptions{ApplyWorkers: 1, TestOnly: true}})
+	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("ShutdownTimeout negative: %v, want a validation error", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/migrations"
 
 	"github.com/jackc/pgx/v5"
@@ -47,8 +48,9 @@ type ProcessOptions struct {
 	// a warning when no tick has been inserted for that long.
 	TickStaleAfter time.Duration
 	// ShutdownTimeout is how long Stop waits for running jobs before it
-	// cancels them (a cancelled ffriver job rolls back and is retried).
-	// Default DefaultShutdownTimeout.
+	// cancels them (a cancelled ffriver job rolls back and is retried). 0
+	// means DefaultShutdownTimeout; negative is an error. To cancel running
+	// jobs at once, give a tiny positive one (time.Nanosecond).
 	ShutdownTimeout time.Duration
 	// Configure, when set, adjusts the River config before the client is
 	// built (fetch settings, test options).
@@ -76,6 +78,12 @@ type Process struct {
 // NewProcess builds the River client of a process of role o.Role on the
 // Service's pool. Nothing runs until Start.
 func (f *Service) NewProcess(ctx context.Context, o ProcessOptions) (*Process, error) {
+	switch {
+	case o.ShutdownTimeout < 0:
+		return nil, ff.Validationf("shutdown_timeout", "%s is negative: 0 means the default %s", o.ShutdownTimeout, DefaultShutdownTimeout)
+	case o.ShutdownTimeout == 0:
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
 	var rc *river.Config
 	var err error
 	switch o.Role {
@@ -91,9 +99,6 @@ func (f *Service) NewProcess(ctx context.Context, o ProcessOptions) (*Process, e
 	}
 	if o.Configure != nil {
 		o.Configure(rc)
-	}
-	if o.ShutdownTimeout <= 0 {
-		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	client, err := river.NewClient(riverpgxv5.New(f.store.Pool()), rc)
 	if err != nil {

@@ -365,8 +365,9 @@ func OutcomeOf(public string) string {
 // queueCompletion queues the completion event of a terminal transition. For
 // a flow member it also finds the downstream edges and, with a Cascader,
 // enqueues one hop per downstream in this transaction and marks the event
-// dispatched. Without a Cascader the event stays undispatched for the
-// dependency scanner.
+// dispatched (dispatched_at_ms, which upstream's dispatcher honours). Without
+// a Cascader the event stays undispatched, and the dependency scanner
+// finds the hops from the edges.
 func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome string, now int64) error {
 	ev := outboxCompletion(l, outcome, now)
 	if l.flowID != nil {

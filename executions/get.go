@@ -172,8 +172,9 @@ type ListParams struct {
 	// order: the next page of a keyset-paginated list (ListCursorOf the
 	// last execution of the previous page).
 	After *ListCursor
-	// Limit on the executions returned, newest first (default
-	// DefaultListLimit, at most MaxListLimit).
+	// Limit on the executions returned, newest first, 1..MaxListLimit. 0
+	// means DefaultListLimit (a page of none means nothing); negative is an
+	// error.
 	Limit int
 }
 

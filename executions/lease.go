@@ -34,7 +34,8 @@ type ClaimParams struct {
 	WorkerInstanceID string
 	// LeaseTTL is how long the lease lives without a Renew. Required.
 	LeaseTTL time.Duration
-	// Max executions to claim at once (default 1).
+	// Max executions to claim at once, 1..10000. 0 means 1 (a claim of
+	// none means nothing); negative is an error.
 	Max int
 	// Capabilities the worker offers; an execution is claimable only when
 	// its required capabilities are a subset.

@@ -403,10 +403,16 @@ const (
 
 // Backoff is the delay before a retry.
 type Backoff struct {
-	Kind       string  `json:"kind"` // BackoffFixed or BackoffExponential
-	InitialMs  int64   `json:"initial_ms"`
-	MaxMs      int64   `json:"max_ms,omitempty"`
-	Multiplier float64 `json:"multiplier,omitempty"` // exponential; default 2
+	// Kind is BackoffFixed or BackoffExponential.
+	Kind string `json:"kind"`
+	// InitialMs is the delay before the first retry; 0 retries at once.
+	InitialMs int64 `json:"initial_ms"`
+	// MaxMs caps the delay; 0 means no cap (upstream's JSON omits it).
+	MaxMs int64 `json:"max_ms,omitempty"`
+	// Multiplier of each exponential step. 0 means 2 (a multiplier of 0
+	// would make every retry after the first immediate); negative is an
+	// error.
+	Multiplier float64 `json:"multiplier,omitempty"`
 }
 
 // Validate rejects unusable policies.

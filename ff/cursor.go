@@ -22,10 +22,16 @@ import (
 // snapshots, see Batch) and the position inside it, so a resumed stream
 // re-derives exactly the same batch and carries on after the position.
 //
-// Two older forms still decode and work as starting points: the ffriver v1
-// form (Xact and EventID only, from the horizon-based streams; everything
-// in (Xact, EventID) order at or before it was seen) and the upstream
-// 9-byte form (Legacy, an event id only).
+// A stream's cursors also record where they were taken from (Origin: the
+// stream and the schema), so that a stream can refuse a cursor of another
+// one instead of reading on from a position that means nothing to it.
+//
+// Older forms still decode and work as starting points: batch cursors
+// without an origin (prefix 04, written before cursors recorded one), the
+// ffriver v1 form (Xact and EventID only, from the horizon-based streams;
+// everything in (Xact, EventID) order at or before it was seen) and the
+// upstream 9-byte form (Legacy, an event id only). None of them records an
+// origin, so any stream accepts them, as it always did.
 //
 // A Cursor is opaque to users: store its Bytes or its String and hand either
 // back to resume. The zero Cursor is the position before every event.
@@ -42,13 +48,69 @@ type Cursor struct {
 	// older forms. A string keeps Cursor comparable and lets every event of
 	// a batch share one encoding.
 	batch string
+	// origin is the stream the cursor was taken from; zero when it does not
+	// say (the older forms).
+	origin Origin
 }
 
 const (
 	cursorTagLegacy = 0x02 // upstream: 0x02 ‖ event_id i64 BE
 	cursorTagV1     = 0x03 // ffriver v1: 0x03 ‖ xact i64 BE ‖ event_id i64 BE
 	cursorTagBatch  = 0x04 // ffriver v2: 0x04 ‖ uvarint xact ‖ uvarint event_id ‖ snapshot pair
+	// ffriver v3: 0x05 ‖ stream byte ‖ uvarint len(schema) ‖ schema ‖ the v2
+	// form after its prefix.
+	cursorTagOrigin = 0x05
 )
+
+// The outbox streams, by the names cursors, package subscribe and ffctl use.
+const (
+	StreamLeases      = "leases"
+	StreamCompletions = "completions"
+)
+
+// streamCodes are the stream bytes of the v3 cursor form; 0 is none.
+var streamCodes = [...]string{1: StreamLeases, 2: StreamCompletions}
+
+// MaxSchemaName is the longest schema name, in bytes (Postgres's
+// NAMEDATALEN - 1).
+const MaxSchemaName = 63
+
+// Origin says which stream a cursor was taken from: the outbox stream and
+// the schema holding it. A stream refuses a cursor taken from another (see
+// package subscribe); the zero Origin says nothing, as cursors of the older
+// forms do.
+type Origin struct {
+	// Stream is StreamLeases or StreamCompletions.
+	Stream string
+	// Schema is the schema's name, as Postgres spells it.
+	Schema string
+}
+
+// String describes o for messages: the leases stream of schema "app".
+func (o Origin) String() string {
+	if o == (Origin{}) {
+		return "an unknown stream"
+	}
+	return fmt.Sprintf("the %s stream of schema %q", o.Stream, o.Schema)
+}
+
+// Validate checks that o names a stream and a schema name Postgres can
+// hold; errors match ErrValidation.
+func (o Origin) Validate() error {
+	if streamCode(o.Stream) == 0 {
+		return Validationf("stream", "%s: want %q or %q", Excerpt(o.Stream), StreamLeases, StreamCompletions)
+	}
+	return CheckText("schema", o.Schema, true, MaxSchemaName)
+}
+
+func streamCode(s string) byte {
+	for i, name := range streamCodes {
+		if i > 0 && name == s {
+			return byte(i)
+		}
+	}
+	return 0
+}
 
 // IsZero reports whether c is the position before every event.
 func (c Cursor) IsZero() bool { return c == Cursor{} }
@@ -59,8 +121,13 @@ func (c Cursor) Batch() (b Batch, ok bool) {
 	if c.batch == "" {
 		return Batch{}, false
 	}
-	return Batch{enc: c.batch}, true
+	return Batch{enc: c.batch, origin: c.origin}, true
 }
+
+// Origin returns the stream the cursor was taken from; ok is false for a
+// cursor that does not say (one of the older forms, or built by
+// Batch.Cursor on a batch without an origin).
+func (c Cursor) Origin() (o Origin, ok bool) { return c.origin, c.origin != (Origin{}) }
 
 // Bytes returns the opaque binary form.
 func (c Cursor) Bytes() []byte {
@@ -71,8 +138,14 @@ func (c Cursor) Bytes() []byte {
 		binary.BigEndian.PutUint64(b[1:], uint64(c.EventID))
 		return b
 	case c.batch != "":
-		b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(c.batch))
-		b = append(b, cursorTagBatch)
+		b := make([]byte, 0, 3+len(c.origin.Schema)+2*binary.MaxVarintLen64+len(c.batch))
+		if c.origin != (Origin{}) {
+			b = append(b, cursorTagOrigin, streamCode(c.origin.Stream))
+			b = binary.AppendUvarint(b, uint64(len(c.origin.Schema)))
+			b = append(b, c.origin.Schema...)
+		} else {
+			b = append(b, cursorTagBatch)
+		}
 		b = binary.AppendUvarint(b, uint64(c.Xact))
 		b = binary.AppendUvarint(b, uint64(c.EventID))
 		return append(b, c.batch...)
@@ -90,7 +163,7 @@ func (c Cursor) String() string { return hex.EncodeToString(c.Bytes()) }
 
 // Less reports whether c is strictly before d in stream order. Both must
 // come from the same stream (batch cursors of one server, or v1 cursors);
-// legacy cursors are not ordered.
+// legacy cursors are not ordered. Origins are not compared.
 func (c Cursor) Less(d Cursor) bool {
 	if c.batch != d.batch && c.batch != "" && d.batch != "" {
 		_, ct := Batch{enc: c.batch}.Snapshots()
@@ -119,7 +192,7 @@ func explainCursor(err error) error {
 	return err
 }
 
-// DecodeCursor decodes the binary form (any of the three). An empty slice
+// DecodeCursor decodes the binary form (any of the four). An empty slice
 // decodes to the zero Cursor; callers that must not start from "now" by
 // accident reject empty input themselves. An error says what is wrong
 // with b, what a cursor is and what to do instead.
@@ -134,6 +207,8 @@ func decodeCursor(b []byte) (Cursor, error) {
 		return Cursor{}, nil
 	case b[0] == cursorTagBatch:
 		return decodeBatchCursor(b)
+	case b[0] == cursorTagOrigin:
+		return decodeOriginCursor(b)
 	case b[0] == cursorTagV1 && len(b) == 17:
 		c := Cursor{Xact: int64(binary.BigEndian.Uint64(b[1:])), EventID: int64(binary.BigEndian.Uint64(b[9:]))}
 		if c.Xact < 0 || c.EventID < 0 {
@@ -151,6 +226,35 @@ func decodeCursor(b []byte) (Cursor, error) {
 	default:
 		return Cursor{}, Validationf("cursor", "unknown prefix 0x%02x", b[0])
 	}
+}
+
+// decodeOriginCursor decodes the v3 form: the origin, then the v2 form.
+func decodeOriginCursor(b []byte) (Cursor, error) {
+	if len(b) < 2 || int(b[1]) >= len(streamCodes) || b[1] == 0 {
+		return Cursor{}, Validationf("cursor", "batch cursor: unknown stream")
+	}
+	o := Origin{Stream: streamCodes[b[1]]}
+	r := varintReader{b: b[2:]}
+	n := r.int()
+	if r.err == nil && n > int64(len(r.b)) {
+		r.err = fmt.Errorf("truncated schema name")
+	}
+	if r.err != nil {
+		return Cursor{}, Validationf("cursor", "batch cursor: %v", r.err)
+	}
+	o.Schema, r.b = string(r.b[:n]), r.b[n:]
+	if err := o.Validate(); err != nil {
+		return Cursor{}, Validationf("cursor", "batch cursor: its origin: %v", err)
+	}
+	c, err := decodeBatchCursor(append([]byte{cursorTagBatch}, r.b...))
+	if err != nil {
+		return Cursor{}, err
+	}
+	c.origin = o
+	if !bytes.Equal(c.Bytes(), b) {
+		return Cursor{}, Validationf("cursor", "batch cursor: not in canonical form")
+	}
+	return c, nil
 }
 
 func decodeBatchCursor(b []byte) (Cursor, error) {
@@ -200,7 +304,11 @@ func (c *Cursor) UnmarshalText(b []byte) error {
 func (c Cursor) GoString() string {
 	if b, ok := c.Batch(); ok {
 		from, to := b.Snapshots()
-		return fmt.Sprintf("ff.Cursor{Batch:%s→%s, Xact:%d, EventID:%d}", from, to, c.Xact, c.EventID)
+		origin := ""
+		if o, ok := c.Origin(); ok {
+			origin = fmt.Sprintf(", Origin:%s/%s", o.Stream, o.Schema)
+		}
+		return fmt.Sprintf("ff.Cursor{Batch:%s→%s, Xact:%d, EventID:%d%s}", from, to, c.Xact, c.EventID, origin)
 	}
 	return fmt.Sprintf("ff.Cursor{Xact:%d, EventID:%d, Legacy:%t}", c.Xact, c.EventID, c.Legacy)
 }
@@ -305,7 +413,11 @@ func (s Snapshot) check() error {
 // transactions visible in To and not in From. Every committed transaction
 // falls in exactly one batch of a chain of snapshots, which is what makes a
 // stream of batches exactly-once. A Batch is immutable and cheap to copy.
-type Batch struct{ enc string }
+// A batch's cursors record its origin (WithOrigin), if it has one.
+type Batch struct {
+	enc    string
+	origin Origin
+}
 
 // NewBatch returns the batch between from and to. to must not be older
 // than from.
@@ -313,6 +425,13 @@ func NewBatch(from, to Snapshot) Batch {
 	b := appendSnapshot(nil, from, Snapshot{})
 	b = appendSnapshot(b, to, from)
 	return Batch{enc: string(b)}
+}
+
+// WithOrigin returns b whose cursors record that they were taken from o,
+// which must be valid (Origin.Validate); the zero Origin records nothing.
+func (b Batch) WithOrigin(o Origin) Batch {
+	b.origin = o
+	return b
 }
 
 // Snapshots returns the batch's two snapshots.
@@ -324,7 +443,7 @@ func (b Batch) Snapshots() (from, to Snapshot) {
 // Cursor returns the position after the event (xact, eventID) of the batch.
 // Cursor(0, 0) is the position before the batch's first event.
 func (b Batch) Cursor(xact, eventID int64) Cursor {
-	return Cursor{Xact: xact, EventID: eventID, batch: b.enc}
+	return Cursor{Xact: xact, EventID: eventID, batch: b.enc, origin: b.origin}
 }
 
 // appendSnapshot encodes s relative to base (the zero Snapshot for the

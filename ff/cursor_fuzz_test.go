@@ -20,6 +20,10 @@ var cursorSeeds = []ff.Cursor{
 	ff.NewBatch(ff.Snapshot{Xmin: 1, Xmax: 1}, ff.Snapshot{Xmin: 740, Xmax: 760, Xip: []int64{740, 755}, Tick: 3}).Cursor(0, 0),
 	ff.NewBatch(ff.Snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1 << 40}, ff.Snapshot{Xmin: 700, Xmax: 760, Xip: []int64{700}, Tick: 1<<40 + 1}).Cursor(744, 12),
 	ff.NewBatch(ff.Snapshot{Xmin: 5, Xmax: 5}, ff.Snapshot{Xmin: 5, Xmax: 5}).Cursor(5, 1<<63-1),
+	ff.NewBatch(ff.Snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1}, ff.Snapshot{Xmin: 700, Xmax: 760, Tick: 2}).
+		WithOrigin(ff.Origin{Stream: ff.StreamLeases, Schema: "app"}).Cursor(744, 12),
+	ff.NewBatch(ff.Snapshot{Xmin: 5, Xmax: 5}, ff.Snapshot{Xmin: 5, Xmax: 9}).
+		WithOrigin(ff.Origin{Stream: ff.StreamCompletions, Schema: strings.Repeat("s", ff.MaxSchemaName)}).Cursor(0, 0),
 }
 
 // checkRoundTrip fails unless c survives every encoding unchanged.
@@ -75,7 +79,8 @@ func FuzzDecodeCursor(f *testing.F) {
 	}
 	for _, b := range [][]byte{nil, {0}, {2}, {3}, {1, 2, 3}, bytes.Repeat([]byte{0xff}, 17), bytes.Repeat([]byte{0xff}, 9),
 		append([]byte{3}, make([]byte, 17)...), {4}, {4, 0, 0, 0, 0, 0, 0, 0, 0}, {4, 0x80, 0, 0, 0, 0, 0, 0, 0, 0},
-		{4, 1, 1, 0, 5, 0, 3, 0, 0, 0, 0}, {4, 2, 7, 9, 5, 0, 0, 9, 5, 0, 0}} {
+		{4, 1, 1, 0, 5, 0, 3, 0, 0, 0, 0}, {4, 2, 7, 9, 5, 0, 0, 9, 5, 0, 0}, {5}, {5, 1}, {5, 3, 1, 'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		{5, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {5, 2, 1, 'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {5, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -91,6 +96,47 @@ func FuzzDecodeCursor(f *testing.F) {
 			t.Fatalf("DecodeCursor(%x) = %#v, which encodes as %x", b, c, c.Bytes())
 		}
 	})
+}
+
+// TestCursorOrigin: a batch cursor records the stream and schema it was
+// taken from, through every encoding; the older forms record none.
+func TestCursorOrigin(t *testing.T) {
+	o := ff.Origin{Stream: ff.StreamCompletions, Schema: "tenant_app"}
+	b := ff.NewBatch(ff.Snapshot{Xmin: 10, Xmax: 12, Xip: []int64{11}}, ff.Snapshot{Xmin: 12, Xmax: 14})
+	c := b.WithOrigin(o).Cursor(11, 3)
+	checkRoundTrip(t, c)
+	if !strings.HasPrefix(c.String(), "05") {
+		t.Errorf("a cursor with an origin prints as %s, want prefix 05", c)
+	}
+	parsed, err := ff.ParseCursor(c.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := parsed.Origin(); !ok || got != o {
+		t.Errorf("Origin() = %v, %t; want %v", got, ok, o)
+	}
+	if bb, _ := parsed.Batch(); bb.Cursor(0, 0) != b.WithOrigin(o).Cursor(0, 0) {
+		t.Errorf("the batch of a cursor loses its origin")
+	}
+	// Same position, same order, whatever the origin says.
+	plain := b.Cursor(11, 3)
+	if plain.Less(c) || c.Less(plain) {
+		t.Errorf("origins take part in the order")
+	}
+	for _, old := range []ff.Cursor{plain, {Xact: 5, EventID: 2}, {EventID: 9, Legacy: true}} {
+		got, err := ff.ParseCursor(old.String())
+		if err != nil {
+			t.Fatalf("an old cursor %s no longer parses: %v", old, err)
+		}
+		if _, ok := got.Origin(); ok || got != old {
+			t.Errorf("ParseCursor(%s) = %#v, want %#v without an origin", old, got, old)
+		}
+	}
+	for _, bad := range []ff.Origin{{Stream: "events", Schema: "app"}, {Stream: ff.StreamLeases}, {Stream: ff.StreamLeases, Schema: strings.Repeat("s", 64)}} {
+		if err := bad.Validate(); !errors.Is(err, ff.ErrValidation) {
+			t.Errorf("%#v.Validate() = %v, want a validation error", bad, err)
+		}
+	}
 }
 
 func TestSnapshotVisible(t *testing.T) {

@@ -158,6 +158,16 @@ func (sc *scenario) startTails() {
 	}
 }
 
+// startOneOfEach starts the tails, a scheduler "sched" (sc.procs[0]) and
+// a worker "worker", and waits for the scheduler to lead.
+func (sc *scenario) startOneOfEach() {
+	sc.t.Helper()
+	sc.startTails()
+	sc.startScheduler("sched")
+	sc.startWorker("worker")
+	sc.awaitLeader(20 * time.Second)
+}
+
 // query runs a one-row query; errors are returned, not fatal (the server
 // may be restarting).
 func (sc *scenario) query(q string, args []any, dest ...any) error {

@@ -367,6 +367,11 @@ func TestMetricsBounded(t *testing.T) {
 		if !m.has(`river_work_count_total`) {
 			t.Errorf("%s: no river_work_count_total", name)
 		}
+		// The producers' fetch metrics (otelriver v0.12, River's metric
+		// hook): one label, the queue.
+		if !m.has(`river_job_get_available_count_bucket`) {
+			t.Errorf("%s: no river_job_get_available_count:\n%s", name, grepLines(m.raw, "river_job_get"))
+		}
 		largest, largestSets := "", 0
 		for family, sets := range m.families() {
 			if len(sets) > largestSets {

@@ -71,7 +71,12 @@ type CompletionEvent struct {
 	OccurredAtMs int64
 	// DispatchedAtMs marks the event as already dispatched to its flow's
 	// downstream edge groups (the writer enqueued the cascade in the same
-	// transaction); nil leaves it to the dependency scanner.
+	// transaction); nil leaves it undispatched. ffriver finds hops from the
+	// edges (the dependency scanner), not from this column; it is written
+	// for upstream FlowFabric, whose dispatcher and reconciler claim and
+	// scan completion events by dispatched_at_ms IS NULL and would count
+	// an undispatched event's hops a second time, and read by
+	// executions.Store.DispatchCompletionTx (its claim) and History.
 	DispatchedAtMs *int64
 	// Source, when set, is the execution's namespace, instance tag and
 	// flow as the producer read them under the execution's lock, so the

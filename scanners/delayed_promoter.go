@@ -41,7 +41,7 @@ func (DelayedPromoterScanner) Due(ctx context.Context, q Querier, req DueRequest
 // ones) eligibility_state, is not in ffriver's alphabet.
 func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
 	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.delay_until_ms, c.lifecycle_phase, c.eligibility_state",
-		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= %d`, req.NowMs),
+		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= %d`, req.NowMs), "c",
 		[]auditCase{
 			outOfRange(req, "c.partition_key"),
 			{reason: "unknown lifecycle_phase", pred: "c.lifecycle_phase NOT IN " + knownPhases},

@@ -46,7 +46,7 @@
 //   - Unprocessable (optional, Auditor): the rows that look due (they sit in
 //     the due index) but that no scan can process, by reason, each with a
 //     query listing them; ffctl status shows them and ticks log them at
-//     most once per interval.
+//     most once per interval. It honours the filter as Due and Scan do.
 //   - Scan: the candidates of one partition, at most req.Limit, ordered by a
 //     stable key (due time, then id), starting after req.After; return the
 //     last key as Next. ScanExecutions is that keyset scan for executions.

@@ -36,7 +36,7 @@ func (ExecutionDeadlineScanner) Due(ctx context.Context, q Querier, req DueReque
 // the schema's count.
 func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
 	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
-		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < %d`, req.NowMs),
+		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < %d`, req.NowMs), "c",
 		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 

@@ -166,8 +166,11 @@ GROUP BY p.partition_key`), onlyFlagged, ns, tk, tv)
 }
 
 // auditGroups counts pending cancel groups in partitions outside the
-// schema's count.
+// schema's count; a filter applies to the group's downstream execution, as
+// in the edge-cancel scanners' Due and Scan.
 func auditGroups(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
 	return audit(ctx, q, req, "p.partition_key, p.flow_id, p.downstream_eid, p.enqueued_at_ms",
-		"FROM {S}ff_pending_cancel_groups p WHERE true", []auditCase{outOfRange(req, "p.partition_key")})
+		`FROM {S}ff_pending_cancel_groups p
+  LEFT JOIN {S}ff_exec_core c ON c.partition_key = p.partition_key AND c.execution_id = p.downstream_eid WHERE true`, "c",
+		[]auditCase{outOfRange(req, "p.partition_key")})
 }

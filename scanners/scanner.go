@@ -46,11 +46,16 @@ type ParamsProvider interface {
 	Params() (json.RawMessage, error)
 }
 
-// Settings are a scanner's schedule and batch size.
+// Settings are a scanner's schedule and batch size. In an override
+// (ffriver.Config.Scanners) a zero field keeps the scanner's default
+// (Defaults): 0 cannot be an interval or a batch; for Sweep, where 0 does
+// mean something (no scan cursors), NoSweep says it.
 type Settings struct {
-	// Interval between ticks (River periodic job).
+	// Interval between ticks (River periodic job), at least 10 ms. 0 in an
+	// override means the scanner's default.
 	Interval time.Duration
-	// Batch is the most candidates one scan job selects.
+	// Batch is the most candidates one scan job selects, 1..100000. 0 in
+	// an override means the scanner's default.
 	Batch int
 	// Disabled scanners get no periodic job; their workers are still
 	// registered, so jobs already queued are still worked.
@@ -64,9 +69,16 @@ type Settings struct {
 	// behind the position). Such an item waits at most about one Sweep
 	// (two when its job vanished just after a sweep). The scanner's Scan
 	// must return its candidates in keyset order with Next set, as
-	// ScanExecutions does. 0: every scan starts from the beginning.
+	// ScanExecutions does. 0 in Defaults: every scan starts from the
+	// beginning. In an override, 0 keeps the default and NoSweep turns the
+	// scan cursors off; any other negative value is an error.
 	Sweep time.Duration
 }
+
+// NoSweep as Settings.Sweep in an override turns a scanner's scan cursors
+// off: every scan starts from the beginning, as with a Sweep of 0 in its
+// Defaults (an override's 0 keeps the default).
+const NoSweep time.Duration = -1
 
 // Querier runs SQL; pgx.Tx and *pgxpool.Pool satisfy it.
 type Querier interface {

@@ -28,10 +28,12 @@ type Unprocessable struct {
 }
 
 // Auditor is implemented by scanners that can count the rows they cannot
-// process (Unprocessable), whatever the filter: such rows often have no
-// execution to filter by. A scanner without it gets the partitions outside
-// the schema's count that its Due returns reported as unprocessable, with
-// no list query.
+// process (Unprocessable). It honours req.Filter as the scanner's Due and
+// Scan do: a filtered deployment counts only the rows of its own
+// executions, and a row with no execution to filter by (an attempt of no
+// execution, say) is left to an unfiltered deployment, which counts every
+// row. A scanner without it gets the partitions outside the schema's count
+// that its Due returns reported as unprocessable, with no list query.
 type Auditor interface {
 	Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error)
 }
@@ -47,14 +49,27 @@ type auditCase struct {
 // audit counts the rows of from (a FROM … WHERE <looks due> clause, with
 // every value written in) by the first case each matches, and returns a
 // list query per case found. cols are the columns the list queries show.
-func audit(ctx context.Context, q Querier, req DueRequest, cols, from string, cases []auditCase) ([]Unprocessable, error) {
+// req.Filter applies to the execution from joins as exec (its alias, ""
+// when the rows have no execution to filter by): the count takes the
+// filter's values as parameters, the list queries (for an operator's psql)
+// as literals.
+func audit(ctx context.Context, q Querier, req DueRequest, cols, from, exec string, cases []auditCase) ([]Unprocessable, error) {
+	var args []any
+	listFrom := from
+	if !req.Filter.IsZero() && exec != "" {
+		ns, tk, tv := filterArgs(req.Filter)
+		from += ` AND ($1::text IS NULL OR ` + exec + `.raw_fields->>'namespace' = $1::text)` +
+			` AND ($2::text IS NULL OR ` + exec + `.raw_fields->'tags'->>$2::text = $3::text)`
+		args = []any{ns, tk, tv}
+		listFrom += filterLiterals(req.Filter, exec)
+	}
 	var b strings.Builder
 	b.WriteString("SELECT CASE")
 	for i, c := range cases {
 		fmt.Fprintf(&b, " WHEN (%s) IS TRUE THEN %d", c.pred, i)
 	}
 	b.WriteString(" END AS why, count(*) " + from + " GROUP BY 1")
-	rows, err := q.Query(ctx, req.SQL(b.String()))
+	rows, err := q.Query(ctx, req.SQL(b.String()), args...)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "counting unprocessable rows")
 	}
@@ -80,7 +95,7 @@ func audit(ctx context.Context, q Querier, req DueRequest, cols, from string, ca
 		if counts[i] == 0 {
 			continue
 		}
-		list := "SELECT " + cols + " " + from
+		list := "SELECT " + cols + " " + listFrom
 		for _, earlier := range cases[:i] {
 			list += " AND (" + earlier.pred + ") IS NOT TRUE"
 		}
@@ -88,6 +103,24 @@ func audit(ctx context.Context, q Querier, req DueRequest, cols, from string, ca
 		out = append(out, Unprocessable{Reason: c.reason, Count: counts[i], List: req.SQL(list)})
 	}
 	return out, nil
+}
+
+// filterLiterals is f as a predicate on the execution aliased exec, its
+// values written in as literals (E'…', which mean the same whatever the
+// server's standard_conforming_strings): for list queries, never run by
+// ffriver itself.
+func filterLiterals(f ff.Filter, exec string) string {
+	lit := func(s string) string {
+		return "E'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s) + "'"
+	}
+	var out string
+	if f.Namespace != "" {
+		out += " AND " + exec + ".raw_fields->>'namespace' = " + lit(f.Namespace)
+	}
+	if f.InstanceTag != nil {
+		out += " AND " + exec + ".raw_fields->'tags'->>" + lit(f.InstanceTag.Key) + " = " + lit(f.InstanceTag.Value)
+	}
+	return out
 }
 
 // outOfRange is the audit case of rows in partitions outside the schema's

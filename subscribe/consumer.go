@@ -170,7 +170,7 @@ func (r *reader[E]) loadConsumer(ctx context.Context, q *pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("subscribe: consumer %q: stored position: %w", r.consumer.name, err)
 	}
-	r.cfg.start, r.cfg.after, r.cfg.sinceMs = StartAfter, c, 0
+	r.cfg.start, r.cfg.after, r.cfg.sinceMs, r.afterStored = StartAfter, c, 0, true
 	r.logger.Info("subscribe: consumer resumes after its stored position", "consumer", r.consumer.name, "cursor", c.String())
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 
 // The streams, by the names Options, ffctl tail and ffctl consumer use.
 const (
-	StreamLeases      = "leases"
-	StreamCompletions = "completions"
+	StreamLeases      = ff.StreamLeases
+	StreamCompletions = ff.StreamCompletions
 )
 
 // streamTables maps a stream's name to its outbox table, the stream column

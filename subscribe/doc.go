@@ -66,6 +66,15 @@
 // time instead. A cursor from another server whose ids happen to be behind
 // this one's cannot be told apart: that is a limit.
 //
+// A cursor records the stream it was taken from, leases or completions, and
+// the schema's name (ff.Cursor.Origin). Handed to the other stream, or to a
+// stream of another schema, it fails at subscribe time with a
+// *CursorOriginError (ErrCursorOrigin) saying where it was taken from: its
+// position would mean nothing there. Cursors written before cursors
+// recorded their origin (prefix 04) record none and are accepted by every
+// stream, as before; so is a named consumer's stored position. A schema
+// renamed since the cursor was taken refuses it too: resume from a time.
+//
 // Cursors of the previous ffriver format (17 bytes, (xact_id, event_id)
 // only, written by streams that read below the oldest running transaction)
 // still work as starting points: the stream delivers every row after the

@@ -35,6 +35,36 @@ func (e *ForeignCursorError) Error() string {
 // Is makes errors.Is(err, ErrForeignCursor) true.
 func (e *ForeignCursorError) Is(target error) bool { return target == ErrForeignCursor }
 
+// ErrCursorOrigin matches a *CursorOriginError with errors.Is.
+var ErrCursorOrigin = errors.New("subscribe: cursor from another stream")
+
+// CursorOriginError is returned at subscribe time for a cursor taken from
+// another stream: the other of the two (leases, completions), or the same
+// stream of another schema. Its position means nothing here: resuming after
+// it would skip or repeat events at random. Hand it to the stream it was
+// taken from, or start this one from the beginning or from a time.
+//
+// Only cursors that record their origin are checked (ff.Cursor.Origin):
+// those of the older forms record none and are accepted by every stream, as
+// they always were. A named consumer's stored position is never refused.
+type CursorOriginError struct {
+	// Cursor is the rejected cursor.
+	Cursor ff.Cursor
+	// TakenFrom is the stream the cursor was taken from; HandedTo the one
+	// it was given to.
+	TakenFrom, HandedTo ff.Origin
+}
+
+// Error implements error.
+func (e *CursorOriginError) Error() string {
+	return fmt.Sprintf("subscribe: cursor %s was taken from %s, not from %s, and a cursor resumes only the stream it was taken from: "+
+		"hand it to that stream (ffctl tail --stream %s --schema %s), or start this one from the beginning or from a time (ffctl tail --from-start or --since)",
+		e.Cursor, e.TakenFrom, e.HandedTo, e.TakenFrom.Stream, e.TakenFrom.Schema)
+}
+
+// Is makes errors.Is(err, ErrCursorOrigin) true.
+func (e *CursorOriginError) Is(target error) bool { return target == ErrCursorOrigin }
+
 // ErrGap matches a *GapError with errors.Is.
 var ErrGap = errors.New("subscribe: events deleted before the stream read them")
 

@@ -87,15 +87,18 @@ type Options struct {
 	// Filter narrows the stream to one namespace and/or instance tag. It is
 	// applied in SQL; rows it drops still advance the stream's position.
 	Filter ff.Filter
-	// BufferSize is the number of decoded events held ahead of the consumer
-	// (default DefaultBufferSize). When it is full the reader stops reading:
-	// a slow consumer slows the stream, it never loses events.
+	// BufferSize is the number of decoded events held ahead of the consumer.
+	// When it is full the reader stops reading: a slow consumer slows the
+	// stream, it never loses events. 0 means DefaultBufferSize (a stream
+	// holds at least one page of events: 1 is the smallest buffer);
+	// negative is an error.
 	BufferSize int
-	// PollInterval is how often the stream reads when no NOTIFY wakes it
-	// (default DefaultPollInterval).
+	// PollInterval is how often the stream reads when no NOTIFY wakes it,
+	// at least MinPollInterval. 0 means DefaultPollInterval (a stream that
+	// never polls would miss rows written without a wake-up).
 	PollInterval time.Duration
-	// PageSize is the number of rows one read fetches (default
-	// DefaultPageSize, at most MaxPageSize).
+	// PageSize is the number of rows one read fetches, 1..MaxPageSize. 0
+	// means DefaultPageSize.
 	PageSize int
 	// ApplicationName of the stream's two connections (default
 	// DefaultApplicationName).
@@ -111,8 +114,8 @@ type Options struct {
 	// stream. At most MaxConsumerName bytes, printable, no spaces.
 	Consumer string
 	// ConsumerMaxLag is how old the consumer's position may grow before
-	// retention stops waiting for it (default DefaultConsumerMaxLag). Only
-	// with Consumer.
+	// retention stops waiting for it. 0 means DefaultConsumerMaxLag;
+	// negative is an error. Only with Consumer.
 	ConsumerMaxLag time.Duration
 	// OnWait, when set, hears about each transaction that wrote to the
 	// stream's outbox and has stayed open for WaitNoticeAfter (its events

@@ -105,6 +105,14 @@ type reader[E any] struct {
 	// maxSQLExcl is maxSQLExcl (tests lower it).
 	maxSQLExcl int
 
+	// origin is what the stream's cursors record: its stream and schema.
+	origin ff.Origin
+
+	// afterStored says cfg.after is a named consumer's stored position,
+	// which is this stream's whatever origin it records (its schema may
+	// have been renamed since).
+	afterStored bool
+
 	// startFrom is the older snapshot of the first batch.
 	startFrom ff.Snapshot
 	// consumer is the named consumer's state; nil for an anonymous stream.
@@ -170,6 +178,7 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	}
 	r.cfg.schema = schema
 	r.channel = outbox.Channel(string(schema))
+	r.origin = ff.Origin{Stream: r.table.stream, Schema: string(schema)}
 
 	var count int
 	err = s.q.QueryRow(ctx, schema.SQL("SELECT num_partitions FROM {S}ff_partition_config")).Scan(&count)
@@ -371,6 +380,9 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		r.last = ff.Cursor{}
 
 	case r.cfg.start == StartAfter && !after.Legacy:
+		if o, ok := after.Origin(); ok && o != r.origin && !r.afterStored {
+			return &CursorOriginError{Cursor: after, TakenFrom: o, HandedTo: r.origin}
+		}
 		if b, ok := after.Batch(); ok {
 			from, to := b.Snapshots()
 			if to.Xmax > now.Xmax {
@@ -435,7 +447,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		// The transactions not visible now are the ones that commit
 		// "after now": the stream starts at the boundary after now.
 		r.from, r.fromAtMs = now, nt.atMs
-		r.last = ff.NewBatch(now, now).Cursor(0, 0)
+		r.last = r.newBatch(now, now).Cursor(0, 0)
 	}
 	return nil
 }
@@ -503,6 +515,12 @@ func (r *reader[E]) excluded(x int64) bool {
 	return found
 }
 
+// newBatch returns the batch (from, to) of this stream: its cursors record
+// the stream's origin.
+func (r *reader[E]) newBatch(from, to ff.Snapshot) ff.Batch {
+	return ff.NewBatch(from, to).WithOrigin(r.origin)
+}
+
 // batchOf returns the batch of the run's k-th tick.
 func (r *reader[E]) batchOf(k int) ff.Batch {
 	if r.batches[k] == (ff.Batch{}) {
@@ -510,7 +528,7 @@ func (r *reader[E]) batchOf(k int) ff.Batch {
 		if k > 0 {
 			prev = r.span[k-1].snap
 		}
-		r.batches[k] = ff.NewBatch(prev, r.span[k].snap)
+		r.batches[k] = r.newBatch(prev, r.span[k].snap)
 	}
 	return r.batches[k]
 }
@@ -928,7 +946,7 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 		}
 		r.finish()
 		if r.consumer != nil {
-			r.consumer.finished(ff.NewBatch(r.from, r.from).Cursor(0, 0))
+			r.consumer.finished(r.newBatch(r.from, r.from).Cursor(0, 0))
 		}
 		// Ticks already taken, or not looked for yet after the start
 		// point's batch, are read at once (a stream catching up);

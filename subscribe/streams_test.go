@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -543,5 +544,100 @@ func TestStartCursorOfAStreamFromTheBeginning(t *testing.T) {
 	defer r.Close()
 	if got := eventIDs(collect(t, r, 2, wait)); !slices.Equal(got, []int64{first, second}) {
 		t.Fatalf("resumed after the start cursor: events %v, want %d and %d", got, first, second)
+	}
+}
+
+// A cursor records the stream and schema it was taken from, and the other
+// stream, or the same stream of another schema, refuses it saying so (issue
+// 23, item 5). A cursor of the older form, which records neither, is
+// accepted everywhere as it always was.
+func TestCursorOfAnotherStream(t *testing.T) {
+	db, other := newDB(t), newDB(t)
+	ctx := context.Background()
+	id := insertLease(t, db.Pool, row{})
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, s, wait)
+	s.Close()
+	if ev.EventID != id {
+		t.Fatalf("event %d, want %d", ev.EventID, id)
+	}
+	here := ff.Origin{Stream: subscribe.StreamLeases, Schema: db.Schema}
+	for _, c := range []ff.Cursor{ev.Cursor, s.StartCursor()} {
+		if o, ok := c.Origin(); !ok || o != here {
+			t.Fatalf("cursor %#v records %v, %t; want %v", c, o, ok, here)
+		}
+	}
+	c, err := ff.ParseCursor(ev.Cursor.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	opts := fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c})
+	refused := func(err error, handedTo ff.Origin) {
+		t.Helper()
+		var oe *subscribe.CursorOriginError
+		if !errors.As(err, &oe) || !errors.Is(err, subscribe.ErrCursorOrigin) {
+			t.Fatalf("a cursor of %v handed to %v: %v, want a *CursorOriginError", here, handedTo, err)
+		}
+		if oe.TakenFrom != here || oe.HandedTo != handedTo {
+			t.Errorf("the error says taken from %v, handed to %v; want %v and %v", oe.TakenFrom, oe.HandedTo, here, handedTo)
+		}
+		for _, want := range []string{"leases stream of schema \"" + db.Schema + "\"", handedTo.String(), "--from-start"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("the error %q does not say %q", err, want)
+			}
+		}
+	}
+	_, err = subscribe.Completions(ctx, db.Pool, opts)
+	refused(err, ff.Origin{Stream: subscribe.StreamCompletions, Schema: db.Schema})
+	o2 := opts
+	o2.Schema = other.Schema
+	_, err = subscribe.Leases(ctx, db.Pool, o2)
+	refused(err, ff.Origin{Stream: subscribe.StreamLeases, Schema: other.Schema})
+
+	// Its own stream resumes after it.
+	s, err = subscribe.Leases(ctx, db.Pool, opts)
+	if err != nil {
+		t.Fatalf("its own stream: %v", err)
+	}
+	id2 := insertLease(t, db.Pool, row{})
+	if ev := next(t, s, wait); ev.EventID != id2 {
+		t.Fatalf("resumed with event %d, want %d", ev.EventID, id2)
+	}
+	s.Close()
+
+	// The same position without an origin (the format of saved cursors
+	// before this one) is accepted by every stream.
+	b, _ := c.Batch()
+	from, to := b.Snapshots()
+	old := ff.NewBatch(from, to).Cursor(c.Xact, c.EventID)
+	if !strings.HasPrefix(old.String(), "04") {
+		t.Fatalf("the older form prints as %s", old)
+	}
+	for _, open := range []func(subscribe.Options) error{
+		func(o subscribe.Options) error {
+			s, err := subscribe.Completions(ctx, db.Pool, o)
+			closeIf(s, err)
+			return err
+		},
+		func(o subscribe.Options) error {
+			o.Schema = other.Schema
+			s, err := subscribe.Leases(ctx, db.Pool, o)
+			closeIf(s, err)
+			return err
+		},
+	} {
+		if err := open(fast(t, subscribe.Options{Start: subscribe.StartAfter, After: old})); err != nil {
+			t.Errorf("a cursor of the older form was refused: %v", err)
+		}
+	}
+}
+
+func closeIf[E any](s *subscribe.Stream[E], err error) {
+	if err == nil {
+		s.Close()
 	}
 }

@@ -31,7 +31,9 @@ type Env struct {
 	GroupLanes int
 	// UnprocessableReportInterval is how often, at most, a process counts
 	// and logs each scanner's unprocessable rows (scanners.Unprocessable)
-	// from its ticks (default DefaultUnprocessableReportInterval).
+	// from its ticks. 0 means DefaultUnprocessableReportInterval; a
+	// negative value (NoUnprocessableReport) turns the report off (ffctl
+	// status still counts them).
 	UnprocessableReportInterval time.Duration
 	// Metrics are the pipeline's OpenTelemetry instruments (nil: none).
 	Metrics *Metrics

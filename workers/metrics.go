@@ -83,6 +83,10 @@ const (
 // and lag histograms: 1 ms to 5 min.
 var DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
+// CountBuckets are the bucket bounds of River's job-count histograms
+// (river.job_get_available_count: the jobs one fetch of a producer locked).
+var CountBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+
 // OtelriverScope is the instrumentation scope of otelriver's instruments
 // (River's own job metrics, river.*).
 const OtelriverScope = "github.com/riverqueue/rivercontrib/otelriver"
@@ -103,10 +107,13 @@ const otelriverTagKey = attribute.Key("tag")
 // namespace, kind and status (749 river_work_count_total series, a 5 MB
 // /metrics after 11,600 items over 256 partitions and 5 namespaces). The
 // view drops the tag attribute from every otelriver instrument, so their
-// labels are the job's kind, queue, priority, attempt and status, and
-// gives their histograms buckets in seconds (DurationBuckets) instead of
-// the SDK's millisecond-sized defaults. An application that wants River
-// tags in its metrics must keep ffriver's jobs out of them some other way.
+// labels are the job's kind, queue, priority, attempt and status (the
+// producer's fetch metrics, river.job_get_available_duration and _count,
+// have only the queue), and gives their histograms buckets in seconds
+// (DurationBuckets) instead of the SDK's millisecond-sized defaults, or,
+// for a histogram of job counts, CountBuckets. An application that wants
+// River tags in its metrics must keep ffriver's jobs out of them some
+// other way.
 func MetricViews() []sdkmetric.View {
 	return []sdkmetric.View{otelriverView}
 }
@@ -120,7 +127,11 @@ func otelriverView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
 	s := sdkmetric.Stream{Name: i.Name, Description: i.Description, Unit: i.Unit,
 		AttributeFilter: func(kv attribute.KeyValue) bool { return kv.Key != otelriverTagKey }}
 	if i.Kind == sdkmetric.InstrumentKindHistogram {
-		s.Aggregation = sdkmetric.AggregationExplicitBucketHistogram{Boundaries: DurationBuckets}
+		bounds := DurationBuckets
+		if i.Unit != "s" {
+			bounds = CountBuckets // {job}: a count, not a duration
+		}
+		s.Aggregation = sdkmetric.AggregationExplicitBucketHistogram{Boundaries: bounds}
 	}
 	return s, true
 }

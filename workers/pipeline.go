@@ -69,7 +69,11 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			if o.Batch != 0 {
 				st.Batch = o.Batch
 			}
-			if o.Sweep != 0 {
+			switch o.Sweep {
+			case 0: // the default
+			case scanners.NoSweep:
+				st.Sweep = 0
+			default:
 				st.Sweep = o.Sweep
 			}
 			st.Disabled = st.Disabled || o.Disabled
@@ -78,7 +82,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
 		}
 		if st.Sweep < 0 {
-			return nil, ff.Validationf("scanner", "%s: sweep %s is negative", s.Name(), st.Sweep)
+			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (scanners.NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
 		}
 		if st.Batch < 1 || st.Batch > 100_000 {
 			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)

@@ -14,6 +14,10 @@ import (
 // unless set.
 const DefaultUnprocessableReportInterval = 10 * time.Minute
 
+// NoUnprocessableReport as Env.UnprocessableReportInterval turns the ticks'
+// report of unprocessable rows off.
+const NoUnprocessableReport time.Duration = -1
+
 // Unprocessable returns the rows scanner s cannot process
 // (scanners.Unprocessable): its Auditor's count when it has one, else the
 // items its Due found in partitions outside the schema's count (due, a
@@ -51,7 +55,10 @@ type unprocessableLog struct {
 // for s less than Env.UnprocessableReportInterval ago.
 func (p *Pipeline) reportUnprocessable(ctx context.Context, s scanners.Scanner, req scanners.DueRequest, due []scanners.Due) {
 	every := p.env.UnprocessableReportInterval
-	if every <= 0 {
+	switch {
+	case every < 0:
+		return // NoUnprocessableReport
+	case every == 0:
 		every = DefaultUnprocessableReportInterval
 	}
 	now := time.Now()

@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 )
 
@@ -188,31 +189,101 @@ func (w *warnings) of(scanner string) []string {
 }
 
 // Poison rows are reported once per interval, not on every tick: a tick
-// every 50 ms for a second logs them once.
+// every 50 ms for a second logs them once; with NoUnprocessableReport,
+// never (a negative interval fell back to the default before).
 func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
 	t.Parallel()
-	logs := &warnings{}
-	over := disabled()
-	over[scanners.AttemptTimeout] = fast(1000)
-	h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
-	h.ff.Pipeline().Env().UnprocessableReportInterval = time.Hour
-	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
-	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
-	h.client(true, nil)
-	h.await("20 attempt_timeout ticks", func() bool {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
-	})
-	got := logs.of(scanners.AttemptTimeout)
-	if len(got) != 1 {
-		t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want 1: %q", len(got), got)
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+		want  int
+	}{{"hourly", time.Hour, 1}, {"never", workers.NoUnprocessableReport, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			logs := &warnings{}
+			over := disabled()
+			over[scanners.AttemptTimeout] = fast(1000)
+			h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
+			h.ff.Pipeline().Env().UnprocessableReportInterval = tc.every
+			h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
+			h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
+			h.client(true, nil)
+			h.await("20 attempt_timeout ticks", func() bool {
+				return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
+			})
+			got := logs.of(scanners.AttemptTimeout)
+			if len(got) != tc.want {
+				t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want %d: %q", len(got), tc.want, got)
+			}
+			// Nothing was scanned for them: no scan, no item.
+			if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
+				t.Fatalf("%d scan or item jobs for rows no scan can process", n)
+			}
+			for _, o := range h.outputs("ff.tick") {
+				if o["due_items"] != 0.0 {
+					t.Fatalf("tick output %v: want no due items", o)
+				}
+			}
+		})
 	}
-	// Nothing was scanned for them: no scan, no item.
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
-		t.Fatalf("%d scan or item jobs for rows no scan can process", n)
+}
+
+// A filtered deployment's auditors count only the rows of its own
+// executions, as its scanners scan only those (issue 23, item 8: they
+// counted every tenant's rows, and rows of no execution, whatever the
+// filter). The list queries list exactly what is counted, with the
+// filter's values (quotes and backslashes included) written in.
+func TestUnprocessableHonoursTheFilter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ffriver.Config{Scanners: disabled()})
+	const ns = `it's\a`
+	now := h.clock.NowMs()
+	// The tenant's own unprocessable rows: an execution in a foreign
+	// lifecycle_phase with an expired lease, and one in a partition
+	// outside the schema's count whose delay and deadline came due.
+	odd := h.create(executions.CreateParams{Lane: "tenant-odd", Namespace: ns})
+	h.claim("tenant-odd", time.Second)
+	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
+	h.exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, raw_fields, lifecycle_phase, ownership_state,
+		eligibility_state, public_state, attempt_state, delay_until_ms, deadline_at_ms)
+		VALUES (301, $1, 'far', jsonb_build_object('namespace', $3::text), 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
+		'pending_first_attempt', $2, $2)`, uuid.New(), now, ns)
+	h.poison() // every other tenant's, and rows of no execution at all
+
+	want := map[string][]string{
+		scanners.AttemptTimeout:    {"execution in an unknown lifecycle_phase"},
+		scanners.DelayedPromoter:   {"partition outside 0..255"},
+		scanners.ExecutionDeadline: {"partition outside 0..255"},
 	}
-	for _, o := range h.outputs("ff.tick") {
-		if o["due_items"] != 0.0 {
-			t.Fatalf("tick output %v: want no due items", o)
+	for _, s := range h.ff.Pipeline().Registry().Scanners() {
+		a, ok := s.(scanners.Auditor)
+		if !ok {
+			continue
+		}
+		params, err := scanners.ParamsOf(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []ff.Filter{{Namespace: ns}, {Namespace: "nobody"}, {InstanceTag: &ff.Tag{Key: "k'\\", Value: "v"}}} {
+			req := scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params, Filter: f}
+			sets, err := a.Unprocessable(h.ctx, h.db.Pool, req)
+			if err != nil {
+				t.Fatalf("%s, filter %+v: %v", s.Name(), f, err)
+			}
+			var got []string
+			for _, u := range sets {
+				got = append(got, u.Reason)
+				if n := h.count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count || u.Count != 1 {
+					t.Errorf("%s, filter %+v: %q counts %d, its query lists %d (want 1): %s", s.Name(), f, u.Reason, u.Count, n, u.List)
+				}
+			}
+			var wantHere []string
+			if f.Namespace == ns {
+				wantHere = want[s.Name()]
+			}
+			if !slices.Equal(got, wantHere) {
+				t.Errorf("%s, filter %+v: unprocessable %q, want %q", s.Name(), f, got, wantHere)
+			}
 		}
 	}
 }

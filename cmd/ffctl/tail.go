@@ -56,9 +56,9 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"position as soon as the stream is open, and then each printed event's cursor, so a restart\n"+
 			"neither skips nor repeats events, even after a run that printed none (at most the last line\n"+
 			"printed before a crash comes again).\n"+
-			"A cursor before events retention deleted, or from another server, is an error (exit 1)\n"+
-			"that says so: resume with --from-start or --since. An empty --cursor or cursor file is a\n"+
-			"usage error, never \"now\".")
+			"A cursor before events retention deleted, from another server, or from another stream or\n"+
+			"schema is an error (exit 1) that says so: resume with --from-start or --since. An empty\n"+
+			"--cursor or cursor file is a usage error, never \"now\".")
 	fs.Stdout = stdout
 	common := cli.AddCommon(fs)
 	var f tailFlags

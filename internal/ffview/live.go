@@ -36,7 +36,8 @@ import (
 // starts after as its id, so a reconnect before the first event loses
 // nothing either. A stream starts from now, after the cursor of the
 // Last-Event-ID header, or after ?after=CURSOR (the header wins: it is the
-// newer); a malformed cursor answers 400. ?namespace=NS narrows a stream to
+// newer); a malformed cursor, or one taken from another stream or schema,
+// answers 400. ?namespace=NS narrows a stream to
 // one namespace.
 //
 // Decisions: each stream holds two database connections of its own
@@ -343,7 +344,7 @@ func liveStream[E any](v *View, kind string, open func(context.Context, *pgxpool
 		opts.Logger = v.log
 		s, err := open(ctx, v.pool, opts)
 		switch {
-		case errors.Is(err, subscribe.ErrForeignCursor):
+		case errors.Is(err, subscribe.ErrForeignCursor), errors.Is(err, subscribe.ErrCursorOrigin):
 			v.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		case errors.Is(err, subscribe.ErrGap):
