@@ -86,18 +86,11 @@ func lifecycleRiver(ctx context.Context, env *Env, n, workerCount int, conns int
 
 // lifecyclePlain is the plain API's side of one run.
 func lifecyclePlain(ctx context.Context, env *Env, n, workers int, conns int32) (float64, error) {
-	pool, schema, cleanup, err := env.scratch(ctx, "lifecycle", conns)
+	_, st, cleanup, err := lifecycleStore(ctx, env, "lifecycle", n, conns)
 	if err != nil {
 		return 0, err
 	}
 	defer cleanup()
-	st, err := executions.Open(ctx, pool, executions.Config{Schema: schema})
-	if err != nil {
-		return 0, err
-	}
-	if err := createExecutions(ctx, pool, st, n); err != nil {
-		return 0, err
-	}
 	var done atomic.Int64
 	start := time.Now()
 	err = eachWorker(ctx, workers, func(ctx context.Context, w int) error {
@@ -132,18 +125,11 @@ func lifecyclePlain(ctx context.Context, env *Env, n, workers int, conns int32) 
 // lifecycleRunner is the runner's side of one run: a runner.Runner with
 // MaxWorkers w and a no-op handler.
 func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (float64, error) {
-	pool, schema, cleanup, err := env.scratch(ctx, "lifecycle_runner", conns)
+	pool, st, cleanup, err := lifecycleStore(ctx, env, "lifecycle_runner", n, conns)
 	if err != nil {
 		return 0, err
 	}
 	defer cleanup()
-	st, err := executions.Open(ctx, pool, executions.Config{Schema: schema})
-	if err != nil {
-		return 0, err
-	}
-	if err := createExecutions(ctx, pool, st, n); err != nil {
-		return 0, err
-	}
 	var done atomic.Int64
 	all := make(chan struct{})
 	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, LeaseTTL: 5 * time.Minute,
@@ -184,6 +170,24 @@ func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (floa
 		return 0, err
 	}
 	return float64(n) / elapsed.Seconds(), nil
+}
+
+// lifecycleStore makes a scratch schema named after name with a pool of
+// conns connections, opens a store on it and creates n executions.
+func lifecycleStore(ctx context.Context, env *Env, name string, n int, conns int32) (*pgxpool.Pool, *executions.Store, func(), error) {
+	pool, schema, cleanup, err := env.scratch(ctx, name, conns)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := executions.Open(ctx, pool, executions.Config{Schema: schema})
+	if err == nil {
+		err = createExecutions(ctx, pool, st, n)
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	return pool, st, cleanup, nil
 }
 
 // createExecutions creates n executions in the scenario's lane, 16 at a
