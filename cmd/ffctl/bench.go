@@ -187,7 +187,7 @@ func writePlot(path, machine string, results []bench.Result) error {
 	if err != nil {
 		return fmt.Errorf("--lifecycle-plot: %w", err)
 	}
-	err = bench.WriteSVG(f, "create → claim → complete, executions/s ("+machine+")", "workers", "executions or jobs per second",
+	err = bench.WriteSVG(f, "Claim → complete of executions beside River's no-op jobs", machine, "workers", "executions or jobs per second",
 		bench.LifecycleSeries(results))
 	if cerr := f.Close(); err == nil {
 		err = cerr

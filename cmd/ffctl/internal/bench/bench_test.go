@@ -79,7 +79,7 @@ func TestScenariosRunSmall(t *testing.T) {
 		t.Fatalf("Lifecycle: %v", err)
 	}
 	var plot strings.Builder
-	if err := bench.WriteSVG(&plot, "lifecycle", "workers", "per second", bench.LifecycleSeries(life)); err != nil {
+	if err := bench.WriteSVG(&plot, "lifecycle", "machine", "workers", "per second", bench.LifecycleSeries(life)); err != nil {
 		t.Fatalf("WriteSVG: %v", err)
 	}
 	if svg := plot.String(); strings.Count(svg, "<polyline") != 3 || !strings.Contains(svg, "River no-op jobs") || !strings.HasSuffix(svg, "</svg>\n") {

@@ -42,9 +42,10 @@ func LifecycleSeries(results []Result) []Series {
 	return []Series{runner, plain, river}
 }
 
-// WriteSVG draws series as lines over their x values (log-2 spaced) in an
-// SVG document: the bench's plot, for the README.
-func WriteSVG(w io.Writer, title, xLabel, yLabel string, series []Series) error {
+// WriteSVG draws series as lines over their x values (evenly spaced, in
+// order) in an SVG document, titled title over a smaller subtitle: the
+// bench's plot, for the README.
+func WriteSVG(w io.Writer, title, subtitle, xLabel, yLabel string, series []Series) error {
 	var xs []int
 	ymax := 0.0
 	for _, s := range series {
@@ -59,7 +60,7 @@ func WriteSVG(w io.Writer, title, xLabel, yLabel string, series []Series) error 
 		return fmt.Errorf("bench: nothing to plot")
 	}
 	slices.Sort(xs)
-	const width, height, left, right, top, bottom = 720, 420, 70, 20, 40, 90
+	const width, height, left, right, top, bottom = 720, 440, 70, 20, 56, 90
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
 	ymax = niceCeil(ymax)
 	px := func(i int) float64 {
@@ -73,6 +74,7 @@ func WriteSVG(w io.Writer, title, xLabel, yLabel string, series []Series) error 
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
+	fmt.Fprintf(&b, `<text x="%d" y="40" font-size="11" fill="#555">%s</text>`+"\n", left, html.EscapeString(subtitle))
 	for i := 0; i <= 5; i++ {
 		y := ymax * float64(i) / 5
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, width-right, py(y), py(y))
