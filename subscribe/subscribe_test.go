@@ -731,8 +731,16 @@ func TestTerminatedConnections(t *testing.T) {
 		// A fault that hits a stream still reconnecting extends the same
 		// outage (one DisconnectedError per outage): wait until this one
 		// is reported and the stream delivers again before the next.
-		waitFor(t, faultWait, "the disconnect to be reported and delivery to resume", func() bool {
-			return nDiscs.Load() == int64(i+1) && nEvents.Load() > seen
+		logged := time.Now()
+		waitFor(t, faultWait, fmt.Sprintf("the disconnect of fault %d (%s) to be reported and delivery to resume", i, which), func() bool {
+			if nDiscs.Load() == int64(i+1) && nEvents.Load() > seen {
+				return true
+			}
+			if time.Since(logged) > 10*time.Second {
+				logged = time.Now()
+				t.Logf("fault %d: %d disconnects reported (want %d), %d events delivered (%d before the fault)", i, nDiscs.Load(), i+1, nEvents.Load(), seen)
+			}
+			return false
 		})
 		pids = backends(t, db.Pool, app)
 	}

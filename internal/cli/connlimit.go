@@ -128,7 +128,16 @@ func (t *connLimitTracer) explain(pool *pgxpool.Pool, refused error) {
 	attrs := []any{"error", refused.Error(), "pool_max_conns", t.max, "next_report_in", ConnLimitReportInterval.String()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// The lookup needs a connection: when the limit refused the pool a new
+	// one, wait for one of its own to be free again (up to 10 s).
 	holders, allowed, err := connHolders(ctx, pool, e.Role)
+	for err != nil && isConnLimit(err) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+			holders, allowed, err = connHolders(ctx, pool, e.Role)
+		}
+	}
 	if err != nil {
 		attrs = append(attrs, "holders", "unknown: "+err.Error())
 	} else {
