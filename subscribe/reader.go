@@ -53,6 +53,10 @@ type reader[E any] struct {
 	dec     decoder[E]
 	connCfg *pgx.ConnConfig
 	logger  *slog.Logger
+	// delivered, while a session is served, is called after readPage
+	// handed events to the consumer: the session works, whatever fails
+	// after (see serve).
+	delivered func()
 
 	channel    string // NOTIFY channel
 	ticksSQL   string // ff_stream_ticks(after, lim)
@@ -744,7 +748,20 @@ func (r *reader[E]) serve(ctx context.Context, s *session, healthy func()) error
 
 	timer := time.NewTimer(r.cfg.pollInterval)
 	defer timer.Stop()
+	// The session is healthy (the outage, if any, is over) after its
+	// first complete read, or as soon as it delivered events: a consumer
+	// that saw events after a disconnect must see the next loss as a new
+	// outage, with a DisconnectedError of its own, even when it hits the
+	// rest of that first read.
 	first := true
+	onHealthy := func() {
+		if first {
+			first = false
+			healthy()
+		}
+	}
+	r.delivered = onHealthy
+	defer func() { r.delivered = nil }()
 	for {
 		more, err := r.readPage(ctx, s.q)
 		if err != nil {
@@ -753,10 +770,7 @@ func (r *reader[E]) serve(ctx context.Context, s *session, healthy func()) error
 		if err := r.saveConsumer(ctx, s.q, false); err != nil {
 			return err
 		}
-		if first {
-			first = false
-			healthy()
-		}
+		onHealthy()
 		if more {
 			select {
 			case err := <-lerr:
@@ -923,6 +937,9 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 			events = events[k:]
 		}
 		r.last = last
+		if r.delivered != nil {
+			r.delivered()
+		}
 	}
 	if taken > 0 {
 		clear(r.heldRows[:taken])
