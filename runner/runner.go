@@ -279,15 +279,21 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 	for ctx.Err() == nil {
 		free := r.cfg.MaxWorkers - int(r.active.Load())
 		if free > 0 && more {
-			if wait := r.cfg.FetchCooldown - time.Since(last); wait > 0 {
-				if !sleep(ctx, wait) {
+			if cool := r.cfg.FetchCooldown - time.Since(last); cool > 0 {
+				if !sleep(ctx, cool) {
 					return
 				}
 				continue
 			}
 			last = time.Now()
 			p.Max = free
-			leases, err := r.st.Claim(ctx, p)
+			// A claim in flight when ctx ends still commits, and its
+			// executions are run or released like the others: cut off,
+			// they would wait for their leases to expire. It is bounded
+			// by the lease TTL, past which its leases would be worthless.
+			claimCtx, cancel := context.WithTimeout(base, r.cfg.LeaseTTL)
+			leases, err := r.st.Claim(claimCtx, p)
+			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
 					wait = min(2*wait, max(maxClaimBackoff, r.cfg.FetchPollInterval))
