@@ -199,7 +199,7 @@ func (s *Store) queueCompletes(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *
 	if n == 0 {
 		return nil
 	}
-	if n == 1 { // the statements of a single Complete are cheaper to plan
+	if n == 1 { // a lone Complete's statements (not measured against the set-based ones)
 		return s.queueComplete(ctx, tx, b, c.locked[0], c.results[0], now)
 	}
 	parts := make([]int16, n)
