@@ -43,9 +43,9 @@ WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2:
 ORDER BY e.partition_key, e.execution_id
 FOR NO KEY UPDATE`
 
-// FinishMany completes and fails many leases in one transaction: what a
-// worker runtime's batching completer sends instead of one Complete or Fail
-// transaction per execution. Each item is fenced on its own, exactly as
+// FinishMany completes and fails many leases in one transaction: what the
+// coalesced Complete, Fail and Release calls (and so package runner) send
+// instead of one transaction per execution. Each item is fenced on its own, exactly as
 // Complete or Fail fences it, and writes its own outbox rows; an item whose
 // lease is stale, expired or no longer active gets that typed error in its
 // FinishOutcome and writes nothing, while the others commit. The returned

@@ -16,7 +16,7 @@ import (
 
 // A worker process: a Runner claims the lane's executions in batches, runs
 // the handler for each (up to MaxWorkers at once), renews their leases, and
-// commits their results through its batching completer. Cancelling Run's
+// commits their results, several executions per transaction. Cancelling Run's
 // context stops it gracefully.
 func Example() {
 	ctx := context.Background()

@@ -24,9 +24,6 @@ const (
 	MetricActive = "ffriver.runner.active"
 	// MetricHandlerDuration is how long handlers ran, in seconds.
 	MetricHandlerDuration = "ffriver.runner.handler.duration"
-	// MetricCompleterBatch is how many finishes each completer transaction
-	// carried.
-	MetricCompleterBatch = "ffriver.runner.completer.batch"
 )
 
 // Outcomes of MetricExecutions.
@@ -45,7 +42,6 @@ type metrics struct {
 	claimedC   metric.Int64Counter
 	active     metric.Int64UpDownCounter
 	duration   metric.Float64Histogram
-	batchSize  metric.Int64Histogram
 	byOutcome  map[string]metric.MeasurementOption
 	laneOnly   metric.MeasurementOption
 }
@@ -74,11 +70,6 @@ func newMetrics(mp metric.MeterProvider, lane string) (*metrics, error) {
 		metric.WithDescription("How long handlers ran.")); err != nil {
 		return nil, wrap(err)
 	}
-	if m.batchSize, err = meter.Int64Histogram(MetricCompleterBatch, metric.WithUnit("{execution}"),
-		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
-		metric.WithDescription("Finishes committed per completer transaction.")); err != nil {
-		return nil, wrap(err)
-	}
 	m.laneOnly = metric.WithAttributeSet(attribute.NewSet(m.lane))
 	ctx := context.Background()
 	for _, o := range []string{outcomeCompleted, outcomeRetried, outcomeFailed, outcomeReleased, outcomeLost, outcomeError} {
@@ -102,5 +93,3 @@ func (m *metrics) activeAdd(ctx context.Context, n int64) { m.active.Add(ctx, n,
 func (m *metrics) handled(ctx context.Context, d time.Duration) {
 	m.duration.Record(ctx, d.Seconds(), m.laneOnly)
 }
-
-func (m *metrics) batch(ctx context.Context, n int) { m.batchSize.Record(ctx, int64(n), m.laneOnly) }

@@ -1,8 +1,9 @@
 // Package runner is a worker runtime for the execution store: it claims
 // executions of a lane in batches, runs a handler for each, renews their
-// leases in the background, and completes and fails them through a
-// batching completer, several executions per transaction, each still
-// fenced and with its own outbox rows. It is to the store what River's
+// leases in the background, and completes and fails them without holding a
+// handler's slot, through the Store's Complete, Fail and Release, which
+// commit concurrent calls together (several executions per transaction,
+// each still fenced and with its own outbox rows). It is to the store what River's
 // producer, executor and batch completer are to River's jobs, and it is
 // where the store's speed comes from: the hand-written Claim → Complete
 // loop costs two transactions per execution and many concurrent claimers.
@@ -24,9 +25,9 @@
 //     finished or released: it stops claiming, waits up to StopTimeout for
 //     running handlers, then cancels their contexts with cause ErrStopping;
 //     a handler that returns an error after that is released (runnable at
-//     once, without using a retry) instead of failed. The completer then
-//     commits what it holds.
-//   - A completion the completer cannot commit (the database is away) is
+//     once, without using a retry) instead of failed. Run then waits for
+//     every end to be committed.
+//   - An end the runner cannot commit (the database is away) is
 //     not retried forever: the lease then runs out and the attempt_timeout
 //     scanner expires or retries the execution, as for a worker that died.
 //     Nothing is carried only by the runner.
@@ -108,12 +109,6 @@ type Config struct {
 	// freed one by one are claimed together. 0 claims as soon as a slot is
 	// free.
 	FetchCooldown time.Duration
-	// CompleteBatch is the most finishes in one completer transaction. 0
-	// means the default, 200.
-	CompleteBatch int
-	// Completers is how many completer transactions may run at once. 0
-	// means the default, 2.
-	Completers int
 	// StopTimeout is how long Run waits for running handlers once its
 	// context is done before it cancels their contexts. 0 cancels them at
 	// once.
@@ -128,8 +123,6 @@ type Config struct {
 // Defaults of the Config fields whose zero value cannot mean itself.
 const (
 	DefaultFetchPollInterval = 100 * time.Millisecond
-	DefaultCompleteBatch     = 200
-	DefaultCompleters        = 2
 )
 
 func (c *Config) check() error {
@@ -149,19 +142,9 @@ func (c *Config) check() error {
 		return ff.Validationf("lease_ttl", "%s: want at least 100ms", c.LeaseTTL)
 	case c.FetchPollInterval < 0 || c.FetchCooldown < 0 || c.StopTimeout < 0:
 		return ff.Validationf("runner", "negative FetchPollInterval, FetchCooldown or StopTimeout")
-	case c.CompleteBatch < 0 || c.CompleteBatch > 10_000:
-		return ff.Validationf("complete_batch", "%d is outside 0..10000", c.CompleteBatch)
-	case c.Completers < 0 || c.Completers > 64:
-		return ff.Validationf("completers", "%d is outside 0..64", c.Completers)
 	}
 	if c.FetchPollInterval == 0 {
 		c.FetchPollInterval = DefaultFetchPollInterval
-	}
-	if c.CompleteBatch == 0 {
-		c.CompleteBatch = DefaultCompleteBatch
-	}
-	if c.Completers == 0 {
-		c.Completers = DefaultCompleters
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -177,12 +160,11 @@ type Runner struct {
 	handler Handler
 	m       *metrics
 
-	active   atomic.Int64
-	freed    chan struct{} // a handler slot was freed (buffered 1)
-	finishes chan finish
-	mu       sync.Mutex
-	held     map[ff.ExecutionID]*running
-	ran      atomic.Bool
+	active atomic.Int64
+	freed  chan struct{} // a handler slot was freed (buffered 1)
+	mu     sync.Mutex
+	held   map[ff.ExecutionID]*running
+	ran    atomic.Bool
 }
 
 // running is one execution in a handler.
@@ -191,12 +173,6 @@ type running struct {
 	cancel context.CancelCauseFunc
 	ctx    context.Context
 	ex     *Execution // the handler's, never written after start
-}
-
-// finish is a handler's end, for the completer.
-type finish struct {
-	item    executions.Finish
-	started time.Time
 }
 
 // New returns a Runner of store's executions in cfg.Lane, running h.
@@ -212,8 +188,7 @@ func New(store *executions.Store, cfg Config, h Handler) (*Runner, error) {
 		return nil, err
 	}
 	return &Runner{st: store, cfg: cfg, handler: h, m: m,
-		freed: make(chan struct{}, 1), finishes: make(chan finish, 2*cfg.MaxWorkers),
-		held: make(map[ff.ExecutionID]*running)}, nil
+		freed: make(chan struct{}, 1), held: make(map[ff.ExecutionID]*running)}, nil
 }
 
 // Run registers the lane (so that a runner may start before the first
@@ -228,12 +203,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.st.RegisterLane(ctx, r.cfg.Lane, "runner "+r.cfg.WorkerInstanceID); err != nil {
 		return fmt.Errorf("runner: registering lane %s: %w", ff.Excerpt(r.cfg.Lane), err)
 	}
-	// Handlers and the completer outlive ctx until they are done.
+	// Handlers and the ends they hand on outlive ctx until they are done.
 	base := context.WithoutCancel(ctx)
-	var handlers, completers sync.WaitGroup
-	for range r.cfg.Completers {
-		completers.Go(func() { r.complete(base) })
-	}
+	var handlers, ends sync.WaitGroup
 	renewCtx, stopRenew := context.WithCancel(base)
 	renewDone := make(chan struct{})
 	go func() {
@@ -241,7 +213,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.renew(renewCtx)
 	}()
 
-	r.fetch(ctx, base, &handlers)
+	r.fetch(ctx, base, &handlers, &ends)
 
 	// Stopping: wait for the handlers, then cancel what is left.
 	waited := make(chan struct{})
@@ -261,8 +233,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.mu.Unlock()
 		<-waited
 	}
-	close(r.finishes)
-	completers.Wait()
+	ends.Wait()
 	stopRenew()
 	<-renewDone
 	return nil
@@ -270,7 +241,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // fetch is the claim loop: it claims as many executions as there are free
 // slots and starts their handlers, until ctx is done.
-func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
+func (r *Runner) fetch(ctx, base context.Context, handlers, ends *sync.WaitGroup) {
 	p := executions.ClaimParams{Lane: r.cfg.Lane, WorkerID: r.cfg.WorkerID, WorkerInstanceID: r.cfg.WorkerInstanceID,
 		LeaseTTL: r.cfg.LeaseTTL, Capabilities: r.cfg.Capabilities}
 	more := true // the last claim filled every slot it asked for
@@ -305,7 +276,7 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 				more = len(leases) == free
 				r.m.claimed(ctx, len(leases))
 				for _, l := range leases {
-					r.start(base, l, handlers)
+					r.start(base, l, handlers, ends)
 				}
 				continue
 			}
@@ -328,8 +299,9 @@ func (r *Runner) fetch(ctx, base context.Context, handlers *sync.WaitGroup) {
 	}
 }
 
-// start runs l's handler in a goroutine of its own.
-func (r *Runner) start(base context.Context, l executions.Lease, handlers *sync.WaitGroup) {
+// start runs l's handler in a goroutine of its own. The handler's slot is
+// free as soon as it returns; its end is committed by a goroutine of ends.
+func (r *Runner) start(base context.Context, l executions.Lease, handlers, ends *sync.WaitGroup) {
 	hctx, cancel := context.WithCancelCause(base)
 	h := &running{lease: l, cancel: cancel, ctx: hctx, ex: &Execution{Lease: l}}
 	r.mu.Lock()
@@ -350,12 +322,15 @@ func (r *Runner) start(base context.Context, l executions.Lease, handlers *sync.
 			default:
 			}
 		}()
-		r.runOne(h)
+		if it, ok := r.runOne(h); ok {
+			ends.Go(func() { r.finish(base, it) })
+		}
 	})
 }
 
-// runOne runs the handler of h and hands its end to the completer.
-func (r *Runner) runOne(h *running) {
+// runOne runs the handler of h and returns how its attempt ends, or false
+// when the lease was lost (there is nothing to commit).
+func (r *Runner) runOne(h *running) (executions.Finish, bool) {
 	started := time.Now()
 	result, err := r.call(h)
 	r.m.handled(h.ctx, time.Since(started))
@@ -365,14 +340,14 @@ func (r *Runner) runOne(h *running) {
 	switch cause := context.Cause(h.ctx); {
 	case errors.Is(cause, ErrLeaseLost):
 		r.m.finished(h.ctx, outcomeLost)
-		return
+		return it, false
 	case err == nil:
 	case errors.Is(cause, ErrStopping):
 		it.Release = true
 	default:
 		it.Fail = &executions.FailParams{Message: message(err), Permanent: errors.As(err, new(permanentError))}
 	}
-	r.finishes <- finish{item: it, started: started}
+	return it, true
 }
 
 // call runs the handler, turning a panic into an error.
@@ -397,77 +372,38 @@ func message(err error) string {
 	return s
 }
 
-// complete is the batching completer: it takes the finishes handed to it,
-// as many as are waiting (up to CompleteBatch), and commits them in one
-// FinishMany transaction. While one transaction runs the next batch
-// gathers, so under load batches grow and at rest a finish waits for no
-// timer.
-func (r *Runner) complete(ctx context.Context) {
-	batch := make([]finish, 0, r.cfg.CompleteBatch)
-	for {
-		f, ok := <-r.finishes
-		if !ok {
-			return
-		}
-		batch = append(batch[:0], f)
-	gather:
-		for len(batch) < r.cfg.CompleteBatch {
-			select {
-			case f, ok := <-r.finishes:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, f)
-			default:
-				break gather
-			}
-		}
-		r.flush(ctx, batch)
+// finish commits how an attempt ended through the Store's Complete, Fail
+// or Release, which commit concurrent calls together (one FinishMany per
+// batch, each call fenced on its own; a call whose execution another
+// transaction holds is finished alone so that it holds up no other).
+func (r *Runner) finish(ctx context.Context, it executions.Finish) {
+	var err error
+	var fr executions.FailResult
+	switch {
+	case it.Release:
+		err = r.st.Release(ctx, it.Lease)
+	case it.Fail != nil:
+		fr, err = r.st.Fail(ctx, it.Lease, *it.Fail)
+	default:
+		err = r.st.Complete(ctx, it.Lease, it.Result)
 	}
-}
-
-// flush commits one batch. When the batch as a whole fails, its items are
-// tried one by one so that one bad item does not take the others with it.
-func (r *Runner) flush(ctx context.Context, batch []finish) {
-	items := make([]executions.Finish, len(batch))
-	for i, f := range batch {
-		items[i] = f.item
-	}
-	r.m.batch(ctx, len(items))
-	outs, err := r.st.FinishMany(ctx, items)
-	if err != nil && len(items) > 1 {
-		r.cfg.Logger.WarnContext(ctx, "runner: a completer batch failed; finishing its items one by one",
-			"lane", r.cfg.Lane, "items", len(items), "error", err)
-		for _, f := range batch {
-			r.flush(ctx, []finish{f})
-		}
-		return
-	}
-	for i, it := range items {
-		var ierr error
-		if err != nil {
-			ierr = err
-		} else {
-			ierr = outs[i].Err
-		}
-		switch {
-		case ierr == nil && it.Release:
-			r.m.finished(ctx, outcomeReleased)
-		case ierr == nil && it.Fail == nil:
-			r.m.finished(ctx, outcomeCompleted)
-		case ierr == nil && outs[i].Fail.Retried:
-			r.m.finished(ctx, outcomeRetried)
-		case ierr == nil:
-			r.m.finished(ctx, outcomeFailed)
-		case executions.IsFenced(ierr):
-			r.m.finished(ctx, outcomeLost)
-			r.cfg.Logger.InfoContext(ctx, "runner: an execution's lease was lost before its end was committed",
-				"execution", it.Lease.ID.String(), "error", ierr)
-		default:
-			r.m.finished(ctx, outcomeError)
-			r.cfg.Logger.ErrorContext(ctx, "runner: could not commit an execution's end; its lease will run out and the attempt_timeout scanner takes it over",
-				"execution", it.Lease.ID.String(), "error", ierr)
-		}
+	switch {
+	case err == nil && it.Release:
+		r.m.finished(ctx, outcomeReleased)
+	case err == nil && it.Fail == nil:
+		r.m.finished(ctx, outcomeCompleted)
+	case err == nil && fr.Retried:
+		r.m.finished(ctx, outcomeRetried)
+	case err == nil:
+		r.m.finished(ctx, outcomeFailed)
+	case executions.IsFenced(err):
+		r.m.finished(ctx, outcomeLost)
+		r.cfg.Logger.InfoContext(ctx, "runner: an execution's lease was lost before its end was committed",
+			"execution", it.Lease.ID.String(), "error", err)
+	default:
+		r.m.finished(ctx, outcomeError)
+		r.cfg.Logger.ErrorContext(ctx, "runner: could not commit an execution's end; its lease will run out and the attempt_timeout scanner takes it over",
+			"execution", it.Lease.ID.String(), "error", err)
 	}
 }
 

@@ -273,7 +273,7 @@ func TestRunnerErrorsRetryUnlessPermanent(t *testing.T) {
 	}
 }
 
-// A completer batch with a stale lease in it: that one does not complete
+// A batch of ends with a stale lease in it: that one does not complete
 // its execution, the others commit.
 func TestRunnerStaleLeaseInACompleterBatch(t *testing.T) {
 	t.Parallel()
