@@ -77,6 +77,23 @@ func Permanent(err error) error {
 	return permanentError{err}
 }
 
+// Store is what a Runner needs of the execution store: *executions.Store
+// implements it, and that is what a Runner is normally given. It is an
+// interface so that a wrapper can observe or instrument every call the
+// runner makes (the lease checker records them to check its histories);
+// a wrapper must pass each call through to one Store, whose Complete, Fail
+// and Release commit concurrent calls together.
+type Store interface {
+	RegisterLane(ctx context.Context, lane, by string) error
+	Claim(ctx context.Context, p executions.ClaimParams) ([]executions.Lease, error)
+	Renew(ctx context.Context, lease executions.Lease, ttl time.Duration) (executions.Lease, error)
+	Complete(ctx context.Context, lease executions.Lease, result []byte) error
+	Fail(ctx context.Context, lease executions.Lease, p executions.FailParams) (executions.FailResult, error)
+	Release(ctx context.Context, lease executions.Lease) error
+}
+
+var _ Store = (*executions.Store)(nil)
+
 // Execution is what a handler works on: the execution's lease (ID,
 // attempt, epoch) and its payload.
 type Execution struct {
@@ -155,7 +172,7 @@ func (c *Config) check() error {
 // Runner claims and runs executions of one lane. Create it with New and
 // call Run once.
 type Runner struct {
-	st      *executions.Store
+	st      Store
 	cfg     Config
 	handler Handler
 	m       *metrics
@@ -176,7 +193,7 @@ type running struct {
 }
 
 // New returns a Runner of store's executions in cfg.Lane, running h.
-func New(store *executions.Store, cfg Config, h Handler) (*Runner, error) {
+func New(store Store, cfg Config, h Handler) (*Runner, error) {
 	if store == nil || h == nil {
 		return nil, ff.Validationf("runner", "a store and a handler are required")
 	}

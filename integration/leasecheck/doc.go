@@ -1,9 +1,12 @@
 // Package leasecheck checks ffriver's lease protocol by histories: many
 // application clients drive random operations through the public
 // executions API (plain calls, and composite transactions that hold an
-// execution's row while other clients wait for it), the real ffscheduler
-// and ffworker binaries run the scanners, faults are injected, and every
-// call is recorded with its real-time window and its Store's clock window.
+// execution's row while other clients wait for it), package runner's
+// Runners work the shared lanes beside them (claims in batches, background
+// renewals, ends that commit together, releases at stop), the real
+// ffscheduler and ffworker binaries run the scanners, faults are injected,
+// and every call, a runner's too, is recorded with its real-time window
+// and its Store's clock window.
 // Then:
 //
 //  1. porcupine checks each execution's history for linearizability

@@ -74,6 +74,8 @@ type Call struct {
 	Err string
 	// Tx is the call's transaction in the outbox, once matched.
 	Tx *Tx
+	// Runner: a package runner's call (runners.go).
+	Runner bool
 	// Maybe are the results the call had if one of the transactions that
 	// other calls of unknown outcome fit too was its (see Output.Maybe).
 	Maybe [][]Result

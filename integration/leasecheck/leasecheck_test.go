@@ -17,6 +17,7 @@ var (
 	flagDuration = flag.Duration("duration", 0, "run one long history of this duration with every fault, instead of the small runs")
 	flagSeed     = flag.Uint64("seed", 0, "seed of the run (0: random; with the small runs, replaces the random seed)")
 	flagClients  = flag.Int("clients", 0, "application clients (default 8 small, 16 long)")
+	flagRunners  = flag.Int("runners", -1, "package runner's Runners on the shared lanes (default 2 small, 4 long)")
 	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew")
 )
 
@@ -111,7 +112,7 @@ func TestLeaseHistories(t *testing.T) {
 		}
 		runOne(t, Options{Seed: seed, Duration: *flagDuration, Processes: 4, Schedulers: 2, Workers: 2,
 			Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 40, FlowShare: 0.2, Hold: 40 * time.Millisecond,
-				SharedShare: 0.25, SharedLanes: 2},
+				SharedShare: 0.25, SharedLanes: 2, Runners: runners(4)},
 			Faults: allFaults(*flagFaults), Bins: bins, Quiesce: 3 * time.Minute})
 		return
 	}
@@ -123,7 +124,7 @@ func TestLeaseHistories(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", r.seed), func(t *testing.T) {
 			runOne(t, Options{Seed: r.seed, Duration: 6 * time.Second, Processes: 2, Schedulers: 1, Workers: 1,
 				Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 30, FlowShare: 0.2, Hold: 40 * time.Millisecond,
-					SharedShare: 0.3, SharedLanes: 1},
+					SharedShare: 0.3, SharedLanes: 1, Runners: runners(2)},
 				Faults: r.faults, Bins: bins})
 		})
 	}
@@ -149,6 +150,13 @@ func runOne(t *testing.T, o Options) {
 		}
 		t.Errorf("seed %d: %d violations (the first %d below); artifacts: %v%s", o.Seed, n, len(shown), rep.Artifacts, b.String())
 	}
+}
+
+func runners(def int) int {
+	if *flagRunners >= 0 {
+		return *flagRunners
+	}
+	return def
 }
 
 func longArgs() string {

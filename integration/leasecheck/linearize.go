@@ -107,8 +107,8 @@ func describeStep(st Step, r *Result, unknown bool) string {
 		call = fmt.Sprintf("Fail(%s permanent=%v)", st.Lease, st.Permanent)
 	case OpDelay:
 		call = fmt.Sprintf("Delay(%s until %d)", st.Lease, st.Until)
-	case OpComplete:
-		call = fmt.Sprintf("Complete(%s)", st.Lease)
+	case OpComplete, OpRelease:
+		call = fmt.Sprintf("%s(%s)", st.Kind, st.Lease)
 	default:
 		call = st.Kind.String()
 	}

@@ -184,6 +184,8 @@ const (
 	OpRevoke
 	OpReclaim
 	OpScanner
+	// OpRelease is last so that the other kinds keep their values.
+	OpRelease
 )
 
 // String names the kind of step.
@@ -209,6 +211,8 @@ func (k Kind) String() string {
 		return "Reclaim"
 	case OpScanner:
 		return "Scanner"
+	case OpRelease:
+		return "Release"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -583,7 +587,7 @@ func step(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	switch st.Kind {
 	case OpClaim:
 		return claim(s, st, r, in, c)
-	case OpRenew, OpComplete, OpFail, OpDelay:
+	case OpRenew, OpComplete, OpFail, OpDelay, OpRelease:
 		return leaseOp(s, st, r, in, c)
 	case OpCancel:
 		return cancel(s, r, in, c)
@@ -699,7 +703,8 @@ func leaseClasses(s State, l LeaseRef, w Window) classes {
 	return out
 }
 
-// leaseOp is Renew, Complete, Fail and Delay: fenced by the lease (above).
+// leaseOp is Renew, Complete, Fail, Delay and Release: fenced by the lease
+// (above).
 //   - Renew moves the expiry to now+ttl and writes "renewed".
 //   - Complete closes the attempt (no epoch bump), makes the execution
 //     terminal success and writes "revoked" and a completion "success".
@@ -709,6 +714,9 @@ func leaseClasses(s State, l LeaseRef, w Window) classes {
 //     completion "failed".
 //   - Delay closes the attempt (no bump, no retry spent), parks the
 //     execution until Until and writes "revoked".
+//   - Release closes the attempt (no bump, no retry spent), makes the
+//     execution runnable and eligible at once (the next Claim re-leases the
+//     same attempt) and writes "revoked".
 func leaseOp(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	w, why := now(in, c, true)
 	if why != "" {
@@ -781,6 +789,9 @@ func leaseOp(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	case OpDelay:
 		n = s.closeAttempt(false)
 		n.Phase, n.DelayUntil = Delayed, st.Until
+	case OpRelease:
+		n = s.closeAttempt(false)
+		n.Phase, n.DelayUntil = Waiting, 0
 	}
 	if c != nil {
 		if why := c.lease(revoked); why != "" {

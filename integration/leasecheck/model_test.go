@@ -265,3 +265,29 @@ func TestModelUnknownOutcomes(t *testing.T) {
 	h.add(1, 120, 130, []Step{{Kind: OpComplete, Lease: lease1()}}, []Result{{Err: ErrNotActive}})
 	h.check(t, porcupine.Ok)
 }
+
+// A Release (the runner stopping with the execution in hand) gives the
+// attempt back without using a retry: the next Claim re-leases attempt 0
+// with the next epoch, and the released lease is stale from then on.
+func TestModelRelease(t *testing.T) {
+	reclaimed := LeaseRef{Attempt: 0, Epoch: 2, LeaseID: leaseID(2), ExpiresAt: 1300, Instance: w2}
+	h := claimed()
+	h.add(1, 100, 110, []Step{{Kind: OpRelease, Lease: lease1()}}, ok())
+	h.add(2, 300, 300, []Step{{Kind: OpClaim, TTL: 1000, Instance: w2}}, []Result{{Lease: reclaimed}})
+	h.add(1, 400, 410, []Step{{Kind: OpComplete, Lease: lease1()}}, []Result{{Err: ErrStale}})
+	h.add(2, 500, 510, []Step{{Kind: OpComplete, Lease: reclaimed}}, ok())
+	h.check(t, porcupine.Ok)
+
+	// A Release that used a retry (the claim opened attempt 1) is illegal.
+	h = claimed()
+	h.add(1, 100, 110, []Step{{Kind: OpRelease, Lease: lease1()}}, ok())
+	h.add(2, 300, 300, []Step{{Kind: OpClaim, TTL: 1000, Instance: w2}},
+		[]Result{{Lease: LeaseRef{Attempt: 1, Epoch: 1, LeaseID: leaseID(2), ExpiresAt: 1300, Instance: w2}}})
+	h.check(t, porcupine.Illegal)
+
+	// So is a Release of a lease that was already released.
+	h = claimed()
+	h.add(1, 100, 110, []Step{{Kind: OpRelease, Lease: lease1()}}, ok())
+	h.add(1, 200, 210, []Step{{Kind: OpRelease, Lease: lease1()}}, ok())
+	h.check(t, porcupine.Illegal)
+}

@@ -46,6 +46,9 @@ type Report struct {
 	// SharedOthers counts the leases claims on shared lanes returned for
 	// other executions than the one the client had picked.
 	SharedOthers int64
+	// Runner counts the runners' calls (package runner's own loop): see
+	// RunnerStats.
+	Runner RunnerStats
 	// Faults injected, by kind.
 	Faults map[string]int
 	// Offsets of the application processes' clocks.
@@ -67,6 +70,9 @@ func (r *Report) Summary() string {
 	v := r.Verdict
 	fmt.Fprintf(&b, "seed %d: %d operations checked (%d calls, %d of unknown outcome, %d resolved by the outbox; %d leases from shared-lane claims), %d histories (executions), %d outbox transactions\n",
 		r.Seed, v.Ops, r.Calls, r.Unknown, r.Resolved, r.SharedOthers, v.Histories, v.Txs)
+	if r.Runner.Calls > 0 {
+		fmt.Fprintf(&b, "runners: %s\n", r.Runner)
+	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
 	byCheck := map[string]int{}
 	for _, vi := range v.Violations {
@@ -141,7 +147,9 @@ func Run(tb testing.TB, o Options) *Report {
 
 	rng := rand.New(rand.NewPCG(o.Seed, 1))
 	var procs []*AppProcess
-	perProc := int32(o.Workload.Clients/max(o.Processes, 1) + 3)
+	// A runner's calls take up to two connections more of its process
+	// (a claim or renewal, and a batch of ends).
+	perProc := int32((o.Workload.Clients+2*o.Workload.Runners)/max(o.Processes, 1) + 3)
 	for i := range o.Processes {
 		var offset time.Duration
 		if o.Faults.ClockSkew > 0 && i > 0 {
@@ -223,6 +231,7 @@ func Run(tb testing.TB, o Options) *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d executions' events were streamed out of commit order inside a batch (documented); the first: %s", n, first))
 	}
 	rep.SharedOthers = w.SharedOthers()
+	rep.Runner = runnerStats(calls, snap)
 	rep.Faults = inj.Counts()
 	rep.Notes = slices.Concat(rep.Notes, cluster.Notes(), inj.Errors(), w.HarnessErrors())
 	if len(rep.Verdict.Violations) > 0 {

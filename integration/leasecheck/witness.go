@@ -67,7 +67,7 @@ func alternatives(st Step, r *Result) []eventAlt {
 			return []eventAlt{retry}
 		}
 		return []eventAlt{failed}
-	case OpDelay:
+	case OpDelay, OpRelease:
 		return []eventAlt{{lease: ff.LeaseRevoked, pred: sameLease(st.Lease)}}
 	case OpRevoke:
 		return []eventAlt{{lease: ff.LeaseRevoked, pred: anyLease}}

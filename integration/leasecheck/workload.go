@@ -75,6 +75,11 @@ type WorkloadConfig struct {
 	// returns are recorded (each on its execution).
 	SharedShare float64
 	SharedLanes int
+	// Runners is the number of package runner's Runners, run one after
+	// another on the shared lanes (runner i on lane i mod SharedLanes, in
+	// process i mod the processes), each call of theirs recorded like a
+	// client's (runners.go). It needs SharedLanes.
+	Runners int
 }
 
 // execution is one execution the workload made.
@@ -139,7 +144,19 @@ func (w *Workload) Start(ctx context.Context, seed uint64) {
 		c.instance = fmt.Sprintf("p%d-c%d-%d", c.proc.Index, c.id, 0)
 		w.wg.Go(func() { c.run(ctx) })
 	}
+	for i := range w.cfg.Runners {
+		if w.cfg.SharedLanes == 0 {
+			w.harness("runners need shared lanes")
+			break
+		}
+		proc, lane := w.procs[i%len(w.procs)], fmt.Sprintf("shared%d", i%w.cfg.SharedLanes)
+		w.wg.Go(func() { w.runnerLoop(ctx, proc, lane, w.RunnerClient(i), seed) })
+	}
 }
+
+// RunnerClient is the client id of the calls of runner i: after the
+// clients' and the scanners' (Clients + 1).
+func (w *Workload) RunnerClient(i int) int { return w.cfg.Clients + 2 + i }
 
 // Stop asks every goroutine to finish its current operation and waits.
 func (w *Workload) Stop() {
@@ -208,11 +225,27 @@ func (w *Workload) publish(xs ...*execution) {
 	}
 }
 
-func (w *Workload) hotCount() int {
+// hotCounts returns how many executions are in the hot set, and how many
+// of them are on shared lanes.
+func (w *Workload) hotCounts() (hot, shared int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.hot)
+	for _, x := range w.hot {
+		if x.Shared {
+			shared++
+		}
+	}
+	return len(w.hot), shared
 }
+
+// runnerBacklog is how many executions of the shared lanes the creator
+// keeps in the hot set per runner, beyond HotSet, so that the runners have
+// work while the clients work on the same executions; sweepEvery is how
+// often it retires the hot executions that became terminal.
+const (
+	runnerBacklog = 16
+	sweepEvery    = 150 * time.Millisecond
+)
 
 func (w *Workload) pick(rng *rand.Rand) *execution {
 	w.mu.Lock()
@@ -242,16 +275,22 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 func (w *Workload) creator(ctx context.Context) {
 	lastSweep := time.Now()
 	for !w.stop.Load() && ctx.Err() == nil {
-		if w.hotCount() < w.cfg.HotSet {
+		if hot, shared := w.hotCounts(); hot < w.cfg.HotSet || shared < runnerBacklog*w.cfg.Runners {
 			proc := w.procs[w.rng.IntN(len(w.procs))]
-			if w.rng.Float64() < w.cfg.FlowShare {
+			if hot >= w.cfg.HotSet {
+				// The runners' backlog: solo executions of the shared lanes.
+				lane := fmt.Sprintf("shared%d", w.rng.IntN(w.cfg.SharedLanes))
+				if x := w.create(ctx, proc, uuid.Nil, w.spec(proc, false), lane); x != nil {
+					w.publish(x)
+				}
+			} else if w.rng.Float64() < w.cfg.FlowShare {
 				w.createFlow(ctx, proc)
 			} else if x := w.create(ctx, proc, uuid.Nil, w.spec(proc, false), w.sharedLane()); x != nil {
 				w.publish(x)
 			}
 			continue
 		}
-		if time.Since(lastSweep) > 300*time.Millisecond {
+		if time.Since(lastSweep) > sweepEvery {
 			w.sweep(ctx)
 			lastSweep = time.Now()
 		}
@@ -339,18 +378,37 @@ func (w *Workload) create(ctx context.Context, proc *AppProcess, flow uuid.UUID,
 	}
 	u := uuid.New()
 	id := ff.ExecutionID{Partition: proc.Store.PartitionFor(flow, lane), UUID: u}
+	x := &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec, Shared: shared != ""}
+	// Known before it exists: a runner polling the shared lane may claim it
+	// before Create returns.
+	w.remember(x)
 	call := &Call{Client: CreatorClient, Process: proc.Index, Exec: id.String(), Steps: []Step{{Kind: OpCreate, Create: spec}}}
 	call.Clock.Lo, call.CallNs = proc.Clock.NowMs(), w.tl.Now()
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
 	_, err := proc.Store.Create(cctx, createParams(u, flow, lane, spec))
 	if err != nil && !w.exists(cctx, proc, id) {
+		w.forget(x)
 		return nil
 	}
 	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), time.Now().UnixMilli()
 	call.Results = []Result{{}}
 	w.rec.Add(call)
-	return &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec, Shared: shared != ""}
+	return x
+}
+
+// remember makes x known to lookup (before it is in the hot set).
+func (w *Workload) remember(x *execution) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byID[x.ID.UUID] = x
+}
+
+// forget undoes remember for an execution that was not created.
+func (w *Workload) forget(x *execution) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.byID, x.ID.UUID)
 }
 
 // exists tells whether a Create whose outcome was unknown committed.
@@ -741,28 +799,42 @@ type txStep struct {
 }
 
 func (c *client) begin(x *execution, steps []Step) *Call {
-	call := &Call{Client: c.id, Process: c.proc.Index, Exec: x.Key, Steps: steps}
-	call.Clock.Lo = c.proc.Clock.NowMs()
-	call.CallNs = c.w.tl.Now()
+	return c.w.begin(c.proc, c.id, x.Key, steps)
+}
+
+func (c *client) end(call *Call, unknown bool, err error) *Call {
+	return c.w.end(c.proc, call, unknown, err)
+}
+
+// returned closes the call's windows now; an unknown outcome has none.
+func (w *Workload) returned(proc *AppProcess, call *Call, unknown bool) {
+	if unknown {
+		call.Unknown, call.ReturnNs, call.Clock.Hi, call.WallHi = true, Unbounded, Unbounded, Unbounded
+		return
+	}
+	call.ReturnNs = w.tl.Now()
+	call.Clock.Hi = proc.Clock.NowMs()
+	call.WallHi = time.Now().UnixMilli()
+}
+
+// begin starts a call of client on proc's Store: its windows open now.
+func (w *Workload) begin(proc *AppProcess, client int, key string, steps []Step) *Call {
+	call := &Call{Client: client, Process: proc.Index, Exec: key, Steps: steps}
+	call.Clock.Lo = proc.Clock.NowMs()
+	call.CallNs = w.tl.Now()
 	return call
 }
 
 // end records the call's return; an unknown outcome has none.
-func (c *client) end(call *Call, unknown bool, err error) *Call {
-	if unknown {
-		call.Unknown, call.ReturnNs, call.Clock.Hi, call.WallHi = true, Unbounded, Unbounded, Unbounded
-	} else {
-		call.ReturnNs = c.w.tl.Now()
-		call.Clock.Hi = c.proc.Clock.NowMs()
-		call.WallHi = time.Now().UnixMilli()
-	}
+func (w *Workload) end(proc *AppProcess, call *Call, unknown bool, err error) *Call {
+	w.returned(proc, call, unknown)
 	if err != nil {
 		call.Err = err.Error()
 		if errors.Is(err, ff.ErrValidation) {
-			c.w.harness("%s: %v", Describe(call.input(), call.output()), err)
+			w.harness("%s: %v", Describe(call.input(), call.output()), err)
 		}
 	}
-	c.w.rec.Add(call)
+	w.rec.Add(call)
 	return call
 }
 
@@ -780,20 +852,30 @@ func (c *client) plain(ctx context.Context, x *execution, st Step, do func(conte
 		defer cancelSoon()
 	}
 	r, err := do(cctx)
+	laneWide := ""
+	if st.Kind == OpClaim && x.Shared {
+		laneWide = x.Lane
+	}
+	return c.w.settle(c.proc, call, r, err, laneWide)
+}
+
+// settle records the outcome of a plain call: unknown after an error that
+// is none of the typed ones. A claim of unknown outcome on laneWide (a
+// shared lane) may have claimed any of the lane's executions: the checker
+// looks for its leases in the outbox, lane-wide.
+func (w *Workload) settle(proc *AppProcess, call *Call, r Result, err error, laneWide string) *Call {
 	r.Err = Classify(err)
 	if r.Err == ErrOther {
-		if st.Kind == OpClaim && x.Shared {
-			// It may have claimed any of the lane's executions: the checker
-			// looks for its leases in the outbox, lane-wide.
-			call.Exec, call.Lane = "", x.Lane
+		if laneWide != "" {
+			call.Exec, call.Lane = "", laneWide
 		}
-		return c.end(call, true, err)
+		return w.end(proc, call, true, err)
 	}
 	if r.Err != OK {
 		r = Result{Err: r.Err}
 	}
 	call.Results = []Result{r}
-	return c.end(call, false, err)
+	return w.end(proc, call, false, err)
 }
 
 // composite runs the steps in one transaction and holds it open for hold
