@@ -135,15 +135,12 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 				continue
 			}
 			switch {
-			case it.Fail == nil && !it.Release && l.flowID == nil:
-				plain.add(l, it.Result)
-				continue
 			case it.Fail != nil:
 				outs[i].Fail, err = s.queueFail(ctx, tx, b, l, *it.Fail, now)
 			case it.Release:
 				err = s.queueRelease(b, l, now)
 			default:
-				err = s.queueComplete(ctx, tx, b, l, it.Result, now)
+				plain.add(l, it.Result)
 			}
 			if err != nil {
 				return nil, err
@@ -161,10 +158,9 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 	return outs, nil
 }
 
-// completes gathers the Completes of a FinishMany pass whose execution is
-// in no flow (a flow member's completion enqueues its cascade, one by one):
-// they are written by set-based statements, a handful per pass instead of
-// four per execution.
+// completes gathers the Completes of a FinishMany pass: they are written by
+// set-based statements, a handful per pass instead of four per execution
+// (a flow member's completion event and cascade still one by one).
 type completes struct {
 	locked  []*locked
 	results [][]byte
@@ -174,9 +170,9 @@ func (c *completes) add(l *locked, result []byte) {
 	c.locked, c.results = append(c.locked, l), append(c.results, result)
 }
 
-// Set-based Complete of many fenced executions: the attempts closed and the
-// executions made terminal, each guarded as queueComplete guards one (the
-// attempt's epoch; the execution's phase and attempt index).
+// Complete of fenced executions, set-based: the attempts closed and the
+// executions made terminal, each guarded by what was read under its lock
+// (the attempt's epoch; the execution's phase and attempt index).
 const (
 	closeAttemptsSQL = `UPDATE {S}ff_attempt a
 SET outcome = 'success', lease_expires_at_ms = NULL, terminal_at_ms = $5
@@ -192,15 +188,16 @@ WHERE e.partition_key = k.partition_key AND e.execution_id = k.execution_id
   AND e.lifecycle_phase = k.phase AND e.attempt_index = k.attempt_index`
 )
 
-// queueCompletes queues the set-based writes of c: what queueComplete
-// writes for each, in four statements.
+// queueCompletes queues the writes of the Completes in c, each execution
+// fenced and locked: its attempt closed with outcome success, the execution
+// terminal with its result, a lease "revoked" and a completion "success"
+// event; a flow member's completion also enqueues its cascade (see
+// queueCompletion). It is the only place a Complete's writes are written,
+// for one execution (CompleteTx) as for many (FinishMany).
 func (s *Store) queueCompletes(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *completes, now int64) error {
 	n := len(c.locked)
 	if n == 0 {
 		return nil
-	}
-	if n == 1 { // a lone Complete's statements (not measured against the set-based ones)
-		return s.queueComplete(ctx, tx, b, c.locked[0], c.results[0], now)
 	}
 	parts := make([]int16, n)
 	uuids := make([][16]byte, n)
@@ -208,20 +205,36 @@ func (s *Store) queueCompletes(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *
 	epochs := make([]int64, n)
 	phases := make([]string, n)
 	leases := make([]outbox.LeaseEvent, n)
-	comps := make([]outbox.CompletionEvent, n)
+	var comps []outbox.CompletionEvent
+	var members []*locked
 	for i, l := range c.locked {
 		parts[i], uuids[i] = l.id.Partition, dbutil.UUID(l.id.UUID)
 		attempts[i], epochs[i], phases[i] = l.attemptIndex, l.epoch, l.phase
 		leases[i] = lockedLeaseEvent(l, ff.LeaseRevoked, now)
-		comps[i] = outboxCompletion(l, ff.OutcomeSuccess, now)
+		if l.flowID != nil {
+			members = append(members, l)
+		} else {
+			comps = append(comps, outboxCompletion(l, ff.OutcomeSuccess, now))
+		}
 	}
-	what := fmt.Sprintf("complete %d executions", n)
+	what := "complete " + c.locked[0].id.String()
+	if n > 1 {
+		what = fmt.Sprintf("complete %d executions", n)
+	}
 	s.queueExpect(b, what, int64(n), ff.ErrStaleLease, closeAttemptsSQL, parts, uuids, attempts, epochs, now)
 	s.queueExpect(b, what, int64(n), ff.ErrStaleLease, completeManySQL, parts, uuids, c.results, phases, attempts, now)
 	if err := s.out.QueueLeases(b, leases); err != nil {
 		return err
 	}
-	return s.out.QueueCompletions(b, comps)
+	if err := s.out.QueueCompletions(b, comps); err != nil {
+		return err
+	}
+	for _, l := range members {
+		if err := s.queueCompletion(ctx, tx, b, l, ff.OutcomeSuccess, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lockWaitMany locks the distinct executions ids, waiting for their

@@ -360,22 +360,12 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease Lease, result [
 		return err
 	}
 	b := &pgx.Batch{}
-	if err := s.queueComplete(ctx, tx, b, l, result, now); err != nil {
+	var c completes
+	c.add(l, result)
+	if err := s.queueCompletes(ctx, tx, b, &c, now); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, "complete "+l.id.String())
-}
-
-// queueComplete queues the writes of a Complete of the fenced execution l.
-func (s *Store) queueComplete(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, result []byte, now int64) error {
-	s.queueCloseAttempt(b, l, "success", false, now)
-	s.queueGuarded(b, l, "complete", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
-		SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-		    attempt_state = 'attempt_terminal', public_state = 'completed', blocking_reason = NULL,
-		    terminal_at_ms = $3, result = $4
-		WHERE partition_key = $1 AND execution_id = $2`+coreGuard(5), l.id.Partition, dbutil.UUID(l.id.UUID), now, result,
-		l.phase, l.attemptIndex)
-	return s.queueTerminalEvents(ctx, tx, b, l, ff.OutcomeSuccess, ff.LeaseRevoked, true, now)
 }
 
 // queueCloseAttempt ends the current attempt: outcome set, lease cleared,
