@@ -135,6 +135,15 @@ ORDER BY core.priority DESC, core.created_at_ms, att.execution_id`
 // and lease TTL are served together, in one transaction (see coalesce.go):
 // the leases are handed out in the order the calls arrived, each call
 // getting at most its Max.
+//
+// A caller whose ctx ends while its claim is in a batch gets ctx's error,
+// but the batch still commits (it is cancelled only when every caller in
+// it has given up): the leases it took for that caller are held by nobody
+// until they expire, and the attempt_timeout scanner then retries or
+// expires them, as for a worker that died holding them, or as for any
+// claim whose COMMIT a caller stops waiting for. Give Claim a context that
+// outlives a claim's round trips (package runner bounds it by the lease
+// TTL, not by its own stop).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Lease, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
