@@ -1,11 +1,17 @@
 package executions_test
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/upstream"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/scanners"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 )
 
 // The rows FlowFabric's Postgres backend writes (internal/upstream, the
@@ -24,6 +30,44 @@ func (f *fixture) upstreamExec(lane string, policy []byte) ff.ExecutionID {
 }
 
 func upID(id ff.ExecutionID) upstream.ID { return upstream.ID{Partition: id.Partition, UUID: id.UUID} }
+
+// scan runs one scan of scanner s over partition part and returns its
+// items.
+func (f *fixture) scan(s scanners.Scanner, part int16) []river.JobArgs {
+	f.t.Helper()
+	params, err := scanners.ParamsOf(s)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	res, err := s.Scan(f.ctx, f.db.Pool, scanners.ScanRequest{Store: f.st, Partition: part, NowMs: f.clock.NowMs(), Limit: 1000, Params: params})
+	if err != nil {
+		f.t.Fatalf("%s: Scan: %v", s.Name(), err)
+	}
+	return res.Items
+}
+
+// scanned reports whether scanner s's scan of id's partition has an item
+// for id.
+func (f *fixture) scanned(s scanners.Scanner, id ff.ExecutionID) bool {
+	f.t.Helper()
+	for _, it := range f.scan(s, id.Partition) {
+		var got ff.ExecutionID
+		switch a := it.(type) {
+		case jobs.ExpireAttemptArgs:
+			got = a.ID
+		case jobs.PromoteDelayedArgs:
+			got = a.ID
+		case jobs.ExpireDeadlineArgs:
+			got = a.ID
+		case jobs.AdvanceArgs:
+			got = a.Upstream
+		}
+		if got == id {
+			return true
+		}
+	}
+	return false
+}
 
 // Upstream's create without a policy writes NULL: the execution is created
 // with the default policy (no retries) instead of failing on the NOT NULL
@@ -78,4 +122,99 @@ func (f *fixture) count(q string, args ...any) int {
 		f.t.Fatalf("%s: %v", q, err)
 	}
 	return n
+}
+
+// claimUp claims id the upstream way: handle-based, or typed through a
+// grant (which leaves attempt_index pointing at the next attempt).
+func (f *fixture) claimUp(id ff.ExecutionID, lane string, typed bool, ttl time.Duration) upstream.Handle {
+	f.t.Helper()
+	now := f.clock.NowMs()
+	var h upstream.Handle
+	var err error
+	if typed {
+		var next int32
+		if err := f.db.Pool.QueryRow(f.ctx, `SELECT attempt_index FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2`,
+			id.Partition, id.UUID).Scan(&next); err != nil {
+			f.t.Fatal(err)
+		}
+		if err := upstream.IssueGrant(f.ctx, f.db.Pool, upID(id), lane, "w", now+60_000, now); err != nil {
+			f.t.Fatal(err)
+		}
+		h, err = upstream.ClaimTyped(f.ctx, f.db.Pool, upID(id), "w", next, ttl.Milliseconds(), now)
+	} else {
+		h, err = upstream.Claim(f.ctx, f.db.Pool, id.Partition, lane, "w", ttl.Milliseconds(), now)
+	}
+	if err != nil {
+		f.t.Fatalf("upstream claim (typed %v): %v", typed, err)
+	}
+	if h.ID.UUID != id.UUID {
+		f.t.Fatalf("upstream claim took %s, want %s", h.ID.UUID, id.UUID)
+	}
+	return h
+}
+
+// apply runs fn in a transaction and fails the test on an error.
+func (f *fixture) apply(what string, fn func(tx pgx.Tx) error) {
+	f.t.Helper()
+	if err := f.inTx(fn); err != nil {
+		f.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// A delay written the upstream way — the handle-based delay's due time in
+// deadline_at_ms, a typed retry's only in raw_fields.delay_until — is
+// promoted when it comes due and never taken for the execution's deadline,
+// which stays where it was.
+func TestUpstreamDelaysArePromotedNotExpired(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := f.clock.NowMs()
+	deadline := now + time.Hour.Milliseconds()
+	mk := func(lane string) ff.ExecutionID {
+		id := ff.ExecutionID{Partition: f.st.PartitionFor(uuid.Nil, lane), UUID: uuid.New()}
+		if err := upstream.Create(f.ctx, f.db.Pool, upstream.Exec{ID: upID(id), Lane: lane, Runnable: true, DeadlineAtMs: &deadline,
+			Policy: []byte(`{"retry_policy": {"max_retries": 1}}`)}, now); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	handle, typed := mk("up-delay-handle"), mk("up-delay-typed")
+	h := f.claimUp(handle, "up-delay-handle", false, time.Minute)
+	if err := upstream.Delay(f.ctx, f.db.Pool, h, now+5000, now); err != nil {
+		t.Fatal(err)
+	}
+	h = f.claimUp(typed, "up-delay-typed", true, time.Minute)
+	if err := upstream.FailTyped(f.ctx, f.db.Pool, h, 1, 5000, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []ff.ExecutionID{handle, typed} {
+		e := f.wantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNotUntilTime, f.get(id).AttemptState, ff.PublicDelayed})
+		if e.DelayUntilMs == nil || *e.DelayUntilMs != now+5000 || e.DeadlineAtMs == nil || *e.DeadlineAtMs != deadline {
+			t.Errorf("%s: delay %v, deadline %v; want %d and %d", id, ptrVal(e.DelayUntilMs), ptrVal(e.DeadlineAtMs), now+5000, deadline)
+		}
+	}
+	f.clock.Advance(6 * time.Second)
+	for _, id := range []ff.ExecutionID{handle, typed} {
+		if f.scanned(scanners.ExecutionDeadlineScanner{}, id) {
+			t.Errorf("%s: its delay is taken for a deadline", id)
+		}
+		if !f.scanned(scanners.DelayedPromoterScanner{}, id) {
+			t.Errorf("%s: its delay is not due for the promoter", id)
+		}
+		f.apply("promote", func(tx pgx.Tx) error {
+			out, err := f.st.PromoteDelayedTx(f.ctx, tx, id)
+			if err == nil && out != "processed" {
+				t.Errorf("%s: promote %s", id, out)
+			}
+			return err
+		})
+		f.wantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, f.get(id).AttemptState, ff.PublicWaiting})
+	}
+}
+
+func ptrVal(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -381,8 +381,8 @@ func FailTyped(ctx context.Context, pool *pgxpool.Pool, h Handle, maxRetries int
 			if _, err := tx.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'runnable', ownership_state = 'unowned',
 				eligibility_state = 'not_eligible_until_time', attempt_state = 'pending_retry_attempt',
 				blocking_reason = 'waiting_for_retry_backoff', public_state = 'delayed',
-				raw_fields = raw_fields || jsonb_build_object('retry_count', ($3 + 1)::text, 'delay_until', $4::text,
-				                                              'pending_previous_attempt_index', $5::text)
+				raw_fields = raw_fields || jsonb_build_object('retry_count', ($3::int + 1)::text, 'delay_until', $4::bigint::text,
+				                                              'pending_previous_attempt_index', $5::int::text)
 				WHERE partition_key = $1 AND execution_id = $2`, h.ID.Partition, h.ID.UUID, retries, nowMs+delayMs, h.Attempt); err != nil {
 				return err
 			}
