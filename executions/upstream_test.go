@@ -218,3 +218,59 @@ func ptrVal(p *int64) any {
 	}
 	return *p
 }
+
+// A lease taken by upstream's typed claim (attempt_index left pointing at
+// the next attempt, the lease on the current one) is expired by the
+// attempt_timeout scanner like any other: retried while the policy allows,
+// then terminal expired. A typed retry moves to the next attempt.
+func TestUpstreamTypedClaimLeaseExpires(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const lane = "up-typed"
+	id := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 1}}`))
+	expire := func(wantAttempt int32) {
+		t.Helper()
+		f.clock.Advance(2 * time.Second)
+		var found bool
+		for _, it := range f.scan(scanners.AttemptTimeoutScanner{}, id.Partition) {
+			if a, ok := it.(jobs.ExpireAttemptArgs); ok && a.ID == id {
+				found = true
+				if a.AttemptIndex != wantAttempt {
+					t.Errorf("expiry of attempt %d, want %d", a.AttemptIndex, wantAttempt)
+				}
+				f.apply("expire", func(tx pgx.Tx) error {
+					out, err := f.st.ExpireAttemptTx(f.ctx, tx, id, a.AttemptIndex)
+					if err == nil && out != "processed" {
+						t.Errorf("expire: %s", out)
+					}
+					return err
+				})
+			}
+		}
+		if !found {
+			t.Fatalf("the typed claim's expired lease (attempt %d) is not due", wantAttempt)
+		}
+	}
+	f.claimUp(id, lane, true, time.Second)
+	if e := f.get(id); e.AttemptIndex != 0 || e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil {
+		t.Fatalf("after the typed claim: attempt_index %d, attempt %+v; want 0 holding the lease", e.AttemptIndex, e.Attempt)
+	}
+	expire(0)
+	if e := f.wantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, ff.AttemptPendingRetry, ff.PublicWaiting}); e.AttemptIndex != 1 {
+		t.Errorf("retry at attempt %d, want 1", e.AttemptIndex)
+	}
+	f.claimUp(id, lane, true, time.Second)
+	expire(1)
+	f.wantState(id, state{ff.PhaseTerminal, ff.OwnershipUnowned, ff.EligibleNotApplicable, ff.AttemptTerminal, ff.PublicExpired})
+	f.wantEvents(id, []string{"acquired", "expired", "acquired", "expired"}, []string{"expired"})
+
+	// A typed fail with a retry left moves to the next attempt.
+	other := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 1}}`))
+	h := f.claimUp(other, lane, true, time.Minute)
+	if err := upstream.FailTyped(f.ctx, f.db.Pool, h, 1, 0, f.clock.NowMs()); err != nil {
+		t.Fatal(err)
+	}
+	if e := f.get(other); e.AttemptIndex != 1 {
+		t.Errorf("typed retry at attempt %d, want 1", e.AttemptIndex)
+	}
+}
