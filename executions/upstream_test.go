@@ -5,6 +5,7 @@ import (
 
 	"testing"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/upstream"
 	"github.com/ffriver/ffriver/jobs"
@@ -272,5 +273,165 @@ func TestUpstreamTypedClaimLeaseExpires(t *testing.T) {
 	}
 	if e := f.get(other); e.AttemptIndex != 1 {
 		t.Errorf("typed retry at attempt %d, want 1", e.AttemptIndex)
+	}
+}
+
+// flowUp creates a flow and, in its partition, n upstreams and one
+// downstream whose group has policy, all the upstream way.
+func (f *fixture) flowUp(lane string, n int, policy string) (flow uuid.UUID, ups []ff.ExecutionID, down ff.ExecutionID) {
+	f.t.Helper()
+	now := f.clock.NowMs()
+	flow = uuid.New()
+	part := f.st.PartitionFor(flow, lane)
+	if err := upstream.CreateFlow(f.ctx, f.db.Pool, part, flow, now); err != nil {
+		f.t.Fatal(err)
+	}
+	mk := func() ff.ExecutionID {
+		id := ff.ExecutionID{Partition: part, UUID: uuid.New()}
+		if err := upstream.Create(f.ctx, f.db.Pool, upstream.Exec{ID: upID(id), Lane: lane, FlowID: &flow, Runnable: true}, now); err != nil {
+			f.t.Fatal(err)
+		}
+		return id
+	}
+	var upIDs []uuid.UUID
+	for range n {
+		ups = append(ups, mk())
+		upIDs = append(upIDs, ups[len(ups)-1].UUID)
+	}
+	down = mk()
+	if err := upstream.Depend(f.ctx, f.db.Pool, part, flow, down.UUID, upIDs, []byte(policy), now); err != nil {
+		f.t.Fatal(err)
+	}
+	return flow, ups, down
+}
+
+// hops returns the dependency scanner's due hops of partition part.
+func (f *fixture) hops(part int16) []jobs.AdvanceArgs {
+	f.t.Helper()
+	var out []jobs.AdvanceArgs
+	for _, it := range f.scan(scanners.NewDependencyScanner(0), part) {
+		out = append(out, it.(jobs.AdvanceArgs))
+	}
+	return out
+}
+
+func (f *fixture) advance(a jobs.AdvanceArgs) string {
+	f.t.Helper()
+	var out string
+	f.apply("advance", func(tx pgx.Tx) error {
+		o, err := f.st.AdvanceTx(f.ctx, tx, executions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
+		out = string(o)
+		return err
+	})
+	return out
+}
+
+func (f *fixture) eventOf(id ff.ExecutionID) int64 {
+	f.t.Helper()
+	var ev int64
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE partition_key = $1 AND execution_id = $2`,
+		id.Partition, id.UUID).Scan(&ev); err != nil {
+		f.t.Fatal(err)
+	}
+	return ev
+}
+
+func (f *fixture) successes(flow uuid.UUID, down ff.ExecutionID) int {
+	f.t.Helper()
+	return f.count(`SELECT success_count FROM ff_edge_group WHERE flow_id = $1 AND downstream_eid = $2`, flow, down.UUID)
+}
+
+// A flow member completed by upstream's handle-based complete (terminal,
+// public_state still "running", a completion "success") counts as a
+// success, and is counted once, whoever counts it first: ffriver's hop, or
+// upstream's own dispatch of its completion event.
+func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const lane = "up-flow"
+	// complete claims one upstream of the flow (whichever the claim takes)
+	// and completes it, both the handle-based way.
+	complete := func(part int16) ff.ExecutionID {
+		t.Helper()
+		h, err := upstream.Claim(f.ctx, f.db.Pool, part, lane, "w", time.Minute.Milliseconds(), f.clock.NowMs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := upstream.Complete(f.ctx, f.db.Pool, h, f.clock.NowMs()); err != nil {
+			t.Fatal(err)
+		}
+		return ff.ExecutionID{Partition: h.ID.Partition, UUID: h.ID.UUID}
+	}
+
+	// ffriver first: its hop counts a's success and releases the
+	// downstream; upstream's dispatch of the event then finds it claimed.
+	flow, _, down := f.flowUp(lane, 3, `{"kind": "any_of", "on_satisfied": "cancel_remaining"}`)
+	won := complete(down.Partition)
+	f.clock.Advance(16 * time.Second)
+	hops := f.hops(down.Partition)
+	if len(hops) != 1 || hops[0].Upstream != won || hops[0].Outcome != ff.OutcomeSuccess {
+		t.Fatalf("due hops %+v, want one success of %s", hops, won)
+	}
+	if out := f.advance(hops[0]); out != "processed" {
+		t.Errorf("hop: %s", out)
+	}
+	if n, err := upstream.Dispatch(f.ctx, f.db.Pool, f.eventOf(won), f.clock.NowMs()); err != nil || n != 0 {
+		t.Errorf("upstream dispatch after ffriver's hop advanced %d groups (%v), want 0", n, err)
+	}
+	if n := f.successes(flow, down); n != 1 {
+		t.Errorf("success counted %d times, want once", n)
+	}
+	f.wantState(down, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, ff.AttemptPendingFirst, ff.PublicWaiting})
+
+	// Upstream first: its dispatch counts the success, releases the
+	// downstream and flags the siblings; ffriver's hop records the edge
+	// and counts nothing.
+	flow, _, down = f.flowUp(lane, 3, `{"kind": "quorum", "k": 1, "on_satisfied": "cancel_remaining"}`)
+	won = complete(down.Partition)
+	if n, err := upstream.Dispatch(f.ctx, f.db.Pool, f.eventOf(won), f.clock.NowMs()); err != nil || n != 1 {
+		t.Fatalf("upstream dispatch advanced %d groups (%v), want 1", n, err)
+	}
+	f.clock.Advance(16 * time.Second)
+	for _, h := range f.hops(down.Partition) {
+		if h.Downstream != down.UUID {
+			continue
+		}
+		// It records the group's resolution, which upstream's count
+		// reached (processed), without counting.
+		f.advance(h)
+	}
+	if n := f.successes(flow, down); n != 1 {
+		t.Errorf("success counted %d times, want once", n)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND upstream_outcome IS NULL AND upstream_terminal_at_ms IS NOT NULL`, flow); n != 0 {
+		t.Errorf("%d hops still due", n)
+	}
+	if n := f.count(`SELECT cardinality(cancel_siblings_pending_members) FROM ff_edge_group WHERE flow_id = $1`, flow); n != 2 {
+		t.Errorf("%d siblings flagged, want 2", n)
+	}
+
+	// A terminal upstream whose outcome is recorded nowhere (written by
+	// hand: public_state "running", no completion event) is never counted,
+	// as a failure or anything else: its hop is reported unprocessable.
+	flow, ups, down := f.flowUp(lane, 2, `{"kind": "all_of"}`)
+	if _, err := f.db.Pool.Exec(f.ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'running',
+		terminal_at_ms = $2 WHERE execution_id = $1`, ups[0].UUID, f.clock.NowMs()); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(16 * time.Second)
+	if hops := f.hops(down.Partition); len(hops) != 0 {
+		t.Errorf("hops %+v of an upstream of unknown outcome", hops)
+	}
+	dep := scanners.NewDependencyScanner(0)
+	params, _ := scanners.ParamsOf(dep)
+	un, err := dep.Unprocessable(f.ctx, f.db.Pool, scanners.DueRequest{Store: f.st, NowMs: f.clock.NowMs(), Params: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(un) != 1 || un[0].Reason != "terminal upstream whose outcome is recorded nowhere" || un[0].Count != 1 {
+		t.Errorf("unprocessable %+v, want the one hop of unknown outcome", un)
+	}
+	if n := f.successes(flow, down) + f.count(`SELECT fail_count FROM ff_edge_group WHERE flow_id = $1`, flow); n != 0 {
+		t.Errorf("%d outcomes counted, want none", n)
 	}
 }
