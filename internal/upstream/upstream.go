@@ -121,6 +121,15 @@ func completion(ctx context.Context, tx pgx.Tx, id ID, outcome string, nowMs int
 	return nil
 }
 
+// terminalEvents writes the events of a terminal transition of the
+// handle-based paths: a completion of outcome, then a lease "revoked".
+func terminalEvents(ctx context.Context, tx pgx.Tx, id ID, outcome string, nowMs int64) error {
+	if err := completion(ctx, tx, id, outcome, nowMs); err != nil {
+		return err
+	}
+	return emitLease(ctx, tx, id, "revoked", nowMs)
+}
+
 // fence locks the attempt and checks its epoch (upstream's fence_check).
 func fence(ctx context.Context, tx pgx.Tx, h Handle) error {
 	var epoch int64
@@ -275,10 +284,7 @@ func Complete(ctx context.Context, pool *pgxpool.Pool, h Handle, nowMs int64) er
 			WHERE partition_key = $1 AND execution_id = $2`, h.ID.Partition, h.ID.UUID, nowMs); err != nil {
 			return err
 		}
-		if err := completion(ctx, tx, h.ID, "success", nowMs); err != nil {
-			return err
-		}
-		return emitLease(ctx, tx, h.ID, "revoked", nowMs)
+		return terminalEvents(ctx, tx, h.ID, "success", nowMs)
 	})
 }
 
@@ -347,10 +353,7 @@ func Fail(ctx context.Context, pool *pgxpool.Pool, h Handle, retry bool, nowMs i
 			h.ID.Partition, h.ID.UUID, nowMs); err != nil {
 			return err
 		}
-		if err := completion(ctx, tx, h.ID, "failed", nowMs); err != nil {
-			return err
-		}
-		return emitLease(ctx, tx, h.ID, "revoked", nowMs)
+		return terminalEvents(ctx, tx, h.ID, "failed", nowMs)
 	})
 }
 
@@ -394,10 +397,7 @@ func FailTyped(ctx context.Context, pool *pgxpool.Pool, h Handle, maxRetries int
 			h.ID.Partition, h.ID.UUID, nowMs); err != nil {
 			return err
 		}
-		if err := completion(ctx, tx, h.ID, "failed", nowMs); err != nil {
-			return err
-		}
-		return emitLease(ctx, tx, h.ID, "revoked", nowMs)
+		return terminalEvents(ctx, tx, h.ID, "failed", nowMs)
 	})
 }
 
