@@ -270,8 +270,8 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	if exists {
 		return ff.Validationf("downstream", "%s's edge group is already fixed", p.Downstream)
 	}
-	rows, err := tx.Query(ctx, s.sql(`SELECT execution_id, lifecycle_phase, public_state FROM {S}ff_exec_core
-		WHERE partition_key = $1 AND execution_id = ANY($2) AND flow_id = $3`), part, ups, p.FlowID)
+	rows, err := tx.Query(ctx, s.sql(`SELECT c.execution_id, c.lifecycle_phase, `+TerminalOutcomeSQL("c")+` FROM {S}ff_exec_core c
+		WHERE c.partition_key = $1 AND c.execution_id = ANY($2) AND c.flow_id = $3`), part, ups, p.FlowID)
 	if err != nil {
 		return dbutil.MapErr(err, "add dependencies: reading upstreams")
 	}
@@ -279,14 +279,20 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	found := 0
 	for rows.Next() {
 		var u uuid.UUID
-		var phase, public string
-		if err := rows.Scan(&u, &phase, &public); err != nil {
+		var phase string
+		var outcome *string
+		if err := rows.Scan(&u, &phase, &outcome); err != nil {
 			rows.Close()
 			return dbutil.MapErr(err, "add dependencies: reading upstreams")
 		}
 		found++
 		if ff.IsTerminalPhase(phase) {
-			outcomes[u] = OutcomeOf(public)
+			if outcome == nil {
+				rows.Close()
+				return ff.Validationf("upstreams", "%s is terminal but its outcome is recorded nowhere (public_state names none and it has no completion event)",
+					ff.ExecutionID{Partition: part, UUID: u})
+			}
+			outcomes[u] = *outcome
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -346,7 +352,10 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 
 // OutcomeOf maps a terminal public_state to its completion outcome
 // (completed: success; cancelled, expired, skipped: themselves; anything
-// else: failed), the outcome a hop of that upstream carries.
+// else: failed), the outcome of a terminal execution ffriver wrote. Rows
+// written by others may carry another public_state on a terminal row (upstream
+// FlowFabric's handle-based complete and fail leave its "running"): read
+// those with TerminalOutcomeSQL.
 func OutcomeOf(public string) string {
 	switch public {
 	case ff.PublicCompleted:
@@ -360,6 +369,26 @@ func OutcomeOf(public string) string {
 	default:
 		return ff.OutcomeFailed
 	}
+}
+
+// terminalOutcomes are the completion outcomes of terminal transitions.
+const terminalOutcomes = `('success', 'failed', 'expired', 'cancelled', 'skipped')`
+
+// TerminalOutcomeSQL is a SQL expression (with {S} for the schema) for the
+// completion outcome of the terminal execution aliased c: its public_state
+// when that names an outcome, else the outcome of its newest terminal
+// completion event (upstream FlowFabric's handle-based complete and fail
+// leave public_state as the claim wrote it, "running", and write the
+// outcome only in the event they insert in the same transaction). NULL when
+// neither says: such an upstream is never counted, and the dependency
+// scanner reports its hops as unprocessable.
+func TerminalOutcomeSQL(c string) string {
+	return `CASE ` + c + `.public_state WHEN 'completed' THEN 'success' WHEN 'failed' THEN 'failed'
+  WHEN 'cancelled' THEN 'cancelled' WHEN 'expired' THEN 'expired' WHEN 'skipped' THEN 'skipped'
+  ELSE (SELECT ev.outcome FROM {S}ff_completion_event ev
+        WHERE ev.partition_key = ` + c + `.partition_key AND ev.execution_id = ` + c + `.execution_id
+          AND ev.outcome IN ` + terminalOutcomes + `
+        ORDER BY ev.occurred_at_ms DESC, ev.event_id DESC LIMIT 1) END`
 }
 
 // queueCompletion queues the completion event of a terminal transition. For
@@ -389,6 +418,12 @@ func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l 
 // the edge-cancel dispatcher); impossible: terminal skipped with a
 // completion "skipped", which cascades further. A group resolves once; later
 // outcomes are still counted but never re-resolve it.
+//
+// Upstream FlowFabric's dispatcher may run on the same tables: a hop first
+// claims its upstream's undispatched completion events (see
+// claimCompletions), and one whose events that dispatcher claimed first is
+// recorded on its edge without being counted again (NoOp, or Processed when
+// it records the group's resolution that the other count reached).
 //
 // Locks are waited for at most 2 s (SET LOCAL lock_timeout): a hop stuck
 // behind a long lock returns a transient error (ff.ErrUnavailable, wrapping
@@ -433,19 +468,33 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 	if tag.RowsAffected() == 0 {
 		return NoOp, nil
 	}
-	c.count(h.Outcome)
-	if _, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group SET success_count = $4, fail_count = $5, skip_count = $6,
-		running_count = $7 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`),
-		part, h.FlowID, h.Downstream, c.success, c.fail, c.skip, c.running); err != nil {
-		return "", dbutil.MapErr(err, "advance: counting")
+	counted, err := s.claimCompletions(ctx, tx, h, now)
+	if err != nil {
+		return "", err
+	}
+	if !counted {
+		c.count(h.Outcome)
+		if _, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group SET success_count = $4, fail_count = $5, skip_count = $6,
+			running_count = $7 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`),
+			part, h.FlowID, h.Downstream, c.success, c.fail, c.skip, c.running); err != nil {
+			return "", dbutil.MapErr(err, "advance: counting")
+		}
+	}
+	// A hop a foreign dispatcher already counted changes no counter; it
+	// still resolves a group that its count left satisfied or impossible
+	// (the resolution is recorded once, and acting on the downstream again
+	// finds it already acted on).
+	done := Processed
+	if counted {
+		done = NoOp
 	}
 	if state != GroupPending {
-		return Processed, nil
+		return done, nil
 	}
 	policy := decodeEdgePolicy(policyJSON)
 	next := policy.evaluate(c)
 	if next == GroupPending {
-		return Processed, nil
+		return done, nil
 	}
 	d, err := s.lock(ctx, tx, ff.ExecutionID{Partition: part, UUID: h.Downstream})
 	if errors.Is(err, ff.ErrNotFound) {
@@ -459,6 +508,28 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 		winner = h.Upstream.UUID
 	}
 	return s.resolveGroup(ctx, tx, d, h.FlowID, policy, next, winner, now)
+}
+
+// claimCompletions claims, for ffriver, the terminal completion events of
+// h's upstream that nobody has dispatched yet (dispatched_at_ms, the claim
+// upstream FlowFabric's dispatcher makes before it counts an outcome in the
+// groups), and reports whether a foreign dispatcher claimed one first
+// (dispatched_by 'foreign', migration 0012): its counts of the groups
+// already hold this upstream, and the hop must not count it again. A claim
+// in flight elsewhere is waited for (the event's row lock); the second
+// statement reads what it committed.
+func (s *Store) claimCompletions(ctx context.Context, tx pgx.Tx, h Hop, now int64) (bool, error) {
+	var foreign bool
+	b := &pgx.Batch{}
+	b.Queue(s.sql(`UPDATE {S}ff_completion_event SET dispatched_at_ms = $4, dispatched_by = 'ffriver'
+		WHERE partition_key = $1 AND execution_id = $2 AND flow_id = $3 AND dispatched_at_ms IS NULL
+		  AND outcome IN `+terminalOutcomes), h.Upstream.Partition, h.Upstream.UUID, h.FlowID, now)
+	b.Queue(s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_completion_event
+		WHERE partition_key = $1 AND execution_id = $2 AND flow_id = $3 AND dispatched_by = 'foreign'
+		  AND outcome IN `+terminalOutcomes+`)`), h.Upstream.Partition, h.Upstream.UUID, h.FlowID).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&foreign)
+	})
+	return foreign, sendBatch(ctx, tx, b, "advance: claiming the upstream's completion events")
 }
 
 // resolveGroup records the group's one-shot resolution and acts on the
@@ -529,7 +600,7 @@ func (s *Store) DispatchCompletionTx(ctx context.Context, tx pgx.Tx, eventID int
 	var exec uuid.UUID
 	var flowID *uuid.UUID
 	var outcome string
-	err := tx.QueryRow(ctx, s.sql(`UPDATE {S}ff_completion_event SET dispatched_at_ms = $2
+	err := tx.QueryRow(ctx, s.sql(`UPDATE {S}ff_completion_event SET dispatched_at_ms = $2, dispatched_by = 'ffriver'
 		WHERE event_id = $1 AND dispatched_at_ms IS NULL
 		RETURNING partition_key, execution_id, flow_id, outcome`), eventID, s.clock.NowMs()).Scan(&part, &exec, &flowID, &outcome)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -38,12 +38,17 @@ func (DelayedPromoterScanner) Due(ctx context.Context, q Querier, req DueRequest
 
 // Unprocessable implements Auditor: delays come due in partitions outside
 // the schema's count, or on executions whose lifecycle_phase, or (runnable
-// ones) eligibility_state, is not in ffriver's alphabet.
+// ones) eligibility_state, is not in ffriver's alphabet; and non-terminal
+// executions not eligible until a time that is in neither delay_until_ms
+// nor where upstream writes one (migration 0010 reads those): no scan can
+// tell when they are due.
 func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
 	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.delay_until_ms, c.lifecycle_phase, c.eligibility_state",
-		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= %d`, req.NowMs), "c",
+		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE ((c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= %d)
+  OR (c.eligibility_state = 'not_eligible_until_time' AND c.delay_until_ms IS NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')))`, req.NowMs), "c",
 		[]auditCase{
 			outOfRange(req, "c.partition_key"),
+			{reason: "not eligible until a time it does not record", pred: "c.delay_until_ms IS NULL"},
 			{reason: "unknown lifecycle_phase", pred: "c.lifecycle_phase NOT IN " + knownPhases},
 			{reason: "runnable with an unknown eligibility_state", pred: "c.lifecycle_phase = 'runnable' AND c.eligibility_state NOT IN " + knownEligibility},
 		})

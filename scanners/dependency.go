@@ -28,7 +28,8 @@ const DefaultDependencyStale = 15 * time.Second
 // edge has no recorded outcome yet (upstream_outcome IS NULL), once it has
 // waited for the staleness threshold. Its item is the hop itself:
 // ff.advance {upstream, flow_id, downstream, outcome}, the outcome read from
-// the upstream's public_state, exactly as the Cascader inserts it (so a hop
+// the upstream's public_state (or, when that names none, its completion
+// event: executions.TerminalOutcomeSQL), exactly as the Cascader inserts it (so a hop
 // whose job is still in flight, or snoozed waiting on a lock, is not
 // enqueued twice). Whatever happens to any River job, a hop stays due until
 // executions.Store.AdvanceTx has counted it. The scanner filter applies to
@@ -62,10 +63,17 @@ func (s *DependencyScanner) cutoff(params json.RawMessage, now int64) (int64, er
 	return ageCutoff(Dependency, s.stale, params, now)
 }
 
+// hopOutcomeSQL is the outcome of a hop's upstream c (NULL when nothing
+// records it: see executions.TerminalOutcomeSQL).
+func hopOutcomeSQL() string { return executions.TerminalOutcomeSQL("c") }
+
 // hopDueSQL is the due-hop predicate on ff_edge e joined with its upstream
-// ff_exec_core c (index ff_edge_hop_due_idx); $2 is the cutoff.
-const hopDueSQL = `e.upstream_outcome IS NULL AND e.upstream_terminal_at_ms IS NOT NULL AND e.upstream_terminal_at_ms < $2
-  AND c.lifecycle_phase IN ('terminal', 'cancelled')`
+// ff_exec_core c (index ff_edge_hop_due_idx); $2 is the cutoff. A hop whose
+// upstream's outcome is recorded nowhere is not due: it is unprocessable.
+func hopDueSQL() string {
+	return `e.upstream_outcome IS NULL AND e.upstream_terminal_at_ms IS NOT NULL AND e.upstream_terminal_at_ms < $2
+  AND c.lifecycle_phase IN ('terminal', 'cancelled') AND (` + hopOutcomeSQL() + `) IS NOT NULL`
+}
 
 // Due implements Scanner: the partitions with hops due, counted with the
 // predicate and filter of Scan.
@@ -77,7 +85,7 @@ func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) 
 	due, err := dueExec(ctx, q, req, `SELECT e.partition_key, count(*), min(e.upstream_terminal_at_ms)
 		FROM {S}ff_edge e
 		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
-		WHERE `+strings.ReplaceAll(hopDueSQL, "$2", "$1")+dueExecFilterSQL+`
+		WHERE `+strings.ReplaceAll(hopDueSQL(), "$2", "$1")+dueExecFilterSQL+`
 		GROUP BY e.partition_key`, cutoff)
 	for i := range due {
 		// A hop is due once it has waited for the threshold.
@@ -87,8 +95,11 @@ func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) 
 }
 
 // Unprocessable implements Auditor: hops due in partitions outside the
-// schema's count, hops whose upstream execution is gone, and edges marked
-// terminal whose upstream is not (written by hand).
+// schema's count, hops whose upstream execution is gone, edges marked
+// terminal whose upstream is not (written by hand), and hops of a terminal
+// upstream whose outcome is recorded nowhere (its public_state names none
+// and it has no completion event): counting one as a failure, or as
+// anything, could resolve its group wrongly.
 func (s *DependencyScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
@@ -102,6 +113,7 @@ func (s *DependencyScanner) Unprocessable(ctx context.Context, q Querier, req Du
 			outOfRange(req, "e.partition_key"),
 			{reason: "upstream execution gone", pred: "c.execution_id IS NULL"},
 			{reason: "edge marked terminal, upstream not terminal", pred: "c.lifecycle_phase NOT IN ('terminal', 'cancelled')"},
+			{reason: "terminal upstream whose outcome is recorded nowhere", pred: "(" + hopOutcomeSQL() + ") IS NULL"},
 		})
 }
 
@@ -127,10 +139,10 @@ func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest
 		afterMs, afterEdge = &c.Ms, &c.Edge
 	}
 	ns, tk, tv := req.FilterArgs()
-	rows, err := q.Query(ctx, req.SQL(`SELECT e.upstream_eid, e.flow_id, e.downstream_eid, c.public_state, e.upstream_terminal_at_ms, e.edge_id
+	rows, err := q.Query(ctx, req.SQL(`SELECT e.upstream_eid, e.flow_id, e.downstream_eid, `+hopOutcomeSQL()+`, e.upstream_terminal_at_ms, e.edge_id
 		FROM {S}ff_edge e
 		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
-		WHERE e.partition_key = $1 AND `+hopDueSQL+ExecFilterSQL+`
+		WHERE e.partition_key = $1 AND `+hopDueSQL()+ExecFilterSQL+`
 		  AND ($6::bigint IS NULL OR (e.upstream_terminal_at_ms, e.edge_id) > ($6::bigint, $7::uuid))
 		ORDER BY e.upstream_terminal_at_ms, e.edge_id
 		LIMIT $8`), req.Partition, cutoff, ns, tk, tv, afterMs, afterEdge, req.Limit)
@@ -142,13 +154,13 @@ func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest
 	var last hopCursor
 	for rows.Next() {
 		var up, flow, down uuid.UUID
-		var public string
-		if err := rows.Scan(&up, &flow, &down, &public, &last.Ms, &last.Edge); err != nil {
+		var outcome string
+		if err := rows.Scan(&up, &flow, &down, &outcome, &last.Ms, &last.Edge); err != nil {
 			return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
 		}
 		res.Candidates++
 		res.Items = append(res.Items, jobs.AdvanceArgs{Upstream: ff.ExecutionID{Partition: req.Partition, UUID: up},
-			FlowID: flow, Downstream: down, Outcome: executions.OutcomeOf(public)})
+			FlowID: flow, Downstream: down, Outcome: outcome})
 	}
 	if err := rows.Err(); err != nil {
 		return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")

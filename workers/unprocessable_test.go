@@ -21,6 +21,7 @@ import (
 // attempt of no execution, of an execution in a state outside the
 // alphabet, and left on an ended attempt; delays come due on an execution
 // blocked by its dependencies and on one in an unknown eligibility_state;
+// an execution not eligible until a time it records nowhere;
 // a cleared cancel group still pending; rows in partition 300, outside the
 // schema's 256.
 func (h *harness) poison() {
@@ -45,6 +46,10 @@ func (h *harness) poison() {
 	// A delay come due on an execution in an unknown eligibility_state.
 	elig := h.create(executions.CreateParams{Lane: "elig", DelayUntil: time.UnixMilli(now + 500)})
 	h.exec(`UPDATE ff_exec_core SET eligibility_state = 'later' WHERE execution_id = $1`, elig.UUID)
+	// Not eligible until a time it records nowhere: neither in
+	// delay_until_ms nor where upstream writes one.
+	nodue := h.create(executions.CreateParams{Lane: "nodue"})
+	h.exec(`UPDATE ff_exec_core SET eligibility_state = 'not_eligible_until_time', public_state = 'delayed' WHERE execution_id = $1`, nodue.UUID)
 	// A delay come due on an execution waiting for its flow: not due, and
 	// not unprocessable either (its flow releases it).
 	flow := h.flow()
@@ -125,7 +130,8 @@ func TestDueAndScanAgreeUnprocessableApart(t *testing.T) {
 	want := map[string][]string{
 		scanners.AttemptTimeout: {"partition outside 0..255", "attempt of no execution", "execution in an unknown lifecycle_phase",
 			"lease left on an attempt that is not running"},
-		scanners.DelayedPromoter:      {"partition outside 0..255", "runnable with an unknown eligibility_state"},
+		scanners.DelayedPromoter: {"partition outside 0..255", "not eligible until a time it does not record",
+			"runnable with an unknown eligibility_state"},
 		scanners.ExecutionDeadline:    {"partition outside 0..255"},
 		scanners.EdgeCancelDispatcher: {"partition outside 0..255"},
 		scanners.EdgeCancelReconciler: {"partition outside 0..255"},
