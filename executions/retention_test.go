@@ -14,15 +14,9 @@ import (
 // remove runs RemoveExecutionsTx for p in a transaction of its own.
 func (f *fixture) remove(p executions.RemoveParams) executions.RemoveResult {
 	f.t.Helper()
-	var res executions.RemoveResult
-	if err := f.inTx(func(tx pgx.Tx) error {
-		var err error
-		res, err = f.st.RemoveExecutionsTx(f.ctx, tx, p)
-		return err
-	}); err != nil {
-		f.t.Fatalf("RemoveExecutionsTx(%+v): %v", p, err)
-	}
-	return res
+	return inTxValue(f, "RemoveExecutionsTx", func(tx pgx.Tx) (executions.RemoveResult, error) {
+		return f.st.RemoveExecutionsTx(f.ctx, tx, p)
+	})
 }
 
 func (f *fixture) cancel(id ff.ExecutionID) {
