@@ -1,4 +1,4 @@
--- ffriver 0009: execution retention (scanner execution_retention, action
+-- ffriver 0013: execution retention (scanner execution_retention, action
 -- executions.Store.RemoveExecutionsTx).
 --
 -- Terminal executions by partition and age: the scanner's Due reads one
