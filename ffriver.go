@@ -92,6 +92,15 @@ type Config struct {
 	// negative is an error. To keep every event, disable the scanner
 	// (Scanners: {scanners.OutboxRetention: {Disabled: true}}).
 	OutboxRetention time.Duration
+	// ExecutionRetention of the execution_retention scanner: terminal
+	// executions older than this are removed, with their attempts (a flow
+	// only when every member is, then whole). 0 means
+	// scanners.DefaultExecutionRetention (7 days, as the outbox's, so a
+	// completion event's execution can be read as long as the event);
+	// KeepExecutions keeps them forever; any other negative value is an
+	// error. Events are not removed with their execution (OutboxRetention
+	// governs them), so they may outlive it.
+	ExecutionRetention time.Duration
 	// JobTimeout of ffriver's jobs. 0 means workers.DefaultJobTimeout
 	// (30 s); negative is an error (a job without a timeout would defeat
 	// ff.rescue, which presumes a job running past it dead).
@@ -225,12 +234,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		return nil, ff.Validationf("outbox_retention", "%s is negative: 0 means the default %s; disable the outbox_retention scanner to keep every event",
 			cfg.OutboxRetention, scanners.DefaultOutboxRetention)
 	}
+	if cfg.ExecutionRetention < 0 && cfg.ExecutionRetention != KeepExecutions {
+		return nil, ff.Validationf("execution_retention", "%s is negative: 0 means the default %s, KeepExecutions (-1) keeps terminal executions forever",
+			cfg.ExecutionRetention, scanners.DefaultExecutionRetention)
+	}
 	if cfg.JobTimeout < 0 {
 		return nil, ff.Validationf("job_timeout", "%s is negative: 0 means the default %s", cfg.JobTimeout, workers.DefaultJobTimeout)
 	}
 	var plugins []workers.Plugin
 	if !cfg.NoBuiltins {
-		plugins = workers.Builtins(cfg.OutboxRetention)
+		plugins = workers.Builtins(scanners.BuiltinOptions{OutboxRetention: cfg.OutboxRetention, ExecutionRetention: cfg.ExecutionRetention})
 	}
 	plugins = append(plugins, cfg.Plugins...)
 	env := workers.NewEnv(store, cfg.Logger)
@@ -441,6 +454,10 @@ const (
 // KeepCompletedJobs as ClientOptions.CompletedJobRetention keeps completed
 // jobs forever (River's CompletedJobRetentionPeriod -1).
 const KeepCompletedJobs time.Duration = -1
+
+// KeepExecutions as Config.ExecutionRetention keeps terminal executions
+// forever: the execution_retention scanner is registered disabled.
+const KeepExecutions = scanners.KeepExecutions
 
 func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 	rw := river.NewWorkers()

@@ -25,7 +25,7 @@ import (
 
 func fastScanners() map[string]scanners.Settings {
 	m := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(0) {
+	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 		m[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond}
 	}
 	return m
@@ -271,9 +271,10 @@ func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, nil)
 	for name, cfg := range map[string]ffriver.Config{
-		"outbox_retention": {OutboxRetention: -time.Hour},
-		"job_timeout":      {JobTimeout: -time.Second},
-		"sweep":            {Scanners: map[string]scanners.Settings{scanners.AttemptTimeout: {Sweep: -2 * time.Second}}},
+		"outbox_retention":    {OutboxRetention: -time.Hour},
+		"execution_retention": {ExecutionRetention: -time.Hour},
+		"job_timeout":         {JobTimeout: -time.Second},
+		"sweep":               {Scanners: map[string]scanners.Settings{scanners.AttemptTimeout: {Sweep: -2 * time.Second}}},
 	} {
 		cfg.Schema = db.Schema
 		if _, err := ffriver.New(ctx, db.Pool, cfg); !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "negative") {
@@ -294,6 +295,16 @@ func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
 	}
 	if f.Pipeline().Env().JobTimeout <= 0 {
 		t.Errorf("JobTimeout 0 gave %s, want the default", f.Pipeline().Env().JobTimeout)
+	}
+	if st, _ := f.Pipeline().Settings(scanners.ExecutionRetention); st.Disabled {
+		t.Errorf("ExecutionRetention 0: execution_retention disabled, want it running with the default retention")
+	}
+	keep, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, ExecutionRetention: ffriver.KeepExecutions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := keep.Pipeline().Settings(scanners.ExecutionRetention); !st.Disabled {
+		t.Errorf("KeepExecutions: execution_retention enabled, want it disabled (executions kept forever)")
 	}
 
 	for name, o := range map[string]ffriver.ClientOptions{

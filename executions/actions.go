@@ -15,7 +15,8 @@ import (
 // worth of work run inside the item's transaction (workers/items.go wires
 // each job kind to its action): ExpireAttemptTx (attempt_timeout),
 // PromoteDelayedTx (delayed_promoter), ExpireDeadlineTx
-// (execution_deadline), TrimOutboxTx (outbox_retention). The cancel-group
+// (execution_deadline), TrimOutboxTx (outbox_retention); RemoveExecutionsTx
+// (execution_retention) is in retention.go. The cancel-group
 // actions (edge_cancel_dispatcher, edge_cancel_reconciler) are in
 // cancelgroups.go, the flow ones (dependency, ff.advance) in flow.go.
 

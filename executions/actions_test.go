@@ -11,14 +11,21 @@ import (
 
 func (f *fixture) action(fn func(tx pgx.Tx) (executions.Outcome, error)) executions.Outcome {
 	f.t.Helper()
-	var out executions.Outcome
+	return inTxValue(f, "action", fn)
+}
+
+// inTxValue runs fn in a transaction of its own, commits it and returns
+// fn's value; an error fails the test, named by what.
+func inTxValue[T any](f *fixture, what string, fn func(tx pgx.Tx) (T, error)) T {
+	f.t.Helper()
+	var out T
 	err := f.inTx(func(tx pgx.Tx) error {
 		var err error
 		out, err = fn(tx)
 		return err
 	})
 	if err != nil {
-		f.t.Fatalf("action: %v", err)
+		f.t.Fatalf("%s: %v", what, err)
 	}
 	return out
 }

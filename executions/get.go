@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,7 +118,10 @@ func scanExecution(row pgx.Row) (*Execution, error) {
 	return e, nil
 }
 
-// Get reads an execution and its current attempt.
+// Get reads an execution and its current attempt. An execution that
+// execution retention removed is a *ff.RemovedError (which matches
+// ff.ErrNotFound) while its tombstone is kept; an unknown one is
+// ff.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id ff.ExecutionID) (*Execution, error) {
 	if err := s.checkID(id); err != nil {
 		return nil, err
@@ -127,7 +129,7 @@ func (s *Store) Get(ctx context.Context, id ff.ExecutionID) (*Execution, error) 
 	e, err := scanExecution(s.pool.QueryRow(ctx, s.sql(`SELECT `+execColumns(true)+` FROM `+execFrom+`
 		WHERE e.partition_key = $1 AND e.execution_id = $2`), id.Partition, id.UUID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("execution %s: %w", id, ff.ErrNotFound)
+		return nil, s.removed(ctx, id)
 	}
 	if err != nil {
 		return nil, dbutil.MapErr(err, "get "+id.String())

@@ -2,7 +2,8 @@
 // fail, delay, cancel, revoke and reclaim executions (create.go, lease.go,
 // operator.go), and the actions the background scanners' item jobs apply
 // (actions.go: expire an attempt, promote a delayed execution, expire a
-// deadline, trim the outbox; cancelgroups.go: dispatch and reconcile sibling
+// deadline, trim the outbox; retention.go: remove executions past
+// retention; cancelgroups.go: dispatch and reconcile sibling
 // cancels; flow.go: advance a flow, dispatch a completion).
 //
 // Each item action is a ...Tx method run inside the transaction package

@@ -3,6 +3,7 @@ package ff
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors that callers branch on with errors.Is. Operations wrap them
@@ -55,3 +56,27 @@ func (e *ValidationError) Is(target error) bool { return target == ErrValidation
 func Validationf(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
+
+// RemovedError says that an execution was removed by execution retention
+// (the execution_retention scanner): it was terminal (PublicState) since
+// TerminalAtMs and was deleted, with its attempts, at RemovedAtMs (Unix
+// ms). Readers of a removed execution get it instead of a plain not-found
+// for as long as its tombstone is kept (one more retention period after the
+// removal). It matches ErrNotFound with errors.Is, so callers that only
+// branch on not-found keep working.
+type RemovedError struct {
+	ID           ExecutionID
+	PublicState  string
+	TerminalAtMs int64
+	RemovedAtMs  int64
+}
+
+// Error implements error.
+func (e *RemovedError) Error() string {
+	return fmt.Sprintf("execution %s was removed by retention at %s (%s since %s)", e.ID,
+		time.UnixMilli(e.RemovedAtMs).UTC().Format(time.RFC3339), e.PublicState,
+		time.UnixMilli(e.TerminalAtMs).UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *RemovedError) Is(target error) bool { return target == ErrNotFound }

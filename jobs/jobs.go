@@ -7,6 +7,7 @@
 //	ff.scan {scanner, partition}        one per due partition   queue ff_scan
 //	ff.expire_attempt, ff.promote_delayed, ff.expire_deadline,
 //	ff.cancel_group, ff.reconcile_group, ff.trim_outbox,
+//	ff.remove_executions,
 //	ff.dispatch_completion              one per item            queue ff_apply
 //	ff.advance                          one per flow hop        queue ff_apply
 //
@@ -54,6 +55,9 @@ const (
 	KindCancelGroup    = "ff.cancel_group"
 	KindReconcileGroup = "ff.reconcile_group"
 	KindTrimOutbox     = "ff.trim_outbox"
+	// KindRemoveExecutions removes terminal executions past retention in
+	// one partition (the execution_retention scanner's item).
+	KindRemoveExecutions = "ff.remove_executions"
 	// KindAdvance advances one downstream edge group of a flow by one
 	// upstream's terminal outcome (a hop of the completion cascade).
 	KindAdvance = "ff.advance"
@@ -301,6 +305,25 @@ type TrimOutboxArgs struct {
 
 // Kind implements river.JobArgs.
 func (TrimOutboxArgs) Kind() string { return KindTrimOutbox }
+
+// RemoveExecutionsArgs removes, in one partition, at most Limit candidate
+// terminal executions older than CutoffMs (solo ones, and flows whose every
+// member is), and expires tombstones written before CutoffMs
+// (executions.Store.RemoveExecutionsTx). Only Partition and Filter make it
+// unique: one removal per partition (and filter) in flight. AfterMs and
+// AfterID are the position a continuation reads on from (nil: the
+// beginning).
+type RemoveExecutionsArgs struct {
+	Partition int16      `json:"partition" river:"unique"`
+	CutoffMs  int64      `json:"cutoff_ms"`
+	Limit     int        `json:"limit"`
+	Filter    *Filter    `json:"filter,omitempty" river:"unique"`
+	AfterMs   *int64     `json:"after_ms,omitempty"`
+	AfterID   *uuid.UUID `json:"after_id,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (RemoveExecutionsArgs) Kind() string { return KindRemoveExecutions }
 
 // AdvanceArgs is one hop of a flow's completion cascade: the downstream edge
 // group of Downstream counts Upstream's terminal Outcome. Terminal

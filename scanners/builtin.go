@@ -11,6 +11,7 @@ const (
 	EdgeCancelReconciler = "edge_cancel_reconciler"
 	OutboxRetention      = "outbox_retention"
 	Dependency           = "dependency"
+	ExecutionRetention   = "execution_retention"
 )
 
 // DefaultBatch is the batch size of the built-in scanners but the
@@ -27,23 +28,38 @@ const DefaultBatch = 1000
 // minute.
 const DefaultSweep = 30 * time.Second
 
+// BuiltinOptions are the built-in scanners' settings that are not
+// Settings (schedule, batch): their retention periods. The zero value is
+// every default.
+type BuiltinOptions struct {
+	// OutboxRetention: outbox events older than this are deleted
+	// (outbox_retention). 0 means DefaultOutboxRetention.
+	OutboxRetention time.Duration
+	// ExecutionRetention: terminal executions older than this are removed
+	// (execution_retention). 0 means DefaultExecutionRetention;
+	// KeepExecutions keeps them forever.
+	ExecutionRetention time.Duration
+}
+
 // Builtins returns the built-in scanners with their defaults, in the order
 // they are registered: attempt_timeout, delayed_promoter and
 // execution_deadline (every second, batch 1,000), edge_cancel_dispatcher
 // (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50),
 // outbox_retention (every minute, batch 1,000, events older than
-// retention; 0 means DefaultOutboxRetention) and dependency (every 5 s, batch
-// 1,000, flow hops uncounted DefaultDependencyStale after their upstream became
-// terminal). Their
-// item kinds and actions are registered with them by workers.Builtins.
-func Builtins(retention time.Duration) []Scanner {
+// o.OutboxRetention), dependency (every 5 s, batch 1,000, flow hops
+// uncounted DefaultDependencyStale after their upstream became terminal)
+// and execution_retention (every minute, batch 1,000, terminal executions
+// older than o.ExecutionRetention). Their item kinds and actions are
+// registered with them by workers.Builtins.
+func Builtins(o BuiltinOptions) []Scanner {
 	return []Scanner{
 		AttemptTimeoutScanner{},
 		DelayedPromoterScanner{},
 		ExecutionDeadlineScanner{},
 		EdgeCancelDispatcherScanner{},
 		EdgeCancelReconcilerScanner{},
-		NewOutboxRetentionScanner(retention),
+		NewOutboxRetentionScanner(o.OutboxRetention),
 		NewDependencyScanner(0),
+		NewExecutionRetentionScanner(o.ExecutionRetention),
 	}
 }

@@ -5,7 +5,7 @@
 //
 // # Built-in scanners
 //
-// Seven, registered in this order (Builtins), each through the registry
+// Eight, registered in this order (Builtins), each through the registry
 // like any other scanner:
 //
 //	attempt_timeout.go         attempt_timeout: expired leases → ff.expire_attempt
@@ -15,6 +15,7 @@
 //	edge_cancel_reconciler.go  edge_cancel_reconciler: stale cancel groups → ff.reconcile_group
 //	outbox_retention.go        outbox_retention: old outbox events → ff.trim_outbox
 //	dependency.go              dependency: flow hops left uncounted (edges of terminal upstreams) → ff.advance
+//	execution_retention.go     execution_retention: terminal executions past retention → ff.remove_executions
 //
 // Their actions live in package executions (actions.go) and are wired to
 // their item kinds in workers/items.go.

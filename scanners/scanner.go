@@ -155,15 +155,7 @@ func schemaSQL(st *executions.Store, q string) string {
 }
 
 func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
-	if f.Namespace != "" {
-		ns := f.Namespace
-		namespace = &ns
-	}
-	if f.InstanceTag != nil {
-		k, v := f.InstanceTag.Key, f.InstanceTag.Value
-		tagKey, tagValue = &k, &v
-	}
-	return
+	return executions.FilterParams(f)
 }
 
 var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)

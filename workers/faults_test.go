@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 // disabled turns every built-in scanner's ticks off.
 func disabled() map[string]scanners.Settings {
 	m := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(0) {
+	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 		m[s.Name()] = scanners.Settings{Disabled: true}
 	}
 	return m
@@ -279,6 +280,95 @@ func TestOutboxRetention(t *testing.T) {
 	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND NOT ('item' = ANY(tags) AND 'scanner-outbox_retention' = ANY(tags))`); n != 0 {
 		t.Errorf("%d trim jobs without the item and scanner tags", n)
 	}
+}
+
+// TestExecutionRetention: through the pipeline, terminal executions past
+// the retention are removed in batches with their attempts, a flow only
+// whole once every member is past it; a flow with a member still running
+// or recently terminal stays whole, as do recent and live executions.
+func TestExecutionRetention(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, ffriver.Config{ExecutionRetention: time.Hour, Scanners: map[string]scanners.Settings{
+		scanners.ExecutionRetention: {Interval: time.Hour, Batch: 2}}})
+	var old []ff.ExecutionID
+	for range 5 {
+		id := h.create(executions.CreateParams{Lane: "solo"})
+		if err := h.st.Complete(h.ctx, h.claim("solo", time.Hour), nil); err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, id)
+	}
+	member := func(f uuid.UUID, cancel bool) ff.ExecutionID {
+		id := h.create(executions.CreateParams{FlowID: f, Lane: "member"})
+		if cancel {
+			if err := h.st.Cancel(h.ctx, id, executions.CancelParams{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return id
+	}
+	gone := h.flow()
+	old = append(old, member(gone, true), member(gone, true))
+	running := h.flow()
+	runningOld, runningLive := member(running, true), member(running, false)
+	partly := h.flow()
+	partlyOld := member(partly, true)
+	live := h.create(executions.CreateParams{Lane: "live"})
+	h.clock.Advance(2 * time.Hour)
+	partlyRecent := member(partly, true)
+	recent := h.create(executions.CreateParams{Lane: "solo"})
+	if err := h.st.Cancel(h.ctx, recent, executions.CancelParams{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Due counts what the removals will remove: no member of a flow that
+	// stays.
+	due, err := scanners.NewExecutionRetentionScanner(time.Hour).Due(h.ctx, h.db.Pool, scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, d := range due {
+		n += d.Count
+	}
+	if n != int64(len(old)) {
+		t.Errorf("due %d (%+v), want %d", n, due, len(old))
+	}
+	h.client(true, nil)
+	h.await("old executions removed", func() bool {
+		return h.count(`SELECT count(*) FROM ff_exec_removed`) == len(old)
+	})
+	h.await("settled", func() bool { return h.jobsSettled(jobs.KindRemoveExecutions, jobs.KindScan) })
+	for _, id := range old {
+		if _, err := h.st.Get(h.ctx, id); !errors.As(err, new(*ff.RemovedError)) {
+			t.Errorf("Get(%s) = %v, want removed by retention", id, err)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = ANY($1)`, ids(old)); n != 0 {
+		t.Errorf("%d attempts of removed executions left", n)
+	}
+	for _, id := range []ff.ExecutionID{runningOld, runningLive, partlyOld, partlyRecent, live, recent} {
+		h.get(id)
+	}
+	if n := h.count(`SELECT count(*) FROM ff_flow_core WHERE flow_id = ANY($1)`, []uuid.UUID{gone, running, partly}); n != 2 {
+		t.Errorf("%d of the three flow rows left, want the two not removable", n)
+	}
+	// The five solo ones share a partition: batches of 2, 2, 1.
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.remove_executions' AND (args->>'partition')::int = $1
+		AND (metadata->'output'->'detail'->>'continued')::bool`, old[0].Partition); n < 2 {
+		t.Errorf("%d removals of the solo partition continued, want at least 2", n)
+	}
+	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.remove_executions' AND NOT ('item' = ANY(tags) AND 'scanner-execution_retention' = ANY(tags))`); n != 0 {
+		t.Errorf("%d removal jobs without the item and scanner tags", n)
+	}
+}
+
+func ids(es []ff.ExecutionID) []uuid.UUID {
+	out := make([]uuid.UUID, len(es))
+	for i, e := range es {
+		out[i] = e.UUID
+	}
+	return out
 }
 
 // TestTickWithoutScannerIsCancelled: a tick naming a scanner this process

@@ -30,7 +30,7 @@ func fast(batch int) scanners.Settings {
 // allFast returns overrides making every built-in scanner tick fast.
 func allFast(batch int) map[string]scanners.Settings {
 	m := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(0) {
+	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 		m[s.Name()] = fast(batch)
 	}
 	return m

@@ -2,7 +2,6 @@ package workers
 
 import (
 	"context"
-	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
@@ -40,7 +39,8 @@ func builtinItems() map[string][]Item {
 			r, err := env.Store.ReconcileCancelGroupTx(ctx, tx, groupKey(a.GroupKey))
 			return Output{Outcome: r.Outcome, Detail: r}, err
 		})},
-		scanners.OutboxRetention: {ItemOf(trimOutbox)},
+		scanners.OutboxRetention:    {ItemOf(trimOutbox)},
+		scanners.ExecutionRetention: {ItemOf(removeExecutions)},
 		// The dependency scanner's scans produce ff.advance jobs (flowItem,
 		// registered by every pipeline); ff.dispatch_completion is kept for
 		// jobs queued by earlier versions.
@@ -103,6 +103,34 @@ func trimOutbox(ctx context.Context, tx pgx.Tx, env *Env, a jobs.TrimOutboxArgs)
 	return out, nil
 }
 
+// removeExecutions removes at most a batch of terminal executions past
+// retention (executions.Store.RemoveExecutionsTx) and, when it filled its
+// batch, continues from its position with a successor after its
+// completion.
+func removeExecutions(ctx context.Context, tx pgx.Tx, env *Env, a jobs.RemoveExecutionsArgs) (Output, error) {
+	p := executions.RemoveParams{Partition: a.Partition, CutoffMs: a.CutoffMs, Filter: a.Filter.FF(), Limit: a.Limit}
+	if a.AfterMs != nil && a.AfterID != nil {
+		p.After = &executions.RemoveKey{TerminalAtMs: *a.AfterMs, ID: *a.AfterID}
+	}
+	r, err := env.Store.RemoveExecutionsTx(ctx, tx, p)
+	if err != nil {
+		return Output{}, err
+	}
+	d := RemoveOutput{RemoveResult: r, Continued: r.Full(a.Limit)}
+	out := Output{Outcome: executions.Processed, Detail: d}
+	if r.Executions == 0 && r.TombstonesExpired == 0 {
+		out.Outcome = executions.NoOp
+	}
+	if d.Continued {
+		next := a
+		if r.Next != nil {
+			next.AfterMs, next.AfterID = &r.Next.TerminalAtMs, &r.Next.ID
+		}
+		out.Then = next
+	}
+	return out, nil
+}
+
 // outputs turns a group action's outcomes into item outputs.
 func outputs(outs []executions.Outcome, err error) ([]Output, error) {
 	if err != nil {
@@ -128,12 +156,12 @@ func groupKey(k jobs.GroupKey) executions.GroupKey {
 	return executions.GroupKey{Partition: k.Partition, FlowID: k.FlowID, DownstreamEID: k.DownstreamEID}
 }
 
-// Builtins returns the built-in scanners (scanners.Builtins(retention))
-// as plugins, each with its item kinds, in registration order.
-func Builtins(retention time.Duration) []Plugin {
+// Builtins returns the built-in scanners (scanners.Builtins(o)) as
+// plugins, each with its item kinds, in registration order.
+func Builtins(o scanners.BuiltinOptions) []Plugin {
 	items := builtinItems()
 	var out []Plugin
-	for _, s := range scanners.Builtins(retention) {
+	for _, s := range scanners.Builtins(o) {
 		out = append(out, Plugin{Scanner: s, Items: items[s.Name()]})
 	}
 	return out

@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -201,6 +202,23 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 				h.await("the old events to be trimmed", func() bool {
 					return h.count(`SELECT (SELECT count(*) FROM ff_lease_event) + (SELECT count(*) FROM ff_completion_event)`) == 0
 				})
+			}
+		}},
+		{jobs.KindRemoveExecutions, func(h *harness) func() {
+			id := h.create(executions.CreateParams{Lane: "l3"})
+			if err := h.st.Cancel(h.ctx, id, executions.CancelParams{}); err != nil {
+				h.t.Fatal(err)
+			}
+			h.clock.Advance(8 * 24 * time.Hour)
+			cutoff := h.clock.NowMs() - scanners.DefaultExecutionRetention.Milliseconds()
+			h.loseEach(jobs.RemoveExecutionsArgs{Partition: id.Partition, CutoffMs: cutoff, Limit: 1000}, item)
+			return func() {
+				h.await("the old execution to be removed", func() bool {
+					return h.count(`SELECT count(*) FROM ff_exec_core`) == 0
+				})
+				if _, err := h.st.Get(h.ctx, id); !errors.As(err, new(*ff.RemovedError)) {
+					h.t.Errorf("Get of the removed execution: %v, want removed by retention", err)
+				}
 			}
 		}},
 		{jobs.KindDispatchCompletion, func(h *harness) func() {

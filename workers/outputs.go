@@ -41,6 +41,14 @@ type ScanOutput struct {
 	Sweeps int `json:"sweeps,omitempty"`
 }
 
+// RemoveOutput is the River job output detail of an execution removal
+// (ff.remove_executions): what it removed, and whether it continues with a
+// successor from its position.
+type RemoveOutput struct {
+	executions.RemoveResult
+	Continued bool `json:"continued"`
+}
+
 // TrimOutput is the River job output detail of an outbox trim.
 type TrimOutput struct {
 	Deleted   int64 `json:"deleted"`

@@ -158,7 +158,8 @@ func runExecGet(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	f := newExecFlags("get", "ID",
 		"Shows an execution: its state columns, attempts and retry budget, the current attempt's lease\n"+
 			"(worker, epoch, expiry), deadline and delay, and its newest lease and completion events from\n"+
-			"the outbox, oldest first. Exits 1 when the execution does not exist.", stdout)
+			"the outbox, oldest first. Exits 1 when the execution does not exist; one that execution\n"+
+			"retention removed is said to be, with when, for one retention period after its removal.", stdout)
 	events := f.fs.Int("events", executions.DefaultHistoryLimit, "show at most this many of the newest outbox `events` (1..10000)")
 	f.fs.AfterParse(func() error { return cli.CheckInt("events", *events, 1, 10000) })
 	id, err := f.parseID(args)

@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/jackc/pgx/v5"
 )
 
 // ffctl exec get, list, cancel and revoke against a real schema, in JSON
@@ -153,6 +154,18 @@ func TestExecCommands(t *testing.T) {
 	_, stderr = run(cli.ExitFailure, "cancel", waiting.String())
 	if !strings.Contains(stderr, "already terminal") {
 		t.Errorf("second cancel: %s", stderr)
+	}
+
+	// Removed by retention: get says so, not "not found".
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := st.RemoveExecutionsTx(ctx, tx, executions.RemoveParams{Partition: waiting.Partition, CutoffMs: st.NowMs() + 1, Limit: 10})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr = run(cli.ExitFailure, "get", waiting.String())
+	if !strings.Contains(stderr, "removed by retention at") || !strings.Contains(stderr, "cancelled since") {
+		t.Errorf("get of a removed execution: %s", stderr)
 	}
 
 	// Mistakes.

@@ -35,11 +35,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	retention := fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
 		"the outbox `retention` ffscheduler runs with (its --outbox-retention): what is due for\n"+
 			"retention, and which consumers hold it back, are judged against it")
+	execRetention := scanners.DefaultExecutionRetention
+	fs.Var((*cli.ExecutionRetentionFlag)(&execRetention), "execution-retention",
+		"the execution `retention` ffscheduler runs with (its --execution-retention, or \"forever\"):\n"+
+			"what is due for execution_retention is judged against it")
 	fs.AfterParse(func() error {
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
-		return cli.CheckDuration("outbox-retention", *retention, time.Second, 10*365*24*time.Hour)
+		return cli.FirstError(cli.CheckDuration("outbox-retention", *retention, time.Second, cli.MaxRetention),
+			cli.CheckExecutionRetention(execRetention))
 	})
 	if err := fs.Parse(args); err != nil {
 		return cli.Report(stderr, fs.Name(), err)
@@ -49,7 +54,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	defer pool.Close()
-	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema, RiverSchema: common.RiverSchema, OutboxRetention: *retention})
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema, RiverSchema: common.RiverSchema, OutboxRetention: *retention,
+		ExecutionRetention: execRetention})
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}

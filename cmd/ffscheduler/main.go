@@ -51,7 +51,7 @@ const (
 	minInterval   = 10 * time.Millisecond
 	maxInterval   = 24 * time.Hour
 	maxBatch      = 100_000
-	maxRetention  = 10 * 365 * 24 * time.Hour
+	maxRetention  = cli.MaxRetention
 	minJobTimeout = 100 * time.Millisecond
 	maxJobTimeout = 24 * time.Hour
 	minShutdown   = 100 * time.Millisecond
@@ -79,6 +79,7 @@ type options struct {
 	filter          *ff.Filter
 	partitions      *int
 	retention       time.Duration
+	execRetention   time.Duration
 	jobTimeout      time.Duration
 	rescueAfter     time.Duration
 	completedRetain time.Duration
@@ -108,6 +109,10 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.IntVar(&o.applyConc, "apply-concurrency", 0, "`workers` for the apply queue (per-item actions); 0 leaves them to ffworker")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.retention, "outbox-retention", scanners.DefaultOutboxRetention, "outbox events older than this `duration` are deleted")
+	o.execRetention = scanners.DefaultExecutionRetention
+	fs.Var((*cli.ExecutionRetentionFlag)(&o.execRetention), "execution-retention", "terminal executions older than this `duration` are removed with their attempts\n"+
+		"(a flow only once every member is, then whole; their events may outlive them);\n"+
+		"\"forever\" keeps them")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
 	fs.DurationVar(&o.rescueAfter, "rescue-after", ffriver.DefaultRescueAfter,
 		"`duration` after which River's rescuer retries a job still running\n(a worker that died mid-job); at least --job-timeout")
@@ -115,7 +120,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
 	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default ffscheduler@<host>_<start time>)")
-	for _, s := range scanners.Builtins(0) {
+	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 		d := s.Defaults()
 		o.intervals[s.Name()] = fs.Duration(strings.ReplaceAll(s.Name(), "_", "-")+"-interval", d.Interval, "tick `interval` of the "+s.Name()+" scanner")
 		o.batches[s.Name()] = fs.Int(strings.ReplaceAll(s.Name(), "_", "-")+"-batch", d.Batch, "most `candidates` one "+s.Name()+" scan selects")
@@ -134,7 +139,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		if o.scanConc == 0 && o.applyConc == 0 {
 			return cli.Usagef("--scan-concurrency and --apply-concurrency are both 0: the scheduler would work no queue and could not lead")
 		}
-		for _, s := range scanners.Builtins(0) {
+		for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 			flag := strings.ReplaceAll(s.Name(), "_", "-")
 			if err := cli.FirstError(
 				cli.CheckDuration(flag+"-interval", *o.intervals[s.Name()], minInterval, maxInterval),
@@ -145,6 +150,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		}
 		if err := cli.FirstError(
 			cli.CheckDuration("outbox-retention", o.retention, time.Second, maxRetention),
+			cli.CheckExecutionRetention(o.execRetention),
 			cli.CheckDuration("job-timeout", o.jobTimeout, minJobTimeout, maxJobTimeout),
 			cli.CheckDuration("rescue-after", o.rescueAfter, minJobTimeout, maxJobTimeout),
 			cli.CheckDuration("completed-retention", o.completedRetain, time.Second, maxRetention),
@@ -198,7 +204,7 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	ui := &logString{o.uiAddr}
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
-		Scanners: overrides, OutboxRetention: o.retention, JobTimeout: o.jobTimeout,
+		Scanners: overrides, OutboxRetention: o.retention, ExecutionRetention: o.execRetention, JobTimeout: o.jobTimeout,
 		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
 	}, ffriver.RunOptions{
 		Name: "ffscheduler", Logger: logger, Started: []any{"ui", ui},

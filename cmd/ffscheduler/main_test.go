@@ -40,6 +40,10 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"--edge-cancel-dispatcher-batch", "1000001"}, "--edge-cancel-dispatcher-batch"},
 		{[]string{"--outbox-retention", "-1h"}, "--outbox-retention -1h0m0s is outside the allowed range 1s.."},
 		{[]string{"--outbox-retention", "0s"}, "--outbox-retention"},
+		{[]string{"--execution-retention", "0s"}, "--execution-retention 0s is outside the allowed range 1s.."},
+		{[]string{"--execution-retention", "-1s"}, "--execution-retention"},
+		{[]string{"--execution-retention", "never"}, "--execution-retention"},
+		{[]string{"--execution-retention-batch", "0"}, "--execution-retention-batch"},
 		{[]string{"--job-timeout", "0s"}, "--job-timeout 0s is outside the allowed range 100ms..24h0m0s"},
 		{[]string{"--rescue-after", "0s"}, "--rescue-after"},
 		{[]string{"--completed-retention", "-1s"}, "--completed-retention"},
@@ -69,6 +73,8 @@ func TestGoodFlagValues(t *testing.T) {
 		{"--attempt-timeout-interval", "10ms", "--attempt-timeout-batch", "1", "--outbox-retention", "1s"},
 		{"--dependency-interval", "24h", "--dependency-batch", "100000", "--partitions", "0", "--shutdown-timeout", "1h"},
 		{"--job-timeout", "2s", "--rescue-after", "3s", "--ui-allowed-hosts", "ui.example.com,ops:9000"},
+		{"--execution-retention", "forever"},
+		{"--execution-retention", "1s", "--execution-retention-interval", "1m"},
 	} {
 		if _, err := parse(args, io.Discard, getenv); err != nil {
 			t.Errorf("%q: %v", args, err)

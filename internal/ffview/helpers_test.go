@@ -57,7 +57,7 @@ func newPipelineEnv(t *testing.T) *env {
 	db := testdb.New(t, &testdb.Options{MaxConns: 12})
 	clock := ff.NewManualClock(t0)
 	fast := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(0) {
+	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 		fast[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond}
 	}
 	svc, err := ffriver.New(t.Context(), db.Pool, ffriver.Config{Schema: db.Schema, Clock: clock, Scanners: fast})

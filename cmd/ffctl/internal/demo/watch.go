@@ -90,13 +90,14 @@ func (s *Snapshot) Missing() []string {
 // itemKinds maps the built-in scanners' item job kinds to their scanners.
 func itemKinds() map[string]string {
 	return map[string]string{
-		jobs.KindExpireAttempt:  scanners.AttemptTimeout,
-		jobs.KindPromoteDelayed: scanners.DelayedPromoter,
-		jobs.KindExpireDeadline: scanners.ExecutionDeadline,
-		jobs.KindCancelGroup:    scanners.EdgeCancelDispatcher,
-		jobs.KindReconcileGroup: scanners.EdgeCancelReconciler,
-		jobs.KindTrimOutbox:     scanners.OutboxRetention,
-		jobs.KindAdvance:        CascadeName,
+		jobs.KindExpireAttempt:    scanners.AttemptTimeout,
+		jobs.KindPromoteDelayed:   scanners.DelayedPromoter,
+		jobs.KindExpireDeadline:   scanners.ExecutionDeadline,
+		jobs.KindCancelGroup:      scanners.EdgeCancelDispatcher,
+		jobs.KindReconcileGroup:   scanners.EdgeCancelReconciler,
+		jobs.KindTrimOutbox:       scanners.OutboxRetention,
+		jobs.KindRemoveExecutions: scanners.ExecutionRetention,
+		jobs.KindAdvance:          CascadeName,
 	}
 }
 

@@ -1,0 +1,189 @@
+package scanners
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/riverqueue/river"
+)
+
+// DefaultExecutionRetention is how long terminal executions are kept by
+// default: as long as outbox events (DefaultOutboxRetention, 7 days), so
+// that a consumer that reads a completion event can still read its
+// execution (its result, its attempts) for as long as the event exists,
+// and an operator looking into last week's failures finds them. Shorter
+// keeps the store smaller; longer costs only disk.
+const DefaultExecutionRetention = DefaultOutboxRetention
+
+// KeepExecutions as the execution retention (ExecutionRetentionOptions,
+// ffriver.Config.ExecutionRetention) keeps terminal executions forever: the
+// execution_retention scanner is registered disabled (no ticks; jobs
+// already queued are still worked).
+const KeepExecutions time.Duration = -1
+
+// ExecutionRetentionScanner removes terminal executions older than its
+// retention, per partition: its scan inserts one ff.remove_executions job
+// for a partition with executions past retention (or tombstones to
+// expire), and each job runs executions.Store.RemoveExecutionsTx on at most
+// a batch and, when it filled its batch, re-enqueues itself from its
+// position in the same transaction, so a backlog drains without waiting for
+// the next tick.
+//
+// What goes: a solo execution terminal (lifecycle_phase 'terminal', or a
+// legacy 'cancelled') for longer than the retention, with its attempts;
+// a flow only when every member is, then whole (members, attempts, edges,
+// edge groups, pending cancel groups, the flow row). A flow with a member
+// still running or recently terminal stays whole, however old its other
+// members. A terminal row without terminal_at_ms (written by hand) is never
+// removed, and is reported as unprocessable. Each removed execution leaves a
+// tombstone (ff_exec_removed) so that reading it says "removed by
+// retention" (ff.RemovedError); tombstones are expired by the same jobs one
+// retention period after the removal. Outbox events are not removed with
+// their execution: outbox retention is separate, so an execution's lease
+// and completion events may outlive it (never the other way round with the
+// defaults, which are equal).
+//
+// The filter applies to the execution's namespace and instance tag (in
+// raw_fields), as the other execution scanners' does; a flow is removed by
+// a filtered deployment only when every member is inside its filter.
+//
+// Nothing is carried only by the job: a lost or cancelled job delays the
+// removal to the next tick, which finds the same rows again.
+type ExecutionRetentionScanner struct {
+	retention time.Duration
+}
+
+// NewExecutionRetentionScanner returns the scanner keeping terminal
+// executions for retention: 0 means DefaultExecutionRetention,
+// KeepExecutions keeps them forever (the scanner's Defaults say Disabled).
+// Any other negative value is taken as KeepExecutions here; ffriver.New
+// rejects it.
+func NewExecutionRetentionScanner(retention time.Duration) *ExecutionRetentionScanner {
+	if retention == 0 {
+		retention = DefaultExecutionRetention
+	}
+	if retention < 0 {
+		retention = KeepExecutions
+	}
+	return &ExecutionRetentionScanner{retention: retention}
+}
+
+// Name implements Scanner.
+func (*ExecutionRetentionScanner) Name() string { return ExecutionRetention }
+
+// Defaults implements Scanner: every minute, batch 1,000; disabled when
+// executions are kept forever.
+func (s *ExecutionRetentionScanner) Defaults() Settings {
+	return Settings{Interval: time.Minute, Batch: DefaultBatch, Disabled: s.retention == KeepExecutions}
+}
+
+// retentionParams are the execution_retention scanner's params: the
+// retention in milliseconds, or Keep.
+type retentionParams struct {
+	AgeMs int64 `json:"age_ms"`
+	Keep  bool  `json:"keep,omitempty"`
+}
+
+// Params implements ParamsProvider: the retention travels in the job args,
+// so scans worked elsewhere use the scheduler's.
+func (s *ExecutionRetentionScanner) Params() (json.RawMessage, error) {
+	if s.retention == KeepExecutions {
+		return json.Marshal(retentionParams{Keep: true})
+	}
+	return json.Marshal(retentionParams{AgeMs: s.retention.Milliseconds()})
+}
+
+// Retention returns the retention a tick's params carry (the scheduler's),
+// else the scanner's own; KeepExecutions when executions are kept.
+func (s *ExecutionRetentionScanner) Retention(params json.RawMessage) (time.Duration, error) {
+	cutoff, keep, err := s.cutoff(params, 0)
+	if keep {
+		return KeepExecutions, err
+	}
+	return time.Duration(-cutoff) * time.Millisecond, err
+}
+
+// cutoff returns now minus the retention in params (the scanner's own when
+// params are empty), or keep when executions are kept forever.
+func (s *ExecutionRetentionScanner) cutoff(params json.RawMessage, now int64) (int64, bool, error) {
+	p := retentionParams{AgeMs: s.retention.Milliseconds(), Keep: s.retention == KeepExecutions}
+	if len(params) > 0 {
+		p = retentionParams{}
+		if err := json.Unmarshal(params, &p); err != nil {
+			return 0, false, ff.Validationf("params", "%s: %v", ExecutionRetention, err)
+		}
+		if p.AgeMs < 0 {
+			return 0, false, ff.Validationf("params", "%s: negative age_ms %d", ExecutionRetention, p.AgeMs)
+		}
+	}
+	if p.Keep {
+		return 0, true, nil
+	}
+	if p.AgeMs <= 0 {
+		p.AgeMs = DefaultExecutionRetention.Milliseconds()
+	}
+	return now - p.AgeMs, false, nil
+}
+
+// Due implements Scanner: per partition, the executions
+// RemoveExecutionsTx would remove (solo ones and members of flows entirely
+// past retention, counted with its predicate and filter) plus the
+// tombstones it would expire; one index range per partition
+// (ff_exec_core_terminal_idx, ff_exec_removed_expiry_idx) and, per flow
+// with an old member, a look at its members.
+func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+	cutoff, keep, err := s.cutoff(req.Params, req.NowMs)
+	if err != nil || keep {
+		return nil, err
+	}
+	ns, tk, tv := executions.FilterParams(req.Filter)
+	due, err := DueByPartition(ctx, q, req.SQL(`SELECT p.k::smallint, x.n + y.n, x.oldest
+FROM generate_series(0, $5::int - 1) p(k)
+CROSS JOIN LATERAL (
+  SELECT COALESCE(sum(g.n), 0)::bigint AS n, min(g.oldest) AS oldest FROM (
+    SELECT c.flow_id, count(*) AS n, min(c.terminal_at_ms) AS oldest FROM {S}ff_exec_core c
+    WHERE c.partition_key = p.k AND `+executions.RetentionSQL("c", 1, 2, 3, 4)+`
+    GROUP BY c.flow_id) g
+  WHERE g.flow_id IS NULL OR NOT `+executions.FlowBlockedSQL("p.k", "g.flow_id", 1, 2, 3, 4)+`) x
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n FROM {S}ff_exec_removed r
+  WHERE r.partition_key = p.k AND r.removed_at_ms < $1 AND `+executions.TombstoneFilterSQL(2, 3, 4)+`) y
+WHERE x.n + y.n > 0`), cutoff, ns, tk, tv, int(req.Store.Partitions()))
+	for i := range due {
+		if due[i].OldestMs != 0 {
+			// An execution is due once it has been terminal for the retention.
+			due[i].OldestMs += req.NowMs - cutoff
+		}
+	}
+	return due, err
+}
+
+// Unprocessable implements Auditor: terminal executions without
+// terminal_at_ms (written by hand): retention cannot tell their age and
+// keeps them.
+func (s *ExecutionRetentionScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+	if _, keep, err := s.cutoff(req.Params, req.NowMs); err != nil || keep {
+		return nil, err
+	}
+	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.flow_id, c.public_state, c.lifecycle_phase",
+		fmt.Sprintf(`FROM {S}ff_exec_core c
+  WHERE c.partition_key = ANY(ARRAY(SELECT generate_series(0, %d)::smallint))
+    AND c.lifecycle_phase IN ('terminal', 'cancelled') AND c.terminal_at_ms IS NULL`, int(req.Store.Partitions())-1), "c",
+		[]auditCase{{reason: "terminal without terminal_at_ms: its age is unknown, retention keeps it", pred: "c.terminal_at_ms IS NULL"}})
+}
+
+// Scan implements Scanner: one removal job for the partition, which works
+// through it in batches of req.Limit.
+func (s *ExecutionRetentionScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+	cutoff, keep, err := s.cutoff(req.Params, req.NowMs)
+	if err != nil || keep {
+		return ScanResult{}, err
+	}
+	return ScanResult{Items: []river.JobArgs{jobs.RemoveExecutionsArgs{Partition: req.Partition, CutoffMs: cutoff, Limit: req.Limit,
+		Filter: jobs.FilterOf(req.Filter)}}}, nil
+}
