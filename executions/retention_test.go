@@ -26,20 +26,16 @@ func (f *fixture) cancel(id ff.ExecutionID) {
 	}
 }
 
-// count returns how many rows of table (of ffriver's) match where, with
-// args.
-func (f *fixture) count(table, where string, args ...any) int {
+// countWhere returns how many rows of table (of ffriver's) match where,
+// with args.
+func (f *fixture) countWhere(table, where string, args ...any) int {
 	f.t.Helper()
-	var n int
-	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM `+table+` WHERE `+where, args...).Scan(&n); err != nil {
-		f.t.Fatal(err)
-	}
-	return n
+	return f.count(`SELECT count(*) FROM `+table+` WHERE `+where, args...)
 }
 
 func (f *fixture) exists(id ff.ExecutionID) bool {
 	f.t.Helper()
-	return f.count("ff_exec_core", "partition_key = $1 AND execution_id = $2", id.Partition, id.UUID) == 1
+	return f.countWhere("ff_exec_core", "partition_key = $1 AND execution_id = $2", id.Partition, id.UUID) == 1
 }
 
 // wantRemoved checks that Get of id says removed by retention.
@@ -70,7 +66,7 @@ func (f *fixture) flowOf() (flow uuid.UUID, up, down ff.ExecutionID) {
 func (f *fixture) flowRows(part int16, flow uuid.UUID) (rows [5]int) {
 	f.t.Helper()
 	for i, table := range []string{"ff_flow_core", "ff_exec_core", "ff_edge", "ff_edge_group", "ff_pending_cancel_groups"} {
-		rows[i] = f.count(table, "partition_key = $1 AND flow_id = $2", part, flow)
+		rows[i] = f.countWhere(table, "partition_key = $1 AND flow_id = $2", part, flow)
 	}
 	return rows
 }
@@ -99,7 +95,7 @@ func TestRemoveExecutions(t *testing.T) {
 	f.cancel(partlyDown)
 	cutoff := t0 + (30 * time.Minute).Milliseconds()
 
-	if got := f.count("ff_attempt", "execution_id = $1", old.UUID); got != 1 {
+	if got := f.countWhere("ff_attempt", "execution_id = $1", old.UUID); got != 1 {
 		t.Fatalf("attempts of the completed execution = %d, want 1", got)
 	}
 	wantWhole := [5]int{1, 2, 1, 1, 0}
@@ -109,7 +105,7 @@ func TestRemoveExecutions(t *testing.T) {
 	for _, part := range []int16{old.Partition, partlyUp.Partition, wholeUp.Partition} {
 		f.remove(executions.RemoveParams{Partition: part, CutoffMs: cutoff, Limit: 100})
 	}
-	if f.exists(old) || f.count("ff_attempt", "execution_id = $1", old.UUID) != 0 {
+	if f.exists(old) || f.countWhere("ff_attempt", "execution_id = $1", old.UUID) != 0 {
 		t.Fatal("the old solo execution or its attempt is still there")
 	}
 	f.wantRemoved(old, ff.PublicCompleted, t0)
