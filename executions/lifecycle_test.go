@@ -3,6 +3,7 @@ package executions_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -444,4 +445,35 @@ func promote(t *testing.T, f *fixture, id ff.ExecutionID, want executions.Outcom
 	if err != nil || got != want {
 		t.Fatalf("PromoteDelayedTx = %q, %v; want %q", got, err, want)
 	}
+}
+
+// A claim whose claim statement fails after its lock statement locked the
+// rows (a coalesced Claim pipelines BEGIN with the lock and COMMIT with the
+// claim) leaves nothing behind: no lease, no event, no connection inside a
+// transaction holding the rows; the next claim takes them.
+func TestClaimThatFailsMidTransactionLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	if _, err := f.db.Pool.Exec(f.ctx, `
+		CREATE FUNCTION refuse_attempts() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'attempts refused by the test'; END $$;
+		CREATE TRIGGER refuse_attempts_trg BEFORE INSERT ON ff_attempt FOR EACH ROW EXECUTE FUNCTION refuse_attempts();`); err != nil {
+		t.Fatal(err)
+	}
+	p := executions.ClaimParams{Lane: "lane-a", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Minute}
+	for range 3 { // more claims than one connection could serve if it stayed in a failed transaction
+		if leases, err := f.st.Claim(f.ctx, p); err == nil || !strings.Contains(err.Error(), "attempts refused by the test") {
+			t.Fatalf("Claim with attempts refused = %v, %v; want the trigger's error", leases, err)
+		}
+	}
+	f.wantState(id, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
+	f.wantEvents(id, nil, nil)
+	if _, err := f.db.Pool.Exec(f.ctx, `DROP TRIGGER refuse_attempts_trg ON ff_attempt`); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.claimOne("lane-a", time.Minute); l.ID != id || l.Epoch != 1 {
+		t.Fatalf("claim after the failures = %+v, want %s at epoch 1", l, id)
+	}
+	f.wantEvents(id, []string{"acquired"}, nil)
 }

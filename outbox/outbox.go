@@ -104,6 +104,11 @@ func (w *Writer) Discarding() *Writer {
 	return &c
 }
 
+// Discards reports whether w is a Discarding writer: a writer of its own
+// events in SQL (one statement that changes rows and writes their events)
+// must then leave them out too.
+func (w *Writer) Discards() bool { return w.discard }
+
 // NewWriter returns a Writer for schema ("" for the search_path).
 func NewWriter(schema string) (*Writer, error) {
 	s, err := dbutil.ParseSchema(schema)
