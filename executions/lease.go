@@ -11,7 +11,6 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Lease is a worker's hold on one attempt of an execution. Pass it back to
@@ -330,59 +329,45 @@ func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, lane string, caps []st
 }
 
 // claimPipelined is claimRows in a transaction of its own that takes two
-// round trips instead of five: BEGIN travels with the lock statement, and
-// COMMIT with the claim (or, when nothing was locked, with the lane's
-// check). The statements and their snapshots are claimRows': the claim's
-// snapshot is still taken after the lock statement returned. A failure
-// leaves the connection inside the transaction, and the pool closes such a
-// connection on release instead of reusing it, which rolls it back.
+// round trips instead of five (a pipeTx): BEGIN travels with the lock
+// statement, and COMMIT with the claim (or, when nothing was locked, with
+// the lane's check). The statements and their snapshots are claimRows':
+// the claim's snapshot is still taken after the lock statement returned.
 func (s *Store) claimPipelined(ctx context.Context, lane string, caps []string, ttl time.Duration, asks []claimAsk) ([][]Lease, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, dbutil.MapErr(err, "claim")
-	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	var ids []ff.ExecutionID
-	b.Queue(s.sql(claimLockSQL), claimLockArgs(lane, caps, asks)...).Query(func(rows pgx.Rows) error {
-		var err error
-		ids, err = scanClaimIDs(rows)
-		return err
-	})
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, dbutil.MapErr(err, "claim")
-	}
-	b = &pgx.Batch{}
 	var out [][]Lease
-	known := true
-	if len(ids) == 0 {
-		out = make([][]Lease, len(asks))
-		b.Queue(s.sql(claimLaneSQL), lane).QueryRow(func(row pgx.Row) error { return row.Scan(&known) })
-	} else {
-		p := s.planClaim(ids, asks, ttl)
-		b.Queue(p.sql, p.args...).Query(func(rows pgx.Rows) error {
+	err := s.inPipeTx(ctx, "claim", func(tx *pipeTx) error {
+		b := &pgx.Batch{}
+		var ids []ff.ExecutionID
+		b.Queue(s.sql(claimLockSQL), claimLockArgs(lane, caps, asks)...).Query(func(rows pgx.Rows) error {
 			var err error
-			out, err = p.scan(rows)
+			ids, err = scanClaimIDs(rows)
 			return err
 		})
-	}
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
-		if ct.String() != "COMMIT" {
-			return fmt.Errorf("COMMIT answered %s", ct)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		b = &pgx.Batch{}
+		known := true
+		if len(ids) == 0 {
+			out = make([][]Lease, len(asks))
+			b.Queue(s.sql(claimLaneSQL), lane).QueryRow(func(row pgx.Row) error { return row.Scan(&known) })
+		} else {
+			p := s.planClaim(ids, asks, ttl)
+			b.Queue(p.sql, p.args...).Query(func(rows pgx.Rows) error {
+				var err error
+				out, err = p.scan(rows)
+				return err
+			})
+		}
+		if err := tx.commitWith(ctx, b); err != nil {
+			return err
+		}
+		if !known {
+			return unknownLane(lane)
 		}
 		return nil
 	})
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, dbutil.MapErr(err, "claim")
-	}
-	if !known {
-		return nil, unknownLane(lane)
-	}
-	if len(ids) > 0 {
-		s.waker.Poke()
-	}
-	return out, nil
+	return out, err
 }
 
 func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
