@@ -93,7 +93,7 @@ func (e *env) leaseOn(lane, worker string, ttl time.Duration) executions.Lease {
 // await waits until the execution is in state.
 func (e *env) await(id ff.ExecutionID, state string) {
 	e.t.Helper()
-	fftest.Await(e.t, 20*time.Second, id.String()+" "+state, func() bool {
+	fftest.Await(e.t, 90*time.Second, id.String()+" "+state, func() bool {
 		x, err := e.store.Get(e.ctx, id)
 		return err == nil && x.PublicState == state
 	})
