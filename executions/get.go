@@ -118,6 +118,12 @@ func scanExecution(row pgx.Row) (*Execution, error) {
 	return e, nil
 }
 
+// getSQL reads one execution ($1 partition, $2 UUID) by primary key.
+func getSQL() string {
+	return `SELECT ` + execColumns(true) + ` FROM ` + execFrom + `
+		WHERE e.partition_key = $1 AND e.execution_id = $2`
+}
+
 // Get reads an execution and its current attempt. An execution that
 // execution retention removed is a *ff.RemovedError (which matches
 // ff.ErrNotFound) while its tombstone is kept; an unknown one is
@@ -126,8 +132,7 @@ func (s *Store) Get(ctx context.Context, id ff.ExecutionID) (*Execution, error) 
 	if err := s.checkID(id); err != nil {
 		return nil, err
 	}
-	e, err := scanExecution(s.pool.QueryRow(ctx, s.sql(`SELECT `+execColumns(true)+` FROM `+execFrom+`
-		WHERE e.partition_key = $1 AND e.execution_id = $2`), id.Partition, id.UUID))
+	e, err := scanExecution(s.pool.QueryRow(ctx, s.sql(getSQL()), id.Partition, id.UUID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, s.removed(ctx, id)
 	}
@@ -206,18 +211,43 @@ type ListParams struct {
 // 4,700-5,200 and 1,200-1,800 per second without them and 4,900-5,300
 // and 1,600-1,700 with them (the spread is the shared machine's noise).
 func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
+	q, args, err := s.listSQL(p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, dbutil.MapErr(err, "list executions")
+	}
+	defer rows.Close()
+	var out []*Execution
+	for rows.Next() {
+		e, err := scanExecution(rows)
+		if err != nil {
+			return nil, dbutil.MapErr(err, "list executions")
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbutil.MapErr(err, "list executions")
+	}
+	return out, nil
+}
+
+// listSQL is List's statement for p, schema-qualified, and its arguments.
+func (s *Store) listSQL(p ListParams) (string, []any, error) {
 	if p.State != "" && !slices.Contains(publicStates, p.State) {
-		return nil, ff.Validationf("state", "%s is not a state: want one of %s", ff.Excerpt(p.State), strings.Join(publicStates, ", "))
+		return "", nil, ff.Validationf("state", "%s is not a state: want one of %s", ff.Excerpt(p.State), strings.Join(publicStates, ", "))
 	}
 	if err := ff.CheckText("namespace", p.Namespace, false, ff.MaxName); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if err := ff.CheckText("lane", p.Lane, false, ff.MaxName); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	switch {
 	case p.Limit < 0 || p.Limit > MaxListLimit:
-		return nil, ff.Validationf("limit", "%d is not in 1..%d", p.Limit, MaxListLimit)
+		return "", nil, ff.Validationf("limit", "%d is not in 1..%d", p.Limit, MaxListLimit)
 	case p.Limit == 0:
 		p.Limit = DefaultListLimit
 	}
@@ -242,7 +272,7 @@ func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
 	if !p.ID.IsZero() {
 		if p.ID.Partition != nil {
 			if !s.parts.Contains(*p.ID.Partition) {
-				return nil, ff.Validationf("execution_id", "partition %d is outside this schema's 0..%d", *p.ID.Partition, int(s.parts)-1)
+				return "", nil, ff.Validationf("execution_id", "partition %d is outside this schema's 0..%d", *p.ID.Partition, int(s.parts)-1)
 			}
 			where = append(where, "e.partition_key = "+arg(*p.ID.Partition))
 		} else {
@@ -264,23 +294,7 @@ func (s *Store) List(ctx context.Context, p ListParams) ([]*Execution, error) {
 		q += "\n\t\tWHERE " + strings.Join(where, "\n\t\t  AND ")
 	}
 	q += "\n\t\tORDER BY e.created_at_ms DESC, e.partition_key DESC, e.execution_id DESC\n\t\tLIMIT " + arg(p.Limit)
-	rows, err := s.pool.Query(ctx, s.sql(q), args...)
-	if err != nil {
-		return nil, dbutil.MapErr(err, "list executions")
-	}
-	defer rows.Close()
-	var out []*Execution
-	for rows.Next() {
-		e, err := scanExecution(rows)
-		if err != nil {
-			return nil, dbutil.MapErr(err, "list executions")
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbutil.MapErr(err, "list executions")
-	}
-	return out, nil
+	return s.sql(q), args, nil
 }
 
 // Streams of HistoryEvent.
@@ -315,21 +329,25 @@ type HistoryEvent struct {
 // DefaultHistoryLimit is History's limit unless given.
 const DefaultHistoryLimit = 100
 
-// historySlack widens History's window over the lease outbox on both
-// sides: events are stamped by the clock of the process that wrote them,
-// which may be behind or ahead of the one that created the execution.
-const historySlack = 5 * 60 * 1000
+// historySQL reads an execution's newest outbox events ($1 partition, $2
+// UUID, $3 limit), oldest first: each outbox through its index by execution
+// (ff_lease_event_lookup_idx, ff_completion_event_lookup_idx), so it reads
+// the execution's own events only, however large the outbox.
+const historySQL = `SELECT * FROM (
+		SELECT 'lease' AS stream, event_id, event_type, occurred_at_ms, attempt_index, lease_epoch, lease_id,
+		       worker_instance_id, NULL::bigint AS dispatched_at_ms
+		FROM {S}ff_lease_event WHERE partition_key = $1 AND execution_id = $2::uuid::text
+		UNION ALL
+		SELECT 'completion', event_id, outcome, occurred_at_ms, NULL, NULL, NULL, NULL, dispatched_at_ms
+		FROM {S}ff_completion_event WHERE partition_key = $1 AND execution_id = $2
+		ORDER BY occurred_at_ms DESC, stream, event_id DESC
+		LIMIT $3) h ORDER BY occurred_at_ms, stream DESC, event_id`
 
 // History returns the execution's newest outbox events, lease and
 // completion, oldest first: at most limit of them (0: DefaultHistoryLimit).
-// Events retention deleted are gone. Completion events are found through
-// their (partition_key, execution_id) index. Lease events have no index by
-// execution (one more index on the busiest insert of the hot path); they
-// are read within the execution's lifetime, from its creation to its
-// terminal transition (now while it runs), 5 minutes wider on each side,
-// through the outbox's BRIN index on occurred_at_ms: a range of the outbox
-// as long as the execution lived, not the whole outbox. An unknown
-// execution has no history (no error).
+// Events retention deleted are gone. Both outboxes are read through their
+// index by execution (historySQL): the execution's own events, not a range
+// of the outbox. An unknown execution has no history (no error).
 func (s *Store) History(ctx context.Context, id ff.ExecutionID, limit int) ([]HistoryEvent, error) {
 	if err := s.checkID(id); err != nil {
 		return nil, err
@@ -340,25 +358,7 @@ func (s *Store) History(ctx context.Context, id ff.ExecutionID, limit int) ([]Hi
 	case limit == 0:
 		limit = DefaultHistoryLimit
 	}
-	var from, to int64
-	err := s.pool.QueryRow(ctx, s.sql(`SELECT created_at_ms - $3, COALESCE(terminal_at_ms + $3, 9223372036854775807)
-		FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2`), id.Partition, id.UUID, int64(historySlack)).Scan(&from, &to)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, dbutil.MapErr(err, "history of "+id.String())
-	}
-	rows, err := s.pool.Query(ctx, s.sql(`SELECT * FROM (
-		SELECT 'lease' AS stream, event_id, event_type, occurred_at_ms, attempt_index, lease_epoch, lease_id,
-		       worker_instance_id, NULL::bigint AS dispatched_at_ms
-		FROM {S}ff_lease_event WHERE partition_key = $1 AND execution_id = $2::uuid::text
-		  AND occurred_at_ms BETWEEN $4 AND $5
-		UNION ALL
-		SELECT 'completion', event_id, outcome, occurred_at_ms, NULL, NULL, NULL, NULL, dispatched_at_ms
-		FROM {S}ff_completion_event WHERE partition_key = $1 AND execution_id = $2
-		ORDER BY occurred_at_ms DESC, stream, event_id DESC
-		LIMIT $3) h ORDER BY occurred_at_ms, stream DESC, event_id`), id.Partition, id.UUID, limit, from, to)
+	rows, err := s.pool.Query(ctx, s.sql(historySQL), id.Partition, id.UUID, limit)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "history of "+id.String())
 	}

@@ -11,6 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// attemptsSQL reads an execution's attempts ($1 partition, $2 UUID) by
+// primary key.
+const attemptsSQL = `SELECT attempt_index, worker_id, worker_instance_id, lease_id, lease_epoch,
+		       lease_expires_at_ms, started_at_ms, terminal_at_ms, outcome
+		FROM {S}ff_attempt WHERE partition_key = $1 AND execution_id = $2 ORDER BY attempt_index`
+
 // Attempts returns every ff_attempt row of an execution, oldest first. An
 // execution never claimed has none; an unknown one has none either (Get
 // tells the two apart).
@@ -18,9 +24,7 @@ func (s *Store) Attempts(ctx context.Context, id ff.ExecutionID) ([]Attempt, err
 	if err := s.checkID(id); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(`SELECT attempt_index, worker_id, worker_instance_id, lease_id, lease_epoch,
-		       lease_expires_at_ms, started_at_ms, terminal_at_ms, outcome
-		FROM {S}ff_attempt WHERE partition_key = $1 AND execution_id = $2 ORDER BY attempt_index`), id.Partition, id.UUID)
+	rows, err := s.pool.Query(ctx, s.sql(attemptsSQL), id.Partition, id.UUID)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "attempts of "+id.String())
 	}
