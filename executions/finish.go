@@ -67,7 +67,7 @@ func (s *Store) FinishMany(ctx context.Context, items []Finish) ([]FinishOutcome
 // FinishManyTx is FinishMany inside the caller's transaction. After an
 // error the transaction holds part of the writes and must be rolled back.
 func (s *Store) FinishManyTx(ctx context.Context, tx pgx.Tx, items []Finish) ([]FinishOutcome, error) {
-	return s.finishMany(ctx, tx, items, true, nil)
+	return s.finishMany(ctx, tx, items, true)
 }
 
 // errBusy is the outcome of an item whose execution another transaction
@@ -76,10 +76,7 @@ var errBusy = errors.New("executions: the execution is locked by another transac
 
 // finishMany is FinishManyTx; without wait, an item whose execution is
 // locked by another transaction gets errBusy instead of waiting for it.
-// Each pass's writes are sent before the next pass locks; the last pass's
-// go to last when it is set (which then owns the batch: a pipeTx's
-// commitWith sends COMMIT with them), else are sent like the others.
-func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait bool, last func(context.Context, *pgx.Batch) error) ([]FinishOutcome, error) {
+func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait bool) ([]FinishOutcome, error) {
 	outs := make([]FinishOutcome, len(items))
 	ids := make([]ff.ExecutionID, len(items))
 	for i, it := range items {
@@ -95,14 +92,7 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 			outs[i].Err = ff.CheckText("message", it.Fail.Message, false, ff.MaxMessage)
 		}
 	}
-	pending := &pgx.Batch{} // the writes of the pass before, not sent yet
 	for _, pass := range passes(ids) {
-		if pending.Len() > 0 {
-			if err := sendBatch(ctx, tx, pending, "finish"); err != nil {
-				return nil, err
-			}
-		}
-		pending = &pgx.Batch{}
 		var distinct []ff.ExecutionID
 		for _, i := range pass {
 			if outs[i].Err == nil {
@@ -124,7 +114,7 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 			return nil, err
 		}
 		now := s.clock.NowMs()
-		b := pending
+		b := &pgx.Batch{}
 		var plain completes
 		for _, i := range pass {
 			if outs[i].Err != nil {
@@ -159,15 +149,10 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 		if err := s.queueCompletes(ctx, tx, b, &plain, now); err != nil {
 			return nil, err
 		}
-	}
-	switch {
-	case last != nil:
-		if err := last(ctx, pending); err != nil {
-			return nil, dbutil.MapErr(err, "finish")
-		}
-	case pending.Len() > 0:
-		if err := sendBatch(ctx, tx, pending, "finish"); err != nil {
-			return nil, err
+		if b.Len() > 0 {
+			if err := sendBatch(ctx, tx, b, "finish"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return outs, nil
@@ -281,10 +266,15 @@ func IsFenced(err error) bool {
 // whole its calls are finished the same way, each getting its own error.
 func (s *Store) finishBatch(ctx context.Context, items []Finish, deliver func(int, result[FinishOutcome])) {
 	var outs []FinishOutcome
+	// BEGIN travels with the lock statement; COMMIT goes alone, after the
+	// writes' guards (checked here, from their row counts) have passed: sent
+	// with the writes, it would commit whatever a failed guard refuses.
 	err := s.inPipeTx(ctx, "finish", func(tx *pipeTx) error {
 		var err error
-		outs, err = s.finishMany(ctx, tx, items, false, tx.commitWith)
-		return err
+		if outs, err = s.finishMany(ctx, tx, items, false); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
 	})
 	if err != nil && len(items) == 1 {
 		deliver(0, result[FinishOutcome]{err: err})

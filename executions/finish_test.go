@@ -277,3 +277,30 @@ func TestCompleteThatFailsMidTransactionLeavesNothing(t *testing.T) {
 	}
 	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
 }
+
+// A guard that refuses a Complete's writes (a row changed without its lock
+// being taken: here a trigger that drops the execution's update) rolls back
+// every write of the batch: the attempt stays open under its lease and no
+// event is written. The guards are checked in Go, from row counts, so a
+// coalesced finish sends COMMIT only after they passed.
+func TestCompleteRefusedByAGuardWritesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(executions.CreateParams{})
+	l := f.claimOne("lane-a", time.Minute)
+	if _, err := f.db.Pool.Exec(f.ctx, `
+		CREATE FUNCTION drop_core_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+		CREATE TRIGGER drop_core_updates_trg BEFORE UPDATE ON ff_exec_core FOR EACH ROW EXECUTE FUNCTION drop_core_updates();`); err != nil {
+		t.Fatal(err)
+	}
+	err := f.st.Complete(f.ctx, l, []byte(`"r"`))
+	if err == nil || !strings.Contains(err.Error(), "no longer hold what was read under their locks") {
+		t.Fatalf("Complete with the execution's update dropped = %v; want the guard's error", err)
+	}
+	f.wantState(id, stActive)
+	e := f.get(id)
+	if e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || e.Attempt.Outcome != nil {
+		t.Fatalf("attempt after the refused Complete = %+v; want it open under its lease", e.Attempt)
+	}
+	f.wantEvents(id, []string{"acquired"}, nil)
+}

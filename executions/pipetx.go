@@ -12,9 +12,9 @@ import (
 )
 
 // pipeTx is a transaction of the coalesced Claim and Complete/Fail/Release
-// batches that costs two round trips fewer than pgx.BeginFunc's: BEGIN is
-// not sent on its own but in front of the transaction's first statement,
-// and COMMIT travels with its last batch (commitWith). Everything in
+// batches that costs fewer round trips than pgx.BeginFunc's: BEGIN is not
+// sent on its own but in front of the transaction's first statement, and
+// COMMIT may travel with its last batch (commitWith, the claim's). Everything in
 // between runs as in any pgx.Tx, in order, with READ COMMITTED's snapshot
 // per statement, so a statement sent after another has returned still sees
 // what that one locked or wrote.
@@ -63,6 +63,13 @@ func (t *pipeTx) begin(b *pgx.Batch) *pgx.Batch {
 // commitWith sends b followed by COMMIT, in one round trip, and reports
 // the first error of either. With nothing sent before and nothing in b,
 // there is nothing to commit.
+//
+// Only the server's errors stop COMMIT: an error b's callbacks return (a
+// row count a guard did not expect, a scan) is reported after COMMIT has
+// run. So b must hold only statements whose failure the server itself
+// raises, and callbacks that only read (the claim's statement and its
+// scan); writes guarded in Go go before, and COMMIT alone after them
+// (Commit).
 func (t *pipeTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	if !t.begun && b.Len() == 0 {
 		return nil
