@@ -263,21 +263,31 @@ func IsFenced(err error) bool {
 // for as long as that transaction runs. Each such call is finished in a
 // transaction and a goroutine of its own, waiting for its lock as a lone
 // Complete does, while the next batch goes on. When the batch fails as a
-// whole its calls are finished the same way, each getting its own error.
+// whole before its COMMIT was sent (nothing of it committed) its calls are
+// finished the same way, each getting its own error; when its COMMIT fails,
+// every call gets that error.
 func (s *Store) finishBatch(ctx context.Context, items []Finish, deliver func(int, result[FinishOutcome])) {
 	var outs []FinishOutcome
 	// BEGIN travels with the lock statement; COMMIT goes alone, after the
 	// writes' guards (checked here, from their row counts) have passed: sent
 	// with the writes, it would commit whatever a failed guard refuses.
+	committing := false
 	err := s.inPipeTx(ctx, "finish", func(tx *pipeTx) error {
 		var err error
 		if outs, err = s.finishMany(ctx, tx, items, false); err != nil {
 			return err
 		}
+		committing = true
 		return tx.Commit(ctx)
 	})
-	if err != nil && len(items) == 1 {
-		deliver(0, result[FinishOutcome]{err: err})
+	// A batch that failed at COMMIT may have committed (the connection can
+	// be lost after the server committed): its calls get the error, an
+	// unknown outcome, and are never finished again one by one, which would
+	// tell them "not active" about their own batch's commit.
+	if err != nil && (committing || len(items) == 1) {
+		for i := range items {
+			deliver(i, result[FinishOutcome]{err: err})
+		}
 		return
 	}
 	for i := range items {
