@@ -247,37 +247,6 @@ func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
 	}
 }
 
-// A Complete whose writes fail (the coalesced finish sends BEGIN with its
-// lock statement and COMMIT with its writes) leaves nothing behind: the
-// execution still active under its lease, no event, no connection inside a
-// transaction holding the row; the next Complete commits.
-func TestCompleteThatFailsMidTransactionLeavesNothing(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
-	if _, err := f.db.Pool.Exec(f.ctx, `
-		CREATE FUNCTION refuse_closing() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN RAISE EXCEPTION 'closing attempts refused by the test'; END $$;
-		CREATE TRIGGER refuse_closing_trg BEFORE UPDATE ON ff_attempt FOR EACH ROW EXECUTE FUNCTION refuse_closing();`); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if err := f.st.Complete(f.ctx, l, []byte(`"r"`)); err == nil || !strings.Contains(err.Error(), "closing attempts refused by the test") {
-			t.Fatalf("Complete with closing refused = %v; want the trigger's error", err)
-		}
-	}
-	f.wantState(id, stActive)
-	f.wantEvents(id, []string{"acquired"}, nil)
-	if _, err := f.db.Pool.Exec(f.ctx, `DROP TRIGGER refuse_closing_trg ON ff_attempt`); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.st.Complete(f.ctx, l, []byte(`"r"`)); err != nil {
-		t.Fatalf("Complete after the failures: %v", err)
-	}
-	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
-}
-
 // A guard that refuses a Complete's writes (a row changed without its lock
 // being taken: here a trigger that drops the execution's update) rolls back
 // every write of the batch: the attempt stays open under its lease and no
