@@ -40,10 +40,7 @@ func (s *Store) inPipeTx(ctx context.Context, doing string, fn func(tx *pipeTx) 
 	defer conn.Release()
 	tx := &pipeTx{conn: conn}
 	if err := fn(tx); err != nil {
-		if isTyped(err) {
-			return err
-		}
-		return dbutil.MapErr(err, doing)
+		return txErr(err, doing)
 	}
 	if tx.begun {
 		s.waker.Poke()

@@ -163,15 +163,21 @@ func (s *Store) sql(q string) string { return s.schema.SQL(q) }
 // inTx runs fn in a transaction of its own and pokes the waker after a
 // commit. Every non-Tx operation goes through it.
 func (s *Store) inTx(ctx context.Context, doing string, fn func(pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.pool, fn)
-	if err != nil {
-		if isTyped(err) {
-			return err
-		}
-		return dbutil.MapErr(err, doing)
+	if err := pgx.BeginFunc(ctx, s.pool, fn); err != nil {
+		return txErr(err, doing)
 	}
 	s.waker.Poke()
 	return nil
+}
+
+// txErr is the error a transaction of the Store's returns: a typed error
+// (ErrStaleLease, ErrNotActive, ...) as it is, any other mapped with what
+// the transaction was doing.
+func txErr(err error, doing string) error {
+	if isTyped(err) {
+		return err
+	}
+	return dbutil.MapErr(err, doing)
 }
 
 func isTyped(err error) bool {
