@@ -135,15 +135,7 @@ func (s *recordingStore) Claim(ctx context.Context, p executions.ClaimParams) ([
 	}
 	s.w.returned(s.proc, call, false)
 	for _, l := range leases {
-		x := s.w.lookup(l.ID.UUID)
-		if x == nil {
-			s.w.harness("a runner's claim of lane %s returned a lease of %s, an execution the run never created", p.Lane, l.ID)
-			continue
-		}
-		c := *call
-		c.Exec, c.Results = x.Key, []Result{{Lease: leaseRef(l)}}
-		s.w.rec.Add(&c)
-		x.calls.Add(1)
+		s.w.recordLease(call, st, l)
 	}
 	return leases, nil
 }

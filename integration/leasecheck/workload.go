@@ -775,21 +775,32 @@ func (c *client) recordOthers(call *Call) {
 		}
 	}
 	for _, l := range c.others {
-		y := c.w.lookup(l.ID.UUID)
+		y := c.w.recordLease(call, claim, l)
 		if y == nil {
-			c.w.harness("a claim returned a lease of %s, an execution the run never created", l.ID)
 			continue
 		}
-		o := &Call{Client: c.id, Process: c.proc.Index, Exec: y.Key, Steps: []Step{claim}, Results: []Result{{Lease: leaseRef(l)}},
-			Unknown: call.Unknown, CallNs: call.CallNs, ReturnNs: call.ReturnNs, Clock: call.Clock, WallHi: call.WallHi, Err: call.Err}
-		c.w.rec.Add(o)
 		c.w.sharedOthers.Add(1)
-		y.calls.Add(1)
 		if !call.Unknown && !call.failed() {
 			c.hold(y, l)
 		}
 	}
 	c.others = nil
+}
+
+// recordLease records, on its own execution, a lease l that the claim step
+// of call returned: a Claim with call's windows and outcome. It returns the
+// execution, nil (a harness error) when the run never created it.
+func (w *Workload) recordLease(call *Call, claim Step, l executions.Lease) *execution {
+	y := w.lookup(l.ID.UUID)
+	if y == nil {
+		w.harness("a claim returned a lease of %s, an execution the run never created", l.ID)
+		return nil
+	}
+	w.rec.Add(&Call{Client: call.Client, Process: call.Process, Exec: y.Key, Steps: []Step{claim}, Results: []Result{{Lease: leaseRef(l)}},
+		Unknown: call.Unknown, CallNs: call.CallNs, ReturnNs: call.ReturnNs, Clock: call.Clock, WallHi: call.WallHi, Err: call.Err,
+		Runner: call.Runner})
+	y.calls.Add(1)
+	return y
 }
 
 // txStep is one ...Tx call of a composite transaction.
