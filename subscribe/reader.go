@@ -156,13 +156,6 @@ func (s *session) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if s.q != nil {
-		// A named consumer's lock is a session advisory lock of q: release
-		// it before closing, so that it is free when Close returns (the
-		// server drops a closed session's locks only once its backend has
-		// exited, a moment later, and a stream resubscribing as the same
-		// consumer right after Close would find it busy). Best effort: a
-		// dead connection holds nothing.
-		_, _ = s.q.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 		_ = s.q.Close(ctx)
 	}
 	if s.l != nil {
