@@ -137,11 +137,29 @@ func consumerLockKey(schema, table, name string) string {
 	return schema + "." + table + "." + name
 }
 
-// attach takes the consumer's lock on q, the reading connection.
+// attachWait is how long attach tries again for a consumer's lock held by
+// another session: a stream closed a moment ago holds it until the server
+// has ended its session, which happens after Close returns when closing cut
+// its connection off.
+const attachWait = 2 * time.Second
+
+// attach takes the consumer's lock on q, the reading connection, trying
+// again for up to attachWait while another session holds it.
 func (r *reader[E]) attach(ctx context.Context, q *pgx.Conn) error {
 	var ok bool
-	if err := q.QueryRow(ctx, r.consumer.lockSQL, r.lockKey()).Scan(&ok); err != nil {
-		return dbutil.MapErr(err, "subscribe: attaching consumer "+r.consumer.name)
+	deadline := time.Now().Add(attachWait)
+	for {
+		if err := q.QueryRow(ctx, r.consumer.lockSQL, r.lockKey()).Scan(&ok); err != nil {
+			return dbutil.MapErr(err, "subscribe: attaching consumer "+r.consumer.name)
+		}
+		if ok || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return dbutil.MapErr(ctx.Err(), "subscribe: attaching consumer "+r.consumer.name)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	if !ok {
 		return fmt.Errorf("%w: consumer %q of %s in schema %s is in use by another stream (another ffctl tail --consumer, "+

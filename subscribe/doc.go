@@ -142,7 +142,9 @@
 //
 // A name is attached to at most one stream at a time (a session advisory
 // lock on the stream's reading connection): a second subscription with the
-// same name fails with ErrConsumerBusy. A stream that lost its connection
+// same name fails with ErrConsumerBusy, after trying for up to 2 s (a stream
+// closed a moment ago holds the lock until the server has ended its
+// session, which can be just after Close returned). A stream that lost its connection
 // takes the lock again when it reconnects, and keeps retrying while the
 // name is still held (the server may not have noticed the lost session
 // yet).
