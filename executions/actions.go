@@ -3,7 +3,6 @@ package executions
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
@@ -139,22 +138,26 @@ const (
 	OutboxCompletion = "completion"
 )
 
-// OutboxTable returns the table (with {S} for the schema) of the outbox
-// called name (OutboxLease or OutboxCompletion).
+// OutboxTable returns the table (outbox.LeaseTable or
+// outbox.CompletionTable) of the outbox called name (OutboxLease or
+// OutboxCompletion).
 func OutboxTable(name string) (string, error) {
 	switch name {
 	case OutboxLease:
-		return "{S}ff_lease_event", nil
+		return outbox.LeaseTable, nil
 	case OutboxCompletion:
-		return "{S}ff_completion_event", nil
+		return outbox.CompletionTable, nil
 	}
 	return "", ff.Validationf("table", "%q: want %q or %q", name, OutboxLease, OutboxCompletion)
 }
 
-// TrimOutboxTx is the outbox_retention action: it deletes at most limit
-// events of the outbox called table (OutboxTable) that occurred before
-// cutoffMs and match namespace and instanceTag (each nil: any), skipping
-// rows another transaction holds, and returns how many it deleted.
+// TrimOutboxTx is the outbox_retention action's row trim: it deletes at
+// most limit events of the outbox called table (OutboxTable) that occurred
+// before cutoffMs and match namespace and instanceTag (each nil: any),
+// skipping rows another transaction holds, and returns how many it
+// deleted. It trims the table's DEFAULT partition only (migration 0015):
+// the rows no time partition covers. Time partitions are dropped whole
+// (outbox.MaintainPartitions), never trimmed row by row.
 //
 // It never deletes an event a named stream consumer (ff_stream_consumer)
 // has not acknowledged, unless that consumer's position is older than its
@@ -163,14 +166,14 @@ func OutboxTable(name string) (string, error) {
 // a stream whose position is before a deleted event gets a gap error from a
 // lookup instead of resuming past the hole in silence.
 func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutoffMs int64, namespace, instanceTag *string, limit int) (int64, error) {
-	t, err := OutboxTable(table)
+	name, err := OutboxTable(table)
 	if err != nil {
 		return 0, err
 	}
 	if limit < 1 || limit > 100_000 {
 		return 0, ff.Validationf("limit", "%d is outside 1..100000", limit)
 	}
-	name := strings.TrimPrefix(t, "{S}")
+	t := "{S}" + outbox.DefaultPartition(name)
 	var n int64
 	err = tx.QueryRow(ctx, s.sql(`WITH d AS (
 		DELETE FROM `+t+` e USING (
@@ -182,11 +185,7 @@ func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutof
 			LIMIT $4 FOR UPDATE SKIP LOCKED) d
 		WHERE e.event_id = d.event_id
 		RETURNING e.xact_id, e.event_id, e.occurred_at_ms),
-	running AS (SELECT ARRAY(SELECT i::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) i) AS xip),
-	runs AS (SELECT d.*, (SELECT count(*) FROM unnest(running.xip) i WHERE i < d.xact_id) AS run FROM d, running),
-	rec AS (INSERT INTO {S}ff_outbox_trim (stream, min_xact, max_xact, min_event_id, max_event_id, events, min_at_ms, max_at_ms)
-		SELECT $5, min(xact_id), max(xact_id), min(event_id), max(event_id), count(*), min(occurred_at_ms), max(occurred_at_ms)
-		FROM runs GROUP BY run)
+	`+outbox.TrimRecordSQL("$5")+`
 	SELECT count(*) FROM d`), cutoffMs, namespace, instanceTag, limit, name, s.clock.NowMs()).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "trimming "+table+" events")

@@ -132,9 +132,11 @@ func (sc *scenario) note(format string, args ...any) {
 	sc.notes = append(sc.notes, fmt.Sprintf(format, args...))
 }
 
-func (sc *scenario) startScheduler(id string) *proc {
+// startScheduler starts an ffscheduler with the fault suite's flags and
+// extra ones.
+func (sc *scenario) startScheduler(id string, extra ...string) *proc {
 	sc.t.Helper()
-	p := startProc(sc.t, id, sc.bins.scheduler, slices.Concat(sc.dbFlags(), schedulerFaultFlags, []string{"--id", id})...)
+	p := startProc(sc.t, id, sc.bins.scheduler, slices.Concat(sc.dbFlags(), schedulerFaultFlags, []string{"--id", id}, extra)...)
 	sc.procs = append(sc.procs, p)
 	return p
 }

@@ -314,7 +314,15 @@ func TestFaults(t *testing.T) {
 	t.Run("abandoned consumer dropped by command", func(t *testing.T) {
 		db, url := sharedDB(t, 8)
 		sc := newScenario(t, bins, db, url)
-		sc.startOneOfEach()
+		// A retention of 3 minutes, longer than the load and its checks
+		// take, keeps the outboxes' time partitions 10 s wide: lowering
+		// the retention later takes effect for the partitions created
+		// after the change, and those written to by then end within 10 s
+		// (with the default week, in a day).
+		sc.startTails()
+		sc.startScheduler("sched", "--outbox-retention", "3m")
+		sc.startWorker("worker")
+		sc.awaitLeader(20 * time.Second)
 		// A named consumer reads the first 10 lease events and is never
 		// run again: its stored position holds retention back.
 		abandoned := startTail(t, bins.ffctl, "leases", slices.Concat([]string{"tail", "--stream", "leases", "--consumer", "abandoned",
@@ -332,7 +340,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("the abandoned consumer exited %d after %d events:\n%s", abandoned.code, abandoned.count(), abandoned.stderr.String())
 		}
 		sc.drain(90 * time.Second)
-		sc.reconcile() // every event still in the tables: retention is a week
+		sc.reconcile() // every event still in the tables: retention is 3 minutes
 
 		// Retention of 1 s from now on: a scheduler with it replaces the
 		// first. The completion stream has no consumer: its events go at

@@ -288,17 +288,24 @@ const (
 	OutboxCompletion = "completion"
 )
 
-// TrimOutboxArgs deletes up to Limit events older than CutoffMs from one
-// outbox table. Only Table and the filter fields make it unique: one trim
-// per table (and filter) in flight.
+// TrimOutboxArgs is one retention pass over one outbox table: with
+// PartitionMs set, it first maintains the table's time partitions (creates
+// them ahead, drops those older than CutoffMs: outbox.MaintainPartitions),
+// then deletes up to Limit events older than CutoffMs from the table's
+// DEFAULT partition. Only Table and the filter fields make it unique: one
+// trim per table (and filter) in flight.
 //
-// Namespace and InstanceTag, when set, restrict the trim to events whose
-// namespace and instance_tag columns equal them (a filtered deployment
-// trims only its own events).
+// Namespace and InstanceTag, when set, restrict the row trim to events
+// whose namespace and instance_tag columns equal them (a filtered
+// deployment trims only its own events, and never maintains partitions:
+// they hold every tenant's events).
 type TrimOutboxArgs struct {
-	Table       string  `json:"table" river:"unique"`
-	CutoffMs    int64   `json:"cutoff_ms"`
-	Limit       int     `json:"limit"`
+	Table    string `json:"table" river:"unique"`
+	CutoffMs int64  `json:"cutoff_ms"`
+	Limit    int    `json:"limit"`
+	// PartitionMs is the width of the time partitions to create, in
+	// milliseconds; 0 leaves the partitions alone.
+	PartitionMs int64   `json:"partition_ms,omitempty"`
 	Namespace   *string `json:"namespace,omitempty" river:"unique"`
 	InstanceTag *string `json:"instance_tag,omitempty" river:"unique"`
 }

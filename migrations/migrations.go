@@ -57,6 +57,10 @@ type Options struct {
 	// schema would hold ffriver's jobs where the application's River client
 	// never looks.
 	RiverSchema string
+	// UpTo applies ffriver's migrations up to this version only (0: all of
+	// them): for an upgrade in steps, and for the tests that upgrade a
+	// schema of an earlier release. Verify refuses a schema left behind.
+	UpTo int
 }
 
 // Result says what a Migrate run did.
@@ -192,7 +196,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 		return nil, err
 	}
 	for _, m := range all {
-		if applied[m.Version] {
+		if applied[m.Version] || (opts.UpTo > 0 && m.Version > opts.UpTo) {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {

@@ -12,6 +12,10 @@
 // Writers do not NOTIFY inside their transaction: a NOTIFY in every writing
 // transaction serialises commits. A Waker sends at most one NOTIFY per
 // interval, after commit, to wake stream readers early; readers also poll.
+//
+// Both tables are partitioned by time (written_at_ms); MaintainPartitions
+// creates their partitions ahead and drops the old ones whole, which is
+// how retention removes events.
 package outbox
 
 import (

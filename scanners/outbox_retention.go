@@ -18,17 +18,23 @@ import (
 // DefaultOutboxRetention is how long outbox events are kept by default.
 const DefaultOutboxRetention = 7 * 24 * time.Hour
 
-// OutboxRetentionScanner deletes lease and completion events older than its
-// retention, in bounded batches: its scan inserts one ff.trim_outbox job per
-// outbox table that has old events; each deletes at most a batch in one
-// transaction and, when it deleted a full batch, re-enqueues itself in the
-// same transaction, so a backlog drains without waiting for the next tick.
+// OutboxRetentionScanner keeps the lease and completion outboxes to their
+// retention. Its scan inserts one ff.trim_outbox job per outbox table that
+// has work; each, in one transaction, deletes at most a batch of old events
+// from the table's DEFAULT partition (the rows no time partition covers)
+// and, in an unfiltered deployment, maintains the table's time partitions
+// (outbox.MaintainPartitions: drops those older than the retention whole,
+// creates the next ones ahead, PartitionWidth of the retention wide). A job
+// that deleted a full batch re-enqueues itself in the same transaction, so
+// a backlog drains without waiting for the next tick.
 //
 // It is global (partition 0 stands for the whole table). The filter applies
 // to the columns copied onto each event: the namespace, and the instance
 // tag value when the filter's tag key is "cairn.instance_id"; a filter on
 // another tag key cannot be matched against events, so such a deployment
-// deletes no events (leave retention to an unfiltered one).
+// deletes no events (leave retention to an unfiltered one). A filtered
+// deployment never touches the time partitions, which hold every tenant's
+// events.
 type OutboxRetentionScanner struct {
 	retention time.Duration
 }
@@ -113,7 +119,22 @@ func eventFilter(f ff.Filter) (namespace, instanceTag *string, ok bool) {
 
 const eventFilterSQL = ` AND ($2::text IS NULL OR namespace = $2::text) AND ($3::text IS NULL OR instance_tag = $3::text)`
 
-func (s *OutboxRetentionScanner) oldTables(ctx context.Context, q Querier, st *executions.Store, f ff.Filter, params json.RawMessage, now int64) (tables []string, cutoff int64, err error) {
+// retentionWork is a table a retention pass has work on, and the width of
+// the time partitions to keep (0: a filtered deployment, which leaves them
+// alone).
+type retentionWork struct {
+	table   string
+	widthMs int64
+	// old: the table has retention work (old events in its DEFAULT
+	// partition, or a partition to drop), not only partitions to create.
+	old bool
+}
+
+// work returns the tables that have work for a retention pass: events older
+// than the cutoff in the DEFAULT partition (that the filter matches), or,
+// in an unfiltered deployment, time partitions to create or to drop
+// (outbox.PartitionsDue).
+func (s *OutboxRetentionScanner) work(ctx context.Context, q Querier, st *executions.Store, f ff.Filter, params json.RawMessage, now int64) (tables []retentionWork, cutoff int64, err error) {
 	ns, tag, ok := eventFilter(f)
 	if !ok {
 		return nil, 0, nil
@@ -121,40 +142,67 @@ func (s *OutboxRetentionScanner) oldTables(ctx context.Context, q Querier, st *e
 	if cutoff, err = s.cutoff(params, now); err != nil {
 		return nil, 0, err
 	}
+	var width time.Duration
+	if f.IsZero() {
+		width = outbox.PartitionWidth(time.Duration(now-cutoff) * time.Millisecond)
+	}
 	for _, t := range []string{jobs.OutboxLease, jobs.OutboxCompletion} {
-		table, _ := executions.OutboxTable(t)
-		var any bool
-		if err := q.QueryRow(ctx, schemaSQL(st, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
-			cutoff, ns, tag).Scan(&any); err != nil {
+		table, err := executions.OutboxTable(t)
+		if err != nil {
+			return nil, 0, err
+		}
+		var old bool
+		if err := q.QueryRow(ctx, schemaSQL(st, `SELECT EXISTS (SELECT 1 FROM {S}`+outbox.DefaultPartition(table)+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
+			cutoff, ns, tag).Scan(&old); err != nil {
 			return nil, 0, dbutil.MapErr(err, "looking for old events")
 		}
-		if any {
-			tables = append(tables, t)
+		var parts outbox.PartitionWork
+		if width > 0 {
+			if parts, err = outbox.PartitionsDue(ctx, q, dbutil.Schema(st.Schema()), table, width, cutoff); err != nil {
+				return nil, 0, err
+			}
+		}
+		if old || parts.Drop || parts.Create {
+			tables = append(tables, retentionWork{table: t, widthMs: width.Milliseconds(), old: old || parts.Drop})
 		}
 	}
 	return tables, cutoff, nil
 }
 
-// Due implements Scanner: partition 0 when either table has old events
-// (BRIN indexes on occurred_at_ms).
+// Due implements Scanner: partition 0 when either table has work (the
+// DEFAULT partition's BRIN index on occurred_at_ms; ff_outbox_partition),
+// counting the tables with retention work: a table that only needs
+// partitions created ahead is maintenance, not backlog, and counts 0.
 func (s *OutboxRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	tables, _, err := s.oldTables(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
+	tables, _, err := s.work(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
 	if err != nil || len(tables) == 0 {
 		return nil, err
 	}
-	return []Due{{Partition: 0, Count: int64(len(tables))}}, nil
+	return []Due{{Partition: 0, Count: oldTables(tables)}}, nil
 }
 
-// Scan implements Scanner: one trim job per table with old events.
+// oldTables counts the tables with retention work.
+func oldTables(tables []retentionWork) int64 {
+	var n int64
+	for _, t := range tables {
+		if t.old {
+			n++
+		}
+	}
+	return n
+}
+
+// Scan implements Scanner: one retention pass (ff.trim_outbox) per table
+// with work.
 func (s *OutboxRetentionScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
-	tables, cutoff, err := s.oldTables(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
+	tables, cutoff, err := s.work(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
 	if err != nil {
 		return ScanResult{}, err
 	}
 	ns, tag, _ := eventFilter(req.Filter)
-	var res ScanResult
+	res := ScanResult{Candidates: int(oldTables(tables))}
 	for _, t := range tables {
-		res.Items = append(res.Items, jobs.TrimOutboxArgs{Table: t, CutoffMs: cutoff, Limit: req.Limit, Namespace: ns, InstanceTag: tag})
+		res.Items = append(res.Items, jobs.TrimOutboxArgs{Table: t.table, CutoffMs: cutoff, Limit: req.Limit, PartitionMs: t.widthMs, Namespace: ns, InstanceTag: tag})
 	}
 	return res, nil
 }

@@ -2,11 +2,13 @@ package workers
 
 import (
 	"context"
+	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -84,17 +86,34 @@ func flowItem() Item {
 	})
 }
 
-// trimOutbox deletes at most a batch of old events
-// (executions.Store.TrimOutboxTx) and, when it deleted a full batch,
-// continues with the same job after its completion.
+// trimOutbox is one retention pass over an outbox table: it deletes at
+// most a batch of old events from the table's DEFAULT partition
+// (executions.Store.TrimOutboxTx), then, when the job says so, maintains
+// the table's time partitions (outbox.MaintainPartitions: last, since a
+// drop holds the table's lock until the commit that follows). When it
+// deleted a full batch, it continues with the same job after its
+// completion.
 func trimOutbox(ctx context.Context, tx pgx.Tx, env *Env, a jobs.TrimOutboxArgs) (Output, error) {
 	n, err := env.Store.TrimOutboxTx(ctx, tx, a.Table, a.CutoffMs, a.Namespace, a.InstanceTag, a.Limit)
 	if err != nil {
 		return Output{}, err
 	}
 	d := TrimOutput{Deleted: n, Continued: n >= int64(a.Limit)}
+	if a.PartitionMs > 0 {
+		table, err := executions.OutboxTable(a.Table)
+		if err != nil {
+			return Output{}, err
+		}
+		d.Partitions, err = outbox.MaintainPartitions(ctx, tx, dbutil.Schema(env.Schema()), outbox.Maintenance{
+			Table: table, Width: time.Duration(a.PartitionMs) * time.Millisecond,
+			CutoffMs: a.CutoffMs, NowMs: env.NowMs(),
+		})
+		if err != nil {
+			return Output{}, err
+		}
+	}
 	out := Output{Outcome: executions.Processed, Detail: d}
-	if n == 0 {
+	if n == 0 && len(d.Partitions.Created) == 0 && len(d.Partitions.Dropped) == 0 {
 		out.Outcome = executions.NoOp
 	}
 	if d.Continued {

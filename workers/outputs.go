@@ -2,6 +2,7 @@ package workers
 
 import (
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/riverqueue/river"
 )
 
@@ -51,6 +52,10 @@ type RemoveOutput struct {
 
 // TrimOutput is the River job output detail of an outbox trim.
 type TrimOutput struct {
+	// Deleted events of the DEFAULT partition, row by row.
 	Deleted   int64 `json:"deleted"`
 	Continued bool  `json:"continued"`
+	// Partitions the pass created, dropped, kept for a consumer or left
+	// locked (outbox.MaintainPartitions).
+	Partitions outbox.MaintainResult `json:"partitions"`
 }

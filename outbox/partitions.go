@@ -1,0 +1,414 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5"
+)
+
+// Time partitions (migration 0015): each outbox table is partitioned by
+// range of written_at_ms, the database's clock when a row was inserted.
+// MaintainPartitions, run by the outbox_retention scanner's job, creates
+// partitions ahead of the clock and drops the ones whose every row is
+// older than the retention, recording each drop in ff_outbox_trim as a row
+// trim is recorded. Rows no time partition covers (written before the first
+// run, or while none runs) go to the table's DEFAULT partition,
+// <table>_default, whose old rows are trimmed row by row.
+
+// The outbox tables, by the names ff_outbox_trim and ff_outbox_partition
+// record them under.
+const (
+	LeaseTable      = "ff_lease_event"
+	CompletionTable = "ff_completion_event"
+)
+
+// DefaultPartition returns the name of table's DEFAULT partition.
+func DefaultPartition(table string) string { return table + "_default" }
+
+// PartitionWidth returns the width of the time partitions kept for a
+// retention: the widest of 1 day, 6 h, 1 h, 10 min, 1 min, 10 s and 1 s
+// that is at most retention/4 (1 s below 4 s). An event is dropped between
+// retention and retention plus the width after it was written: 7 days of
+// retention keep day partitions (7 to 8 days of events), 5 minutes keep
+// minute partitions.
+//
+// At most a quarter: four to eight partitions hold the retained events,
+// and a drop removes at most about a quarter of them.
+func PartitionWidth(retention time.Duration) time.Duration {
+	for _, w := range [...]time.Duration{24 * time.Hour, 6 * time.Hour, time.Hour, 10 * time.Minute, time.Minute, 10 * time.Second} {
+		if w <= retention/4 {
+			return w
+		}
+	}
+	return time.Second
+}
+
+// partitionsAhead returns how far past the clock the partitions of width w
+// reach after a maintenance run: three widths, at least two minutes (two
+// runs of the scanner at its default interval), and at most 64 partitions.
+func partitionsAhead(w time.Duration) time.Duration {
+	return min(max(3*w, 2*time.Minute), 64*w)
+}
+
+// startMargin is how far in the future a partition starts when none covers
+// the clock (the first run, or after maintenance stopped): rows written
+// until then are in the DEFAULT partition, and ATTACH PARTITION must not
+// find any of its rows inside the new range.
+const startMargin = 5 * time.Second
+
+// DefaultDropLockTimeout bounds how long a drop waits for its locks: the
+// partition's writers to finish, then the whole table (a drop takes an
+// ACCESS EXCLUSIVE lock on it, so writers queue behind a waiting drop). A
+// drop that times out is left for the next run.
+const DefaultDropLockTimeout = 200 * time.Millisecond
+
+// shareLockTimeout bounds the wait of a drop for its partition's SHARE
+// lock: its last writers, and an autovacuum of it, which the server
+// cancels after deadlock_timeout (1 s by default).
+const shareLockTimeout = 5 * time.Second
+
+// maxCreate bounds the partitions one run creates.
+const maxCreate = 64
+
+// Maintenance says what MaintainPartitions does to one outbox table.
+type Maintenance struct {
+	// Table is LeaseTable or CompletionTable.
+	Table string
+	// Width of the partitions to create (PartitionWidth of the retention);
+	// 0 creates none.
+	Width time.Duration
+	// Ahead is how far past the database's clock the partitions reach
+	// after the run (default: three widths, at least two minutes, at most
+	// 64 partitions).
+	Ahead time.Duration
+	// CutoffMs: partitions whose every row was written before it are
+	// dropped (0 drops none), unless a named consumer holds them.
+	CutoffMs int64
+	// NowMs is the clock a named consumer's maximum lag is measured on
+	// (the scanner's, as for the row trim).
+	NowMs int64
+	// DropLockTimeout (default DefaultDropLockTimeout).
+	DropLockTimeout time.Duration
+}
+
+// MaintainResult says what a run did.
+type MaintainResult struct {
+	// Created and Dropped name the partitions created and dropped.
+	Created []string `json:"created,omitempty"`
+	Dropped []string `json:"dropped,omitempty"`
+	// DroppedEvents is how many events the dropped partitions held.
+	DroppedEvents int64 `json:"dropped_events,omitempty"`
+	// Held names the partitions old enough to drop that are kept because
+	// a named consumer has not acknowledged one of their events (and its
+	// position is younger than its maximum lag).
+	Held []string `json:"held,omitempty"`
+	// Locked names the partitions whose drop did not get its locks within
+	// the timeout; the next run tries again.
+	Locked []string `json:"locked,omitempty"`
+	// Busy is set when another transaction was maintaining the table's
+	// partitions: this run did nothing.
+	Busy bool `json:"busy,omitempty"`
+}
+
+// tableOf checks table and returns it.
+func tableOf(table string) (string, error) {
+	switch table {
+	case LeaseTable, CompletionTable:
+		return table, nil
+	}
+	return "", ff.Validationf("table", "%q: want %q or %q", table, LeaseTable, CompletionTable)
+}
+
+// maintenanceLockKey is the first key of the transaction-level advisory
+// lock a maintenance run holds; the second is the table's oid.
+const maintenanceLockKey = 0x66666f70 // "ffop"
+
+// MaintainPartitions runs one maintenance of m.Table's time partitions
+// inside tx: it drops those whose rows were all written before m.CutoffMs,
+// then creates partitions so that they reach m.Ahead past the database's
+// clock. Run it as the last work of its transaction and commit soon after:
+// a drop holds an ACCESS EXCLUSIVE lock on the table until commit, and a
+// partition created is locked until then too (queries of the table wait
+// for it).
+//
+// Each dropped partition is recorded in ff_outbox_trim: one row per run of
+// its rows' transaction ids that spans no transaction still running, with
+// the count and the ranges of event ids and times, exactly as a row trim
+// records what it deletes, so a stream whose position has not seen them
+// gets a gap error. A partition holding an event a named consumer has not
+// acknowledged is kept while the consumer's position is younger than its
+// maximum lag (ff_stream_consumer), as a row trim keeps the event.
+//
+// Concurrent runs on one table do not wait for each other: a run that
+// finds another one in progress returns with Busy set.
+func MaintainPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, m Maintenance) (MaintainResult, error) {
+	var res MaintainResult
+	table, err := tableOf(m.Table)
+	if err != nil {
+		return res, err
+	}
+	if m.Width < 0 || (m.Width > 0 && m.Width < time.Second) {
+		return res, ff.Validationf("width", "%s: want 0 (create none) or at least 1s", m.Width)
+	}
+	if m.Ahead < 0 {
+		return res, ff.Validationf("ahead", "%s is negative", m.Ahead)
+	}
+	if m.Ahead == 0 {
+		m.Ahead = partitionsAhead(m.Width)
+	}
+	if m.DropLockTimeout <= 0 {
+		m.DropLockTimeout = DefaultDropLockTimeout
+	}
+	var got bool
+	if err := tx.QueryRow(ctx, schema.SQL(`SELECT pg_try_advisory_xact_lock($1, '{S}`+table+`'::regclass::oid::int)`), maintenanceLockKey).Scan(&got); err != nil {
+		return res, dbutil.MapErr(err, "outbox partitions: taking the maintenance lock")
+	}
+	if !got {
+		res.Busy = true
+		return res, nil
+	}
+	// Drops first: a partition this transaction created is locked until
+	// it commits, and a query of the table that waits for it while holding
+	// the table would deadlock with a drop's wait for the table.
+	if m.CutoffMs != 0 {
+		if err := dropPartitions(ctx, tx, schema, table, m, &res); err != nil {
+			return res, err
+		}
+	}
+	if m.Width > 0 {
+		if res.Created, err = createPartitions(ctx, tx, schema, table, m.Width, m.Ahead); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// createPartitions creates the partitions of width w that the table needs
+// to reach ahead past the database's clock.
+func createPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string, w, ahead time.Duration) ([]string, error) {
+	var nowMs int64
+	var maxHi *int64
+	if err := tx.QueryRow(ctx, schema.SQL(`SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+		(SELECT max(hi_ms) FROM {S}ff_outbox_partition WHERE stream = $1 AND lo_ms IS NOT NULL)`), table).Scan(&nowMs, &maxHi); err != nil {
+		return nil, dbutil.MapErr(err, "outbox partitions: reading "+table+"'s partitions")
+	}
+	wMs := w.Milliseconds()
+	target := nowMs + ahead.Milliseconds()
+	// A range that does not start where the newest one ends starts in the
+	// future: the DEFAULT partition may hold rows written up to now.
+	lo := nowMs + startMargin.Milliseconds()
+	if maxHi != nil && *maxHi > nowMs {
+		lo = *maxHi
+	}
+	var created []string
+	for lo < target && len(created) < maxCreate {
+		hi := (lo/wMs + 1) * wMs
+		if hi-lo < wMs/2 {
+			hi += wMs
+		}
+		name := partitionName(table, lo)
+		// CREATE TABLE … PARTITION OF would lock the whole table ACCESS
+		// EXCLUSIVE; ATTACH takes SHARE UPDATE EXCLUSIVE (writers go on),
+		// and locks and reads only the DEFAULT partition.
+		if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`CREATE TABLE {S}%s (LIKE {S}%s INCLUDING DEFAULTS)`, ident(name), table))); err != nil {
+			return created, dbutil.MapErr(err, "outbox partitions: creating "+name)
+		}
+		if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`ALTER TABLE {S}%s ATTACH PARTITION {S}%s FOR VALUES FROM (%d) TO (%d)`, table, ident(name), lo, hi))); err != nil {
+			return created, dbutil.MapErr(err, "outbox partitions: attaching "+name)
+		}
+		if _, err := tx.Exec(ctx, schema.SQL(`INSERT INTO {S}ff_outbox_partition (stream, partition_name, lo_ms, hi_ms, written_before_ms)
+			VALUES ($1, $2, $3, $4, $4)`), table, name, lo, hi); err != nil {
+			return created, dbutil.MapErr(err, "outbox partitions: recording "+name)
+		}
+		created = append(created, name)
+		lo = hi
+	}
+	return created, nil
+}
+
+// partitionName names the partition of table starting at loMs (UTC, to
+// the second: partitions are at least half a second wide).
+func partitionName(table string, loMs int64) string {
+	return table + "_p" + time.UnixMilli(loMs).UTC().Format("20060102_150405")
+}
+
+// ident quotes a name built from the table's and a timestamp: letters,
+// digits and underscores only, so it needs no quoting; quoted anyway.
+func ident(name string) string { return `"` + name + `"` }
+
+// dropPartitions drops the table's partitions whose rows were all written
+// before m.CutoffMs, oldest first, each in a savepoint: one held by a
+// consumer is kept, one whose locks time out is left for the next run.
+//
+// Whatever the cutoff, a partition is dropped only once the database's
+// clock is a second past its range: a cutoff from a clock ahead of the
+// database's never drops the partition being written.
+func dropPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string, m Maintenance, res *MaintainResult) error {
+	rows, err := tx.Query(ctx, schema.SQL(`SELECT partition_name FROM {S}ff_outbox_partition
+		WHERE stream = $1 AND written_before_ms <= $2
+		  AND written_before_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 1000
+		ORDER BY hi_ms`), table, m.CutoffMs)
+	if err != nil {
+		return dbutil.MapErr(err, "outbox partitions: reading "+table+"'s old partitions")
+	}
+	old, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return dbutil.MapErr(err, "outbox partitions: reading "+table+"'s old partitions")
+	}
+	for _, name := range old {
+		var held bool
+		if err := tx.QueryRow(ctx, schema.SQL(fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM {S}ff_stream_consumer c
+			WHERE c.stream = $1 AND c.position_at_ms >= $2 - c.max_lag_ms
+			  AND EXISTS (SELECT 1 FROM {S}%s x WHERE `+UnackedSQL+`))`, ident(name))), table, m.NowMs).Scan(&held); err != nil {
+			if dbutil.IsUndefinedTable(err) {
+				// Dropped by hand: forget it.
+				if _, err := tx.Exec(ctx, schema.SQL(`DELETE FROM {S}ff_outbox_partition WHERE stream = $1 AND partition_name = $2`), table, name); err != nil {
+					return dbutil.MapErr(err, "outbox partitions: forgetting "+name)
+				}
+				continue
+			}
+			return dbutil.MapErr(err, "outbox partitions: looking for consumers that hold "+name)
+		}
+		if held {
+			res.Held = append(res.Held, name)
+			continue
+		}
+		n, err := dropPartition(ctx, tx, schema, table, name, m.DropLockTimeout)
+		if dbutil.IsLockTimeout(err) {
+			res.Locked = append(res.Locked, name)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		res.Dropped = append(res.Dropped, name)
+		res.DroppedEvents += n
+	}
+	return nil
+}
+
+// dropPartition records what the partition holds in ff_outbox_trim and
+// drops it, in a savepoint, and returns how many events it held. It first
+// waits (up to shareLockTimeout) for a SHARE lock on the partition: every
+// transaction that wrote into it has then ended, and no row will appear in
+// it (its range is in the past), so the runs recorded are exactly its rows.
+// The drop itself then takes the table's ACCESS EXCLUSIVE lock within
+// lockTimeout.
+func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, name string, lockTimeout time.Duration) (int64, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return 0, dbutil.MapErr(err, "outbox partitions: savepoint")
+	}
+	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
+	var was string
+	if err := sp.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&was); err != nil {
+		return 0, dbutil.MapErr(err, "outbox partitions: reading the lock timeout")
+	}
+	setTimeout := func(d string) error {
+		_, err := sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", d)
+		return dbutil.MapErr(err, "outbox partitions: setting the lock timeout")
+	}
+	// The SHARE lock queues no one behind it but the partition's own
+	// writers (there are none past its range) and autovacuum, which the
+	// server cancels for a lock waiting longer than deadlock_timeout (1 s
+	// by default): it may wait that long.
+	if err := setTimeout(fmt.Sprintf("%dms", shareLockTimeout.Milliseconds())); err != nil {
+		return 0, err
+	}
+	if _, err := sp.Exec(ctx, schema.SQL(fmt.Sprintf(`LOCK TABLE ONLY {S}%s IN SHARE MODE`, ident(name)))); err != nil {
+		return 0, wrapLock(err, "locking "+name)
+	}
+	if err := setTimeout(fmt.Sprintf("%dms", lockTimeout.Milliseconds())); err != nil {
+		return 0, err
+	}
+	var n int64
+	err = sp.QueryRow(ctx, schema.SQL(fmt.Sprintf(`WITH d AS (SELECT xact_id, event_id, occurred_at_ms FROM {S}%s),
+	`+TrimRecordSQL("$1")+`
+	SELECT count(*) FROM d`, ident(name))), table).Scan(&n)
+	if err != nil {
+		return 0, dbutil.MapErr(err, "outbox partitions: recording what "+name+" holds")
+	}
+	// DROP TABLE would lock the partition, then the table: a query on the
+	// table holds its lock on the table and waits for the partition's, a
+	// deadlock. Taking the table's lock first is the queries' order.
+	if _, err := sp.Exec(ctx, schema.SQL(fmt.Sprintf(`LOCK TABLE ONLY {S}%s IN ACCESS EXCLUSIVE MODE`, table))); err != nil {
+		return 0, wrapLock(err, "locking "+table)
+	}
+	if _, err := sp.Exec(ctx, schema.SQL(fmt.Sprintf(`DROP TABLE {S}%s`, ident(name)))); err != nil {
+		return 0, wrapLock(err, "dropping "+name)
+	}
+	if _, err := sp.Exec(ctx, schema.SQL(`DELETE FROM {S}ff_outbox_partition WHERE stream = $1 AND partition_name = $2`), table, name); err != nil {
+		return 0, dbutil.MapErr(err, "outbox partitions: forgetting "+name)
+	}
+	if err := setTimeout(was); err != nil {
+		return 0, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return 0, dbutil.MapErr(err, "outbox partitions: releasing the savepoint")
+	}
+	return n, nil
+}
+
+// TrimRecordSQL returns the common table expressions that record the
+// removed rows of d (a preceding CTE with their xact_id, event_id and
+// occurred_at_ms) in ff_outbox_trim, under the stream named by the
+// parameter stream ("$1"): one row per run of their transaction ids that
+// spans no transaction still running, with the count and the ranges of
+// event ids and times. A stream whose position has not seen a transaction
+// inside a run gets a gap error. With {S} for the schema.
+func TrimRecordSQL(stream string) string {
+	return `running AS (SELECT ARRAY(SELECT i::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) i) AS xip),
+	runs AS (SELECT d.*, (SELECT count(*) FROM unnest(running.xip) i WHERE i < d.xact_id) AS run FROM d, running),
+	rec AS (INSERT INTO {S}ff_outbox_trim (stream, min_xact, max_xact, min_event_id, max_event_id, events, min_at_ms, max_at_ms)
+		SELECT ` + stream + `, min(xact_id), max(xact_id), min(event_id), max(event_id), count(*), min(occurred_at_ms), max(occurred_at_ms)
+		FROM runs GROUP BY run)`
+}
+
+// wrapLock keeps a lock timeout recognisable (dbutil.IsLockTimeout).
+func wrapLock(err error, doing string) error {
+	if dbutil.IsLockTimeout(err) {
+		return fmt.Errorf("outbox partitions: %s: %w", doing, err)
+	}
+	return dbutil.MapErr(err, "outbox partitions: "+doing)
+}
+
+// PartitionWork is what MaintainPartitions has to do on a table.
+type PartitionWork struct {
+	// Create: the newest partition reaches less than the run's reach
+	// minus one width past the database's clock.
+	Create bool
+	// Drop: a partition's rows were all written before the cutoff.
+	Drop bool
+}
+
+// PartitionsDue says what MaintainPartitions, with width w (0: creating
+// none) and the default reach, has to do on table with cutoffMs (0:
+// dropping none). It reads ff_outbox_partition only: a partition held by
+// a consumer still counts.
+func PartitionsDue(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema dbutil.Schema, table string, w time.Duration, cutoffMs int64) (PartitionWork, error) {
+	var work PartitionWork
+	table, err := tableOf(table)
+	if err != nil {
+		return work, err
+	}
+	aheadMs := int64(-1) // creating none: never short
+	if w > 0 {
+		aheadMs = (partitionsAhead(w) - w).Milliseconds()
+	}
+	err = q.QueryRow(ctx, schema.SQL(`SELECT
+		$2::bigint >= 0 AND coalesce((SELECT max(hi_ms) FROM {S}ff_outbox_partition WHERE stream = $1 AND lo_ms IS NOT NULL), 0)
+		    < (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $2::bigint,
+		$3::bigint <> 0 AND EXISTS (SELECT 1 FROM {S}ff_outbox_partition WHERE stream = $1 AND written_before_ms <= $3::bigint
+		    AND written_before_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 1000)`),
+		table, aheadMs, cutoffMs).Scan(&work.Create, &work.Drop)
+	if err != nil {
+		return work, dbutil.MapErr(err, "outbox partitions: reading "+table+"'s partitions")
+	}
+	return work, nil
+}

@@ -1,0 +1,145 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/jackc/pgx/v5"
+)
+
+func TestPartitionWidthFollowsTheRetention(t *testing.T) {
+	for _, c := range []struct{ retention, want time.Duration }{
+		{7 * 24 * time.Hour, 24 * time.Hour},
+		{24 * time.Hour, 6 * time.Hour},
+		{4 * time.Hour, time.Hour},
+		{time.Hour, 10 * time.Minute},
+		{5 * time.Minute, time.Minute},
+		{time.Minute, 10 * time.Second},
+		{time.Second, time.Second},
+	} {
+		if got := outbox.PartitionWidth(c.retention); got != c.want {
+			t.Errorf("PartitionWidth(%s) = %s, want %s", c.retention, got, c.want)
+		}
+	}
+}
+
+// A maintenance run creates contiguous partitions that reach ahead of the
+// database's clock, registered as created; a second run finds nothing to
+// do; a run while another holds the table's maintenance does nothing and
+// says so; bad input is refused with an error naming it.
+func TestMaintainPartitionsCreatesAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	s := dbutil.Schema(db.Schema)
+	run := func(tx pgx.Tx, m outbox.Maintenance) outbox.MaintainResult {
+		t.Helper()
+		res, err := outbox.MaintainPartitions(ctx, tx, s, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	m := outbox.Maintenance{Table: outbox.CompletionTable, Width: time.Minute}
+	due, err := outbox.PartitionsDue(ctx, db.Pool, s, outbox.CompletionTable, time.Minute, 0)
+	if err != nil || !due.Create || due.Drop {
+		t.Fatalf("due %+v, %v: want partitions to create in a new schema, none to drop", due, err)
+	}
+	var res outbox.MaintainResult
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { res = run(tx, m); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// At least two minutes ahead, from 5 s ahead: two or three partitions.
+	if len(res.Created) < 2 || len(res.Created) > 4 || len(res.Dropped) != 0 {
+		t.Fatalf("first run %+v: want two to four minute partitions created", res)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT p.partition_name, p.lo_ms, p.hi_ms, pg_get_expr(c.relpartbound, c.oid)
+		FROM ff_outbox_partition p JOIN pg_class c ON c.relname = p.partition_name AND c.relnamespace = $1::regnamespace
+		WHERE p.stream = 'ff_completion_event' ORDER BY p.lo_ms`, db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type part struct {
+		name   string
+		lo, hi int64
+		bound  string
+	}
+	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (part, error) {
+		var p part
+		return p, r.Scan(&p.name, &p.lo, &p.hi, &p.bound)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != len(res.Created) {
+		t.Fatalf("%d partitions attached and registered, %d created", len(parts), len(res.Created))
+	}
+	var now int64
+	if err := db.Pool.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range parts {
+		if i > 0 && p.lo != parts[i-1].hi {
+			t.Errorf("partition %s starts at %d, the one before ends at %d: want them contiguous", p.name, p.lo, parts[i-1].hi)
+		}
+		if i > 0 && p.hi%time.Minute.Milliseconds() != 0 {
+			t.Errorf("partition %s ends at %d: want minute boundaries", p.name, p.hi)
+		}
+		if !strings.Contains(p.bound, "FROM") || p.name != res.Created[i] {
+			t.Errorf("partition %+v: want it attached by range, named as created (%v)", p, res.Created)
+		}
+	}
+	if parts[0].lo <= now || parts[len(parts)-1].hi < now+2*time.Minute.Milliseconds() {
+		t.Errorf("partitions from %d to %d at %d: want them to start ahead and reach two minutes past the clock", parts[0].lo, parts[len(parts)-1].hi, now)
+	}
+	if due, err = outbox.PartitionsDue(ctx, db.Pool, s, outbox.CompletionTable, time.Minute, 0); err != nil || due.Create {
+		t.Fatalf("due %+v, %v after a run: want nothing to create", due, err)
+	}
+
+	// Another transaction maintaining the table: this run does nothing.
+	hold, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	run(hold, outbox.Maintenance{Table: outbox.CompletionTable})
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { res = run(tx, m); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Busy || len(res.Created) != 0 {
+		t.Fatalf("a run beside another %+v: want busy, nothing done", res)
+	}
+	hold.Rollback(ctx)
+
+	for _, bad := range []outbox.Maintenance{{Table: "ff_exec_core"}, {Table: outbox.LeaseTable, Width: time.Millisecond}, {Table: outbox.LeaseTable, Ahead: -time.Second}} {
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := outbox.MaintainPartitions(ctx, tx, s, bad)
+			return err
+		})
+		var verr *ff.ValidationError
+		if !errors.As(err, &verr) {
+			t.Errorf("MaintainPartitions(%+v): %v, want a validation error", bad, err)
+		}
+	}
+
+	// Rows written now (before the first partition starts) are in the
+	// DEFAULT partition: no writer ever waits for a partition.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
+		VALUES (0, gen_random_uuid(), 'success', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	var where string
+	if err := db.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM ff_completion_event`).Scan(&where); err != nil {
+		t.Fatal(err)
+	}
+	if where != outbox.DefaultPartition(outbox.CompletionTable) {
+		t.Fatalf("a row written before the first partition is in %s, want the DEFAULT partition", where)
+	}
+}
