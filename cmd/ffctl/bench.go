@@ -15,7 +15,7 @@ import (
 )
 
 // allScenarios in the order a full run runs them.
-var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout", "lifecycle"}
+var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout", "lifecycle", "retention"}
 
 var benchCommand = command{
 	name:    "bench",
@@ -27,7 +27,7 @@ func runBench(ctx context.Context, args []string) int {
 	fs := cli.NewFlagSet("ffctl bench", "[scenario ...]",
 		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
 			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
-			"target. Scenarios: outbox, expire, lag, idle, stream, scaleout, lifecycle (default: all, about 15 minutes on\n"+
+			"target. Scenarios: outbox, expire, lag, idle, stream, scaleout, lifecycle, retention (default: all, about 17 minutes on\n"+
 			"2 cores). expire, lag and idle run ffriver's pipeline (a scheduler and a worker as the\n"+
 			"binaries configure them): expire and lag in this process, idle as the ffscheduler and\n"+
 			"ffworker binaries built with `go build` from the module in the working directory (or\n"+
@@ -55,6 +55,7 @@ func runBench(ctx context.Context, args []string) int {
 	catchUp := fs.Int("catchup-events", 1_000_000, "stream: backlog of `events` the catch-up run drains")
 	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
 	lcExecs := fs.Int("lifecycle-executions", 20_000, "lifecycle: `executions` created, then claimed and completed, per run")
+	retEvents := fs.Int("retention-events", 1_000_000, "retention: lease `events` removed by each way, a partition dropped and the row trim")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
 	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (the README's is docs/lifecycle.svg)")
 	var lagRates, lcWorkerCounts []int
@@ -82,6 +83,9 @@ func runBench(ctx context.Context, args []string) int {
 				return cli.Usagef("--lifecycle-workers %q: want counts in 1..1024, comma-separated", *lcWorkers)
 			}
 			lcWorkerCounts = append(lcWorkerCounts, n)
+		}
+		if *retEvents < 1 {
+			return cli.Usagef("--retention-events must be positive")
 		}
 		if *lcExecs < 1 {
 			return cli.Usagef("--lifecycle-executions must be positive")
@@ -160,6 +164,8 @@ func runBench(ctx context.Context, args []string) int {
 				CatchUp: *catchUp, WakeInterval: *wakeInterval})
 		case "lifecycle":
 			rs, err = bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: *lcExecs, Workers: lcWorkerCounts})
+		case "retention":
+			rs, err = bench.Retention(ctx, env, bench.RetentionOptions{Events: *retEvents})
 		case "scaleout":
 			rs, err = bench.ScaleOut(ctx, env, bench.ScaleOutOptions{Leases: *leases, MemLeases: *memLeases, NoMemory: *memLeases == 0})
 		}
