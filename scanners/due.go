@@ -1,0 +1,87 @@
+package scanners
+
+import (
+	"context"
+	"strings"
+)
+
+// dueExecFilterSQL is the filter predicate of the Due queries on
+// ff_exec_core aliased c: $2 namespace, $3/$4 tag key/value.
+const dueExecFilterSQL = `
+  AND ($2::text IS NULL OR c.raw_fields->>'namespace' = $2::text)
+  AND ($3::text IS NULL OR c.raw_fields->'tags'->>$3::text = $4::text)`
+
+// dueShape describes the due rows of a scanner for boundedDueSQL.
+type dueShape struct {
+	// rows is "FROM … WHERE <due predicate and filter>", with $1 the time
+	// bound and the filter's $2..$4; {PART} marks where the partition
+	// constraint goes (it becomes "AND <part> = part.k" in each
+	// partition's count, and nothing in the gate).
+	rows string
+	// part and due are the rows' partition and due-time columns.
+	part, due string
+	// gateOrder is the order the gate reads due rows in: that of the
+	// index it should read, so that it stops at the first row that holds
+	// (an index on the due time alone: the oldest due row of any
+	// partition), never a sequential scan that finds nothing when nothing
+	// is due.
+	gateOrder string
+	// partOrdered: an index on (partition, due time) serves each
+	// partition's count in due order, so the partition's oldest is its
+	// first row. Without one a partition's count reads its rows in any
+	// order, and the oldest it reports is exact only when it is not capped
+	// or holds the gate's row.
+	partOrdered bool
+}
+
+// boundedDueSQL is a Due statement that reads, per partition of the schema
+// ($5 partitions), at most $6 due rows through an index (a NULL $6 reads
+// them all), and nothing at all when no row of any partition is due: a
+// gate, one index probe, decides first (a One-Time Filter), so an idle
+// store pays one probe per tick instead of one per partition. Its rows are
+// (partition, rows read, oldest due time).
+func boundedDueSQL(sh dueShape) string {
+	gate := `SELECT ` + sh.part + ` AS part, ` + sh.due + ` AS due ` + strings.ReplaceAll(sh.rows, "{PART}", "")
+	gate += ` ORDER BY ` + sh.gateOrder + ` LIMIT 1`
+	each := `SELECT ` + sh.due + ` AS due ` + strings.ReplaceAll(sh.rows, "{PART}", " AND "+sh.part+" = part.k")
+	if sh.partOrdered {
+		each += ` ORDER BY ` + sh.due
+	}
+	each += ` LIMIT $6`
+	return `WITH gate AS MATERIALIZED (` + gate + `)
+SELECT part.k::smallint, x.n, LEAST(x.oldest, (SELECT gate.due FROM gate WHERE gate.part = part.k))
+FROM generate_series(0, $5::int - 1) part(k)
+CROSS JOIN LATERAL (SELECT count(*) AS n, min(d.due) AS oldest FROM (` + each + `) d) x
+WHERE x.n > 0 AND EXISTS (SELECT 1 FROM gate)`
+}
+
+// dueLimit is the $6 of a bounded Due statement for cap: one more row than
+// the cap (so that Capped means more are due), or nil (no limit) for 0.
+func dueLimit(limit int) any {
+	if limit <= 0 {
+		return nil
+	}
+	return limit + 1
+}
+
+// capDue applies cap to counts of up to cap+1 rows read: a count past the
+// cap becomes the cap, Capped.
+func capDue(due []Due, limit int) []Due {
+	if limit <= 0 {
+		return due
+	}
+	for i := range due {
+		if due[i].Count > int64(limit) {
+			due[i].Count, due[i].Capped = int64(limit), true
+		}
+	}
+	return due
+}
+
+// dueExec runs a bounded Due statement (boundedDueSQL) with $1 its time
+// bound and the filter's parameters as dueExecFilterSQL takes them.
+func dueExec(ctx context.Context, q Querier, req DueRequest, sh dueShape, bound int64) ([]Due, error) {
+	ns, tk, tv := filterArgs(req.Filter)
+	due, err := DueByPartition(ctx, q, req.SQL(boundedDueSQL(sh)), bound, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+	return capDue(due, req.Cap), err
+}
