@@ -69,8 +69,11 @@ type Scanner struct {
 	Interval time.Duration `json:"interval_ns"`
 	Batch    int           `json:"batch"`
 	Disabled bool          `json:"disabled,omitempty"`
-	// Due items now, over DuePartitions partitions.
+	// Due items now, over DuePartitions partitions, each partition's
+	// counted up to the batch as the scanner's ticks count them: with
+	// DueAtLeast set, at least Due (a partition has more than a batch).
 	Due           int64 `json:"due"`
+	DueAtLeast    bool  `json:"due_at_least,omitempty"`
 	DuePartitions int   `json:"due_partitions"`
 	// OldestOverdue is how long the oldest due item has been due (0 when
 	// nothing is due or the scanner cannot tell).
@@ -151,7 +154,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 	for _, b := range backlog {
 		st, _ := p.Settings(b.Scanner)
 		out := Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
-			Due: b.Due, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()}
+			Due: b.Due, DueAtLeast: b.AtLeast, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()}
 		r.Scanners = append(r.Scanners, out)
 	}
 
@@ -250,7 +253,11 @@ func WriteText(w io.Writer, r *Report) error {
 		if s.Disabled {
 			name += " (disabled)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\n", name, s.Interval, s.Batch, s.Due, s.DuePartitions, age(s.OldestOverdue), s.UnprocessableCount())
+		due := fmt.Sprint(s.Due)
+		if s.DueAtLeast {
+			due = "at least " + due
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%d\n", name, s.Interval, s.Batch, due, s.DuePartitions, age(s.OldestOverdue), s.UnprocessableCount())
 	}
 	fmt.Fprintln(tw)
 	if err := tw.Flush(); err != nil {
