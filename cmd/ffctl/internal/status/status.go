@@ -1,7 +1,9 @@
 // Package status collects what `ffctl status` shows: per scanner, the due
 // backlog and the age of the oldest overdue item; River's jobs per queue and
 // state; per outbox stream, the newest event, the events held back behind
-// an open transaction, and the oldest open writer.
+// an open transaction, and the oldest open writer. The due counts, the
+// queue counts and the outbox counts are read through an index and capped
+// ("at least N" past their cap), whatever the size of the store.
 package status
 
 import (
@@ -94,10 +96,87 @@ func (s Scanner) UnprocessableCount() int64 {
 	return n
 }
 
-// Queue is River's job count per state in one queue.
+// Queue is River's job count per state in one queue, each counted up to
+// QueueCountCap: a state in StatesAtLeast has more.
 type Queue struct {
-	Name   string           `json:"name"`
-	States map[string]int64 `json:"states"`
+	Name          string           `json:"name"`
+	States        map[string]int64 `json:"states"`
+	StatesAtLeast map[string]bool  `json:"states_at_least,omitempty"`
+}
+
+// QueueCountCap is the most River jobs of one queue and state a report
+// counts; past it the report says "at least" (Queue.StatesAtLeast).
+const QueueCountCap = 10_000
+
+// queuesSQL counts River's jobs per queue and state through River's
+// fetch index (river_job_prioritized_fetching_index, on state, queue, …):
+// a skip scan finds each state's queues, one index probe each, and each
+// queue's jobs of a state are counted up to $1, a bounded range of the
+// index read in its order. It runs with queuesScanSQL: the planner cannot
+// tell that the limit bounds the ordered index read and preferred a bitmap
+// scan, or a sequential scan and a sort, both of which read every job of
+// the state and queue before the limit. Counting them all was a parallel sequential scan of river_job
+// (43 ms at 200,000 jobs).
+const queuesSQL = `WITH RECURSIVE sq AS (
+  SELECT s.state, (SELECT j.queue FROM {S}river_job j WHERE j.state = s.state ORDER BY j.queue LIMIT 1) AS queue
+  FROM unnest(enum_range(NULL::{S}river_job_state)) s(state)
+  UNION ALL
+  SELECT sq.state, (SELECT j.queue FROM {S}river_job j WHERE j.state = sq.state AND j.queue > sq.queue ORDER BY j.queue LIMIT 1)
+  FROM sq WHERE sq.queue IS NOT NULL)
+SELECT sq.queue, sq.state::text, (SELECT count(*) FROM (SELECT 1 FROM {S}river_job j WHERE j.state = sq.state AND j.queue = sq.queue
+  ORDER BY j.priority, j.scheduled_at, j.id LIMIT $1) x)
+FROM sq WHERE sq.queue IS NOT NULL
+ORDER BY sq.queue, sq.state`
+
+// queuesScanSQL is set in queuesSQL's transaction: no bitmap scan, and a
+// sort only where nothing else does.
+const queuesScanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
+// queues reads River's jobs per queue and state (queuesSQL).
+func queues(ctx context.Context, pool *pgxpool.Pool, rs dbutil.Schema) ([]Queue, error) {
+	var out []Queue
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, queuesScanSQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, rs.SQL(queuesSQL), QueueCountCap+1)
+		if err != nil {
+			return err
+		}
+		byQueue := map[string]*Queue{}
+		var names []string
+		for rows.Next() {
+			var q, st string
+			var n int64
+			if err := rows.Scan(&q, &st, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			if byQueue[q] == nil {
+				byQueue[q] = &Queue{Name: q, States: map[string]int64{}}
+				names = append(names, q)
+			}
+			if n > QueueCountCap {
+				n = QueueCountCap
+				if byQueue[q].StatesAtLeast == nil {
+					byQueue[q].StatesAtLeast = map[string]bool{}
+				}
+				byQueue[q].StatesAtLeast[st] = true
+			}
+			byQueue[q].States[st] = n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, q := range names {
+			out = append(out, *byQueue[q])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, dbutil.MapErr(err, "status: counting River jobs")
+	}
+	return out, nil
 }
 
 // Stream is one outbox table.
@@ -158,30 +237,8 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 		r.Scanners = append(r.Scanners, out)
 	}
 
-	rows, err := pool.Query(ctx, rs.SQL(`SELECT queue, state::text, count(*) FROM {S}river_job GROUP BY queue, state ORDER BY queue`))
-	if err != nil {
-		return nil, dbutil.MapErr(err, "status: counting River jobs")
-	}
-	byQueue := map[string]map[string]int64{}
-	var names []string
-	for rows.Next() {
-		var q, st string
-		var n int64
-		if err := rows.Scan(&q, &st, &n); err != nil {
-			rows.Close()
-			return nil, dbutil.MapErr(err, "status: counting River jobs")
-		}
-		if byQueue[q] == nil {
-			byQueue[q] = map[string]int64{}
-			names = append(names, q)
-		}
-		byQueue[q][st] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbutil.MapErr(err, "status: counting River jobs")
-	}
-	for _, q := range names {
-		r.Queues = append(r.Queues, Queue{Name: q, States: byQueue[q]})
+	if r.Queues, err = queues(ctx, pool, rs); err != nil {
+		return nil, err
 	}
 
 	for _, t := range []struct{ name, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
@@ -282,7 +339,11 @@ func WriteText(w io.Writer, r *Report) error {
 	for _, q := range r.Queues {
 		cells := []string{q.Name}
 		for _, st := range states {
-			cells = append(cells, fmt.Sprint(q.States[st]))
+			n := fmt.Sprint(q.States[st])
+			if q.StatesAtLeast[st] {
+				n = "at least " + n
+			}
+			cells = append(cells, n)
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
