@@ -148,37 +148,37 @@ func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueR
 		return nil, err
 	}
 	ns, tk, tv := executions.FilterParams(req.Filter)
-	rows, err := q.Query(ctx, req.SQL(retentionDueSQL()), cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
-	if err != nil {
-		return nil, dbutil.MapErr(err, "due partitions")
-	}
 	var out []Due
-	for rows.Next() {
-		var d Due
-		var removable, read, tombstones int64
-		var oldest *int64
-		if err := rows.Scan(&d.Partition, &removable, &read, &oldest, &tombstones); err != nil {
-			rows.Close()
-			return nil, dbutil.MapErr(err, "due partitions")
+	err = dueRead(ctx, q, func(q Querier) error {
+		rows, err := q.Query(ctx, req.SQL(retentionDueSQL()), cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+		if err != nil {
+			return dbutil.MapErr(err, "due partitions")
 		}
-		if c := int64(req.Cap); c > 0 {
-			d.Capped = read > c || tombstones > c
-			removable, tombstones = min(removable, c), min(tombstones, c)
+		defer rows.Close()
+		for rows.Next() {
+			var d Due
+			var removable, read, tombstones int64
+			var oldest *int64
+			if err := rows.Scan(&d.Partition, &removable, &read, &oldest, &tombstones); err != nil {
+				return dbutil.MapErr(err, "due partitions")
+			}
+			if c := int64(req.Cap); c > 0 {
+				d.Capped = read > c || tombstones > c
+				removable, tombstones = min(removable, c), min(tombstones, c)
+			}
+			d.Count = removable + tombstones
+			if d.Count == 0 && !d.Capped {
+				continue // every candidate belongs to a flow that stays
+			}
+			if oldest != nil {
+				// An execution is due once it has been terminal for the retention.
+				d.OldestMs = *oldest + req.NowMs - cutoff
+			}
+			out = append(out, d)
 		}
-		d.Count = removable + tombstones
-		if d.Count == 0 && !d.Capped {
-			continue // every candidate belongs to a flow that stays
-		}
-		if oldest != nil {
-			// An execution is due once it has been terminal for the retention.
-			d.OldestMs = *oldest + req.NowMs - cutoff
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbutil.MapErr(err, "due partitions")
-	}
-	return out, nil
+		return dbutil.MapErr(rows.Err(), "due partitions")
+	})
+	return out, err
 }
 
 // retentionDueSQL is execution_retention's Due statement: per partition,

@@ -158,7 +158,11 @@ LIMIT $8`), req.Partition, onlyFlagged, ns, tk, tv, afterMs, afterFlow, req.Limi
 // (the gate's, which LEAST puts on its partition).
 func dueGroups(ctx context.Context, q Querier, req DueRequest, onlyFlagged bool) ([]Due, error) {
 	ns, tk, tv := filterArgs(req.Filter)
-	due, err := DueByPartition(ctx, q, req.SQL(boundedDueSQL(groupsDue)), onlyFlagged, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+	var due []Due
+	err := dueRead(ctx, q, func(q Querier) (err error) {
+		due, err = DueByPartition(ctx, q, req.SQL(boundedDueSQL(groupsDue)), onlyFlagged, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+		return err
+	})
 	return capDue(due, req.Cap), err
 }
 
