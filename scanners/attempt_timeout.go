@@ -24,17 +24,20 @@ func (AttemptTimeoutScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
-// Due implements Scanner (index ff_attempt_lease_due_idx): the expired
-// leases Scan returns, counted with its predicate and filter (an expired
-// lease of an attempt that is not its execution's running one is never
-// scanned: see Unprocessable).
+// Due implements Scanner: the expired leases Scan returns, counted with
+// its predicate and filter (an expired lease of an attempt that is not its
+// execution's running one is never scanned: see Unprocessable), at most
+// req.Cap per partition in lease order (ff_attempt_lease_expiry_idx), after
+// a gate on the oldest expired lease (ff_attempt_lease_due_idx).
 func (AttemptTimeoutScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return dueExec(ctx, q, req, `SELECT a.partition_key, count(*), min(a.lease_expires_at_ms) FROM {S}ff_attempt a
-		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $1
-		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+dueExecFilterSQL+`
-		GROUP BY a.partition_key`, req.NowMs)
+	return dueExec(ctx, q, req, attemptTimeoutDue, req.NowMs)
 }
+
+var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
+	rows: `FROM {S}ff_attempt a
+		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $1{PART}
+		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + dueExecFilterSQL}
 
 // Unprocessable implements Auditor: expired leases in partitions outside
 // the schema's count, of attempts with no execution, of executions in an

@@ -25,16 +25,19 @@ func (DelayedPromoterScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
-// Due implements Scanner (index ff_exec_core_delay_due_idx): the delayed
-// executions Scan returns, counted with its predicate and filter (a delay
-// come due on an execution that is blocked by its dependencies is not due:
-// it waits for its flow).
+// Due implements Scanner: the delayed executions Scan returns, counted
+// with its predicate and filter (a delay come due on an execution that is
+// blocked by its dependencies is not due: it waits for its flow), at most
+// req.Cap per partition in due order (ff_exec_core_delay_idx), after a
+// gate on the oldest (ff_exec_core_delay_due_idx).
 func (DelayedPromoterScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return dueExec(ctx, q, req, `SELECT c.partition_key, count(*), min(c.delay_until_ms) FROM {S}ff_exec_core c
-		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $1
-		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+dueExecFilterSQL+`
-		GROUP BY c.partition_key`, req.NowMs)
+	return dueExec(ctx, q, req, delayedPromoterDue, req.NowMs)
 }
+
+var delayedPromoterDue = dueShape{part: "c.partition_key", due: "c.delay_until_ms", gateOrder: "c.delay_until_ms", partOrdered: true,
+	rows: `FROM {S}ff_exec_core c
+		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $1{PART}
+		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + dueExecFilterSQL}
 
 // Unprocessable implements Auditor: delays come due in partitions outside
 // the schema's count, or on executions whose lifecycle_phase, or (runnable

@@ -76,22 +76,30 @@ func hopDueSQL() string {
 }
 
 // Due implements Scanner: the partitions with hops due, counted with the
-// predicate and filter of Scan.
+// predicate and filter of Scan, at most req.Cap per partition in the order
+// of ff_edge_hop_due_idx, after a gate that takes any due hop (the index
+// holds only hops not counted yet).
 func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
 		return nil, err
 	}
-	due, err := dueExec(ctx, q, req, `SELECT e.partition_key, count(*), min(e.upstream_terminal_at_ms)
-		FROM {S}ff_edge e
-		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
-		WHERE `+strings.ReplaceAll(hopDueSQL(), "$2", "$1")+dueExecFilterSQL+`
-		GROUP BY e.partition_key`, cutoff)
+	due, err := dueExec(ctx, q, req, dependencyDue(), cutoff)
 	for i := range due {
 		// A hop is due once it has waited for the threshold.
 		due[i].OldestMs += req.NowMs - cutoff
 	}
 	return due, err
+}
+
+// dependencyDue is the due hops for boundedDueSQL.
+func dependencyDue() dueShape {
+	return dueShape{part: "e.partition_key", due: "e.upstream_terminal_at_ms", partOrdered: true,
+		// ff_edge_hop_due_idx's order: it holds only the hops not counted yet.
+		gateOrder: "e.partition_key, e.upstream_terminal_at_ms",
+		rows: `FROM {S}ff_edge e
+		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
+		WHERE ` + strings.Replace(strings.ReplaceAll(hopDueSQL(), "$2", "$1"), "\n", "{PART}\n", 1) + dueExecFilterSQL}
 }
 
 // Unprocessable implements Auditor: hops due in partitions outside the

@@ -22,8 +22,9 @@
 //
 // # Grouped scans
 //
-// A tick runs Due once and schedules scans: one per partition with a batch
-// or more due, and the partitions with less due work grouped into shared
+// A tick runs Due once, each partition counted up to the batch, and
+// schedules scans: one per partition with a batch or more due (or capped),
+// and the partitions with less due work grouped into shared
 // scans of at most a batch of items (a scan job costs a River round
 // whatever it finds). Scan is therefore called once per partition of a
 // scan job, always with a single partition.
@@ -42,8 +43,13 @@
 //     global scanner returns partition 0 when anything is due. Due counts
 //     exactly the rows Scan returns, with the same predicate and filter:
 //     a row Due counts that no scan returns would show as overdue work
-//     forever. Partitions outside the schema's count are never scanned;
-//     the pipeline counts what Due finds there as unprocessable.
+//     forever. With req.Cap set (the tick passes its batch) it may stop
+//     counting a partition past the cap and say so (Due.Capped): the
+//     built-in scanners read at most Cap+1 rows per partition through an
+//     index, after a one-probe gate that answers "nothing due" for the
+//     whole store, so a tick's cost does not grow with the backlog.
+//     Partitions outside the schema's count are never scanned; the
+//     pipeline counts what Due finds there as unprocessable.
 //   - Unprocessable (optional, Auditor): the rows that look due (they sit in
 //     the due index) but that no scan can process, by reason, each with a
 //     query listing them; ffctl status shows them and ticks log them at

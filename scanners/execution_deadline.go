@@ -23,14 +23,18 @@ func (ExecutionDeadlineScanner) Defaults() Settings {
 	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
-// Due implements Scanner (index ff_exec_core_deadline_due_idx), with Scan's
-// predicate and filter. An execution in an unknown lifecycle_phase is due
-// and processed: it expires like any non-terminal one.
+// Due implements Scanner, with Scan's predicate and filter, at most
+// req.Cap per partition in deadline order (ff_exec_core_deadline_idx),
+// after a gate on the oldest (ff_exec_core_deadline_due_idx). An execution
+// in an unknown lifecycle_phase is due and processed: it expires like any
+// non-terminal one.
 func (ExecutionDeadlineScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
-	return dueExec(ctx, q, req, `SELECT c.partition_key, count(*), min(c.deadline_at_ms) FROM {S}ff_exec_core c
-		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < $1`+dueExecFilterSQL+`
-		GROUP BY c.partition_key`, req.NowMs)
+	return dueExec(ctx, q, req, executionDeadlineDue, req.NowMs)
 }
+
+var executionDeadlineDue = dueShape{part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
+	rows: `FROM {S}ff_exec_core c
+		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < $1{PART}` + dueExecFilterSQL}
 
 // Unprocessable implements Auditor: passed deadlines in partitions outside
 // the schema's count.

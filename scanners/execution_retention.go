@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/riverqueue/river"
 )
@@ -133,34 +134,75 @@ func (s *ExecutionRetentionScanner) cutoff(params json.RawMessage, now int64) (i
 // Due implements Scanner: per partition, the executions
 // RemoveExecutionsTx would remove (solo ones and members of flows entirely
 // past retention, counted with its predicate and filter) plus the
-// tombstones it would expire; one index range per partition
-// (ff_exec_core_terminal_idx, ff_exec_removed_expiry_idx) and, per flow
-// with an old member, a look at its members.
+// tombstones it would expire. Each partition reads at most req.Cap+1
+// executions past retention, oldest first (ff_exec_core_terminal_idx), and
+// as many tombstones (ff_exec_removed_expiry_idx), and looks at the
+// members of each flow among them. A partition whose candidates are capped
+// is due (Capped) even when none of those read can go, as when they all
+// belong to flows that stay: its removal job examines them in batches and
+// goes on past them, as RemoveExecutionsTx does. Its Count is then the
+// removable ones among those read, and the oldest theirs.
 func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
 	cutoff, keep, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil || keep {
 		return nil, err
 	}
 	ns, tk, tv := executions.FilterParams(req.Filter)
-	due, err := DueByPartition(ctx, q, req.SQL(`SELECT p.k::smallint, x.n + y.n, x.oldest
-FROM generate_series(0, $5::int - 1) p(k)
-CROSS JOIN LATERAL (
-  SELECT COALESCE(sum(g.n), 0)::bigint AS n, min(g.oldest) AS oldest FROM (
-    SELECT c.flow_id, count(*) AS n, min(c.terminal_at_ms) AS oldest FROM {S}ff_exec_core c
-    WHERE c.partition_key = p.k AND `+executions.RetentionSQL("c", 1, 2, 3, 4)+`
-    GROUP BY c.flow_id) g
-  WHERE g.flow_id IS NULL OR NOT `+executions.FlowBlockedSQL("p.k", "g.flow_id", 1, 2, 3, 4)+`) x
-CROSS JOIN LATERAL (
-  SELECT count(*) AS n FROM {S}ff_exec_removed r
-  WHERE r.partition_key = p.k AND r.removed_at_ms < $1 AND `+executions.TombstoneFilterSQL(2, 3, 4)+`) y
-WHERE x.n + y.n > 0`), cutoff, ns, tk, tv, int(req.Store.Partitions()))
-	for i := range due {
-		if due[i].OldestMs != 0 {
-			// An execution is due once it has been terminal for the retention.
-			due[i].OldestMs += req.NowMs - cutoff
+	var out []Due
+	err = dueRead(ctx, q, func(q Querier) error {
+		rows, err := q.Query(ctx, req.SQL(retentionDueSQL()), cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+		if err != nil {
+			return dbutil.MapErr(err, "due partitions")
 		}
-	}
-	return due, err
+		defer rows.Close()
+		for rows.Next() {
+			var d Due
+			var removable, read, tombstones int64
+			var oldest *int64
+			if err := rows.Scan(&d.Partition, &removable, &read, &oldest, &tombstones); err != nil {
+				return dbutil.MapErr(err, "due partitions")
+			}
+			if c := int64(req.Cap); c > 0 {
+				d.Capped = read > c || tombstones > c
+				removable, tombstones = min(removable, c), min(tombstones, c)
+			}
+			d.Count = removable + tombstones
+			if d.Count == 0 && !d.Capped {
+				continue // every candidate belongs to a flow that stays
+			}
+			if oldest != nil {
+				// An execution is due once it has been terminal for the retention.
+				d.OldestMs = *oldest + req.NowMs - cutoff
+			}
+			out = append(out, d)
+		}
+		return dbutil.MapErr(rows.Err(), "due partitions")
+	})
+	return out, err
+}
+
+// retentionDueSQL is execution_retention's Due statement: per partition,
+// (partition, removable executions, candidates read, oldest removable's
+// terminal_at_ms, tombstones), at most $6 candidates and $6 tombstones
+// (NULL: all).
+func retentionDueSQL() string {
+	return `SELECT part.k::smallint, x.n, x.read, x.oldest, y.n
+FROM generate_series(0, $5::int - 1) part(k)
+CROSS JOIN LATERAL (
+  SELECT COALESCE(sum(g.n) FILTER (WHERE g.removable), 0)::bigint AS n, COALESCE(sum(g.n), 0)::bigint AS read,
+         min(g.oldest) FILTER (WHERE g.removable) AS oldest
+  FROM (
+    SELECT f.n, f.oldest, (f.flow_id IS NULL OR NOT ` + executions.FlowBlockedSQL("part.k", "f.flow_id", 1, 2, 3, 4) + `) AS removable
+    FROM (
+      SELECT c.flow_id, count(*) AS n, min(c.terminal_at_ms) AS oldest FROM (
+        SELECT c.flow_id, c.terminal_at_ms FROM {S}ff_exec_core c
+        WHERE c.partition_key = part.k AND ` + executions.RetentionSQL("c", 1, 2, 3, 4) + `
+        ORDER BY c.terminal_at_ms, c.execution_id LIMIT $6) c
+      GROUP BY c.flow_id) f) g) x
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n FROM (SELECT 1 FROM {S}ff_exec_removed r
+    WHERE r.partition_key = part.k AND r.removed_at_ms < $1 AND ` + executions.TombstoneFilterSQL(2, 3, 4) + ` LIMIT $6) t) y
+WHERE x.read + y.n > 0`
 }
 
 // Unprocessable implements Auditor: terminal executions without

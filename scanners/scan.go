@@ -31,8 +31,9 @@ func decodeExecCursor(b json.RawMessage) (ms *int64, id *uuid.UUID, err error) {
 	return &c.Ms, &c.ID, nil
 }
 
-// dueByPartition runs a "SELECT partition_key, count(*), min(due time) …
-// GROUP BY partition_key" query.
+// DueByPartition runs a Due query whose rows are (partition, count, oldest
+// due time or NULL), such as "SELECT partition_key, count(*), min(due time)
+// … GROUP BY partition_key", and returns them as Due.
 func DueByPartition(ctx context.Context, q Querier, sql string, args ...any) ([]Due, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
@@ -150,20 +151,33 @@ LIMIT $8`), req.Partition, onlyFlagged, ns, tk, tv, afterMs, afterFlow, req.Limi
 }
 
 // dueGroups counts the pending cancel groups scanGroups returns, with its
-// predicate and filter.
+// predicate and filter: at most req.Cap per partition (its primary key, in
+// no particular order), after a gate on the oldest group
+// (ff_pending_cancel_groups_enqueued_idx). The oldest each partition
+// reports is exact unless its count is capped; the oldest of all is exact
+// (the gate's, which LEAST puts on its partition).
 func dueGroups(ctx context.Context, q Querier, req DueRequest, onlyFlagged bool) ([]Due, error) {
 	ns, tk, tv := filterArgs(req.Filter)
-	return DueByPartition(ctx, q, req.SQL(`
-SELECT p.partition_key, count(*), min(p.enqueued_at_ms)
-FROM {S}ff_pending_cancel_groups p
+	var due []Due
+	err := dueRead(ctx, q, func(q Querier) (err error) {
+		due, err = DueByPartition(ctx, q, req.SQL(boundedDueSQL(groupsDue)), onlyFlagged, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+		return err
+	})
+	return capDue(due, req.Cap), err
+}
+
+// groupsDue is the due pending cancel groups for boundedDueSQL ($1: only
+// flagged ones), scanGroups' predicate and filter. The filter reads the
+// downstream execution through a join on its primary key: as an EXISTS
+// under an OR, the planner hashed every execution of the namespace (a
+// sequential scan of ff_exec_core) for a filtered tick.
+var groupsDue = dueShape{part: "p.partition_key", due: "p.enqueued_at_ms", gateOrder: "p.enqueued_at_ms",
+	rows: `FROM {S}ff_pending_cancel_groups p
 LEFT JOIN {S}ff_edge_group g
   ON g.partition_key = p.partition_key AND g.flow_id = p.flow_id AND g.downstream_eid = p.downstream_eid
-WHERE (NOT $1::bool OR g.downstream_eid IS NULL OR g.cancel_siblings_pending_flag)
-  AND (($2::text IS NULL AND $3::text IS NULL) OR EXISTS (
-        SELECT 1 FROM {S}ff_exec_core c
-        WHERE c.partition_key = p.partition_key AND c.execution_id = p.downstream_eid`+dueExecFilterSQL+`))
-GROUP BY p.partition_key`), onlyFlagged, ns, tk, tv)
-}
+LEFT JOIN {S}ff_exec_core c ON c.partition_key = p.partition_key AND c.execution_id = p.downstream_eid
+WHERE (NOT $1::bool OR g.downstream_eid IS NULL OR g.cancel_siblings_pending_flag){PART}
+  AND (($2::text IS NULL AND $3::text IS NULL) OR (c.execution_id IS NOT NULL` + dueExecFilterSQL + `))`}
 
 // auditGroups counts pending cancel groups in partitions outside the
 // schema's count; a filter applies to the group's downstream execution, as

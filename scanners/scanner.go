@@ -28,7 +28,10 @@ type Scanner interface {
 	Defaults() Settings
 	// Due returns the partitions that have due work, with how many items
 	// are due in each, in one query (the tick). A scanner that is not
-	// partitioned returns partition 0 when anything is due.
+	// partitioned returns partition 0 when anything is due. With
+	// req.Cap set it may stop counting a partition at the cap (Due.Capped):
+	// the tick only needs to know whether a partition has anything due,
+	// and whether a batch or more.
 	Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error)
 	// Scan returns at most req.Limit due items of one partition as River
 	// job args, with the filter applied in SQL, in a stable order, and the
@@ -90,7 +93,12 @@ type Querier interface {
 // Due is one partition with due work.
 type Due struct {
 	Partition int16
-	Count     int64
+	// Count is how many items are due in the partition; with Capped set,
+	// at least that many.
+	Count int64
+	// Capped says the count stopped at DueRequest.Cap: Count (the cap) is a
+	// lower bound, more items are due.
+	Capped bool
 	// OldestMs is when the partition's oldest due item became due (Unix
 	// ms), 0 when the scanner cannot tell. ffctl status reports it as the
 	// age of the oldest overdue item.
@@ -105,6 +113,14 @@ type DueRequest struct {
 	NowMs  int64
 	Filter ff.Filter
 	Params json.RawMessage
+	// Cap, when positive, bounds each partition's count: Due may read at
+	// most Cap+1 due items of a partition and return Count = Cap with
+	// Capped set when there are more. The tick passes its batch (a
+	// partition with a batch or more due gets a scan of its own, whatever
+	// the exact number), and so does the backlog that ffctl status, the
+	// execution view's live page and the metrics show. 0 counts every
+	// due item.
+	Cap int
 }
 
 // ScanRequest is the input of Scanner.Scan.

@@ -141,16 +141,3 @@ var knownPhases = sqlList(ff.PhaseSubmitted, ff.PhaseRunnable, ff.PhaseActive, f
 
 // knownEligibility is eligibility_state's alphabet.
 var knownEligibility = sqlList(ff.EligibleNow, ff.EligibleNotUntilTime, ff.EligibleBlockedByDeps, ff.EligibleBlockedByOperator, ff.EligibleNotApplicable)
-
-// dueExecFilterSQL is the filter predicate of the Due queries on
-// ff_exec_core aliased c: $2 namespace, $3/$4 tag key/value.
-const dueExecFilterSQL = `
-  AND ($2::text IS NULL OR c.raw_fields->>'namespace' = $2::text)
-  AND ($3::text IS NULL OR c.raw_fields->'tags'->>$3::text = $4::text)`
-
-// dueExec runs a Due query whose $1 is its time bound and whose filter is
-// dueExecFilterSQL.
-func dueExec(ctx context.Context, q Querier, req DueRequest, sql string, bound int64) ([]Due, error) {
-	ns, tk, tv := filterArgs(req.Filter)
-	return DueByPartition(ctx, q, req.SQL(sql), bound, ns, tk, tv)
-}

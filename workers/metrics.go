@@ -23,7 +23,8 @@ import (
 
 // ffriver's OpenTelemetry instruments, by their OpenTelemetry names. The
 // Prometheus exporter shows them as ffriver_items_total{scanner,outcome},
-// ffriver_item_duration_seconds{scanner}, ffriver_scanner_due{scanner} and
+// ffriver_item_duration_seconds{scanner}, ffriver_scanner_due{scanner},
+// ffriver_scanner_due_at_least{scanner} and
 // ffriver_scanner_oldest_due_seconds{scanner}.
 const (
 	// MetricItems counts item jobs River finished, by scanner and outcome
@@ -31,8 +32,13 @@ const (
 	MetricItems = "ffriver.items"
 	// MetricItemDuration is how long an item job's Work took, by scanner.
 	MetricItemDuration = "ffriver.item.duration"
-	// MetricScannerDue is the due items a scanner's latest tick found.
+	// MetricScannerDue is the due items a scanner's latest tick found,
+	// each partition's counted up to the batch (at least that many when
+	// MetricScannerDueAtLeast is 1).
 	MetricScannerDue = "ffriver.scanner.due"
+	// MetricScannerDueAtLeast is 1 when the latest tick's due count is a
+	// lower bound (a partition had more than a batch due), else 0.
+	MetricScannerDueAtLeast = "ffriver.scanner.due_at_least"
 	// MetricScannerOldestDue is how long the oldest of them had been due at
 	// that tick (0 when nothing was due).
 	MetricScannerOldestDue = "ffriver.scanner.oldest_due"
@@ -153,6 +159,7 @@ type Metrics struct {
 	items    metric.Int64Counter
 	duration metric.Float64Histogram
 	due      metric.Int64Gauge
+	atLeast  metric.Int64Gauge
 	oldest   metric.Float64Gauge
 	tracer   trace.Tracer // nil: no spans
 
@@ -192,7 +199,11 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 		return nil, err
 	}
 	if m.due, err = meter.Int64Gauge(MetricScannerDue, metric.WithUnit("{item}"),
-		metric.WithDescription("Due items the scanner's latest tick found.")); err != nil {
+		metric.WithDescription("Due items the scanner's latest tick found, each partition's counted up to the batch (a lower bound when ffriver_scanner_due_at_least is 1).")); err != nil {
+		return nil, err
+	}
+	if m.atLeast, err = meter.Int64Gauge(MetricScannerDueAtLeast,
+		metric.WithDescription("1 when the scanner's latest tick counted a partition only up to its batch: ffriver_scanner_due is then a lower bound.")); err != nil {
 		return nil, err
 	}
 	if m.oldest, err = meter.Float64Gauge(MetricScannerOldestDue, metric.WithUnit("s"),
@@ -271,8 +282,11 @@ func (m *Metrics) recordDue(ctx context.Context, scanner string, due []scanners.
 	if m == nil || m.due == nil {
 		return
 	}
-	var n, oldest int64
+	var n, oldest, atLeast int64
 	for _, d := range due {
+		if d.Capped {
+			atLeast = 1
+		}
 		if d.Count <= 0 {
 			continue
 		}
@@ -287,6 +301,7 @@ func (m *Metrics) recordDue(ctx context.Context, scanner string, due []scanners.
 	}
 	attrs := metric.WithAttributeSet(attribute.NewSet(LabelScanner.String(scanner)))
 	m.due.Record(ctx, n, attrs)
+	m.atLeast.Record(ctx, atLeast, attrs)
 	m.oldest.Record(ctx, age, attrs)
 }
 

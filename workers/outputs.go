@@ -22,12 +22,18 @@ type Output struct {
 
 // TickOutput is the River job output of a tick.
 type TickOutput struct {
-	DuePartitions int   `json:"due_partitions"`
-	DueItems      int64 `json:"due_items"`
-	Inserted      int   `json:"scans_inserted"`
-	Duplicates    int   `json:"scans_in_flight"`
+	DuePartitions int `json:"due_partitions"`
+	// DueItems are the due items found, each partition's counted up to
+	// the batch: with DueAtLeast set, at least that many (a partition had
+	// more than a batch due).
+	DueItems   int64 `json:"due_items"`
+	DueAtLeast bool  `json:"due_items_at_least,omitempty"`
+	Inserted   int   `json:"scans_inserted"`
+	Duplicates int   `json:"scans_in_flight"`
 	// OutOfRange counts partitions outside the schema's partition count
-	// (rows written by hand); they are not scanned.
+	// (rows written by hand) that the scanner's Due returned; they are not
+	// scanned. The built-in scanners' Due reads only the schema's
+	// partitions (their Auditor counts the others).
 	OutOfRange int `json:"out_of_range,omitempty"`
 }
 

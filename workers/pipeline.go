@@ -218,8 +218,11 @@ func ScanInsertOpts(f ff.Filter) *river.InsertOpts {
 // Backlog is one scanner's due work now.
 type Backlog struct {
 	Scanner string
-	// Due items, over Partitions partitions.
+	// Due items, over Partitions partitions, each partition's counted up
+	// to the scanner's batch (scanners.DueRequest.Cap, as its ticks count
+	// them): with AtLeast set, at least Due (a partition had more).
 	Due        int64
+	AtLeast    bool
 	Partitions int
 	// OldestMs is when the oldest due item became due (0: nothing due, or
 	// the scanner cannot tell).
@@ -241,9 +244,10 @@ func (b Backlog) OldestOverdue() time.Duration {
 }
 
 // Backlog runs every registered scanner's Due query, with the pipeline's
-// filter and the scanner's params as its ticks carry them, and sums it up
-// per scanner, in registration order: the due items of the partitions its
-// ticks scan, and apart from them the rows no scan can process.
+// filter, the scanner's params and its batch as the cap, as its ticks do,
+// and sums it up per scanner, in registration order: the due items of the
+// partitions its ticks scan (at least, where a partition has more than a
+// batch due), and apart from them the rows no scan can process.
 func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, error) {
 	now := p.env.NowMs()
 	var out []Backlog
@@ -252,7 +256,8 @@ func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, 
 		if err != nil {
 			return nil, err
 		}
-		req := scanners.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params}
+		st, _ := p.Settings(s.Name())
+		req := scanners.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params, Cap: st.Batch}
 		due, err := s.Due(ctx, q, req)
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
@@ -262,10 +267,11 @@ func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, 
 			return nil, err
 		}
 		for _, d := range due {
-			if d.Count == 0 || !p.env.Partitions().Contains(d.Partition) {
+			if (d.Count == 0 && !d.Capped) || !p.env.Partitions().Contains(d.Partition) {
 				continue
 			}
 			b.Due += d.Count
+			b.AtLeast = b.AtLeast || d.Capped
 			b.Partitions++
 			if d.OldestMs > 0 && (b.OldestMs == 0 || d.OldestMs < b.OldestMs) {
 				b.OldestMs = d.OldestMs

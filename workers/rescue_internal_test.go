@@ -81,3 +81,37 @@ func TestRescueStepsOverDeadEntries(t *testing.T) {
 		t.Fatalf("rescueStuck: %d, %v; want 20", n, err)
 	}
 }
+
+// ff.rescue's statement reads river_job through River's fetch index
+// (state, queue, …) on a seeded store of 100,000 jobs, 100 of them running
+// (issue 27, item 3): the running range of ff's queues, never a
+// sequential or bitmap scan (rescueScanSQL).
+func TestRescuePlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	testdb.Seed(t, db, testdb.SeedSize{Executions: 1_000, LeaseEvents: 1, RiverJobs: 100_000})
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, rescueScanSQL); err != nil {
+		t.Fatal(err)
+	}
+	plan := testdb.AssertNoSeqScan(t, tx, []string{"river_job"}, dbutil.Schema(db.Schema).SQL(rescueSQL),
+		[]string{"ff_scan", "ff_apply"}, int64(4000), int64(0))
+	var read bool
+	plan.Walk(func(n testdb.PlanNode) {
+		if n.Relation != "river_job" || n.NodeType == "ModifyTable" {
+			return
+		}
+		read = true
+		if n.NodeType != "Index Scan" || n.Index != "river_job_prioritized_fetching_index" {
+			t.Errorf("river_job read by %s %s, want an index scan of river_job_prioritized_fetching_index:\n%s", n.NodeType, n.Index, plan)
+		}
+	})
+	if !read {
+		t.Errorf("no read of river_job in the plan:\n%s", plan)
+	}
+}

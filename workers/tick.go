@@ -20,9 +20,10 @@ type retentionScanner interface {
 }
 
 // TickWorker works ff.tick: one query for the partitions with due work,
-// then the scan jobs, inserted and completed in one transaction: one per
-// partition with a batch or more due, and the others grouped into scans of
-// at most a batch of due items each.
+// each counted up to the batch (scanners.DueRequest.Cap), then the scan
+// jobs, inserted and completed in one transaction: one per partition with
+// a batch or more due, and the others grouped into scans of at most a batch
+// of due items each.
 type TickWorker struct {
 	river.WorkerDefaults[jobs.TickArgs]
 	p *Pipeline
@@ -45,7 +46,9 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		batch = s.Defaults().Batch
 	}
 	return inTx(ctx, env, func(tx pgx.Tx) error {
-		req := scanners.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params}
+		// The tick needs to know, per partition, whether anything is due
+		// and whether a batch or more is: it counts no further.
+		req := scanners.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params, Cap: batch}
 		due, err := s.Due(ctx, tx, req)
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
@@ -92,7 +95,8 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 			seen[d.Partition] = true
 			out.DuePartitions++
 			out.DueItems += d.Count
-			if d.Count >= int64(batch) {
+			out.DueAtLeast = out.DueAtLeast || d.Capped
+			if d.Capped || d.Count >= int64(batch) {
 				scan([]int16{d.Partition})
 				continue
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -42,5 +43,44 @@ func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
 	h.awaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
 	if n := h.count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'running'`, res.Job.ID); n != 1 {
 		t.Fatalf("the stuck tick was rescued (%d running); the test proves nothing", n)
+	}
+}
+
+// A tick counts each partition's due items up to its batch, and says when
+// it stopped there (issue 27, item 3): 12 expired leases in one partition
+// and 3 in another, batch 5, are "at least 8" in the tick's output, over 2
+// partitions, and every lease is still expired (the full partition gets a
+// scan of its own, which continues past its batch).
+func TestTickCountsUpToItsBatch(t *testing.T) {
+	t.Parallel()
+	over := disabled()
+	over[scanners.AttemptTimeout] = fast(5)
+	h := newHarness(t, ffriver.Config{Scanners: over})
+	var ids []ff.ExecutionID
+	for lane, n := range map[string]int{"full": 12, "few": 3} {
+		for range n {
+			h.create(executions.CreateParams{Lane: lane})
+			ids = append(ids, h.claim(lane, time.Second).ID)
+		}
+	}
+	if ids[0].Partition == ids[len(ids)-1].Partition {
+		t.Fatal("both lanes share a partition; the test proves nothing")
+	}
+	h.clock.Advance(2 * time.Second)
+	h.client(true, nil)
+	h.await("every lease expired", func() bool {
+		return h.count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired'`) == len(ids)
+	})
+	var first bool
+	for _, o := range h.outputs("ff.tick") {
+		if n := o["due_items"].(float64); n > 8 {
+			t.Errorf("tick output %v: more than a batch counted in a partition", o)
+		}
+		if o["due_items"] == 8.0 && o["due_items_at_least"] == true && o["due_partitions"] == 2.0 {
+			first = true
+		}
+	}
+	if !first {
+		t.Errorf("no tick output says at least 8 due over 2 partitions: %v", h.outputs("ff.tick"))
 	}
 }

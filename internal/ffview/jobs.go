@@ -75,26 +75,11 @@ func jobMatches(e *executions.Execution, downstreams []uuid.UUID, completionEven
 // on river_job.args. Jobs River's cleaner deleted (completed ones after
 // --completed-retention) are gone.
 func (v *View) jobsFor(ctx context.Context, matches []jobMatch) ([]riverJob, error) {
-	var ors []string
-	var args []any
-	whyCase := "CASE"
-	for _, m := range matches {
-		b, err := json.Marshal(m.args)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, string(b), m.kinds)
-		a, k := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
-		cond := "(args @> " + a + "::jsonb AND kind = ANY(" + k + "::text[]))"
-		ors = append(ors, cond)
-		args = append(args, m.why)
-		whyCase += " WHEN " + cond + " THEN $" + strconv.Itoa(len(args))
+	sql, args, err := jobsSQL(v.riverSchema, matches)
+	if err != nil {
+		return nil, err
 	}
-	whyCase += " END"
-	rows, err := v.pool.Query(ctx, v.riverSchema.SQL(`SELECT id, kind, state::text, queue, attempt, max_attempts, created_at, finalized_at,
-		       COALESCE(metadata->>'output', ''), COALESCE(errors[array_upper(errors, 1)]->>'error', ''), `+whyCase+`
-		FROM {S}river_job WHERE `+strings.Join(ors, " OR ")+`
-		ORDER BY id LIMIT `+strconv.Itoa(maxJobs)), args...)
+	rows, err := v.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "River jobs of the execution")
 	}
@@ -109,4 +94,30 @@ func (v *View) jobsFor(ctx context.Context, matches []jobMatch) ([]riverJob, err
 		return nil, dbutil.MapErr(err, "River jobs of the execution")
 	}
 	return out, nil
+}
+
+// jobsSQL is jobsFor's statement over River's tables in rs, with its
+// arguments: one containment per match, OR'ed (a BitmapOr of
+// river_job_args_index ranges), the first maxJobs by id.
+func jobsSQL(rs dbutil.Schema, matches []jobMatch) (string, []any, error) {
+	var ors []string
+	var args []any
+	whyCase := "CASE"
+	for _, m := range matches {
+		b, err := json.Marshal(m.args)
+		if err != nil {
+			return "", nil, err
+		}
+		args = append(args, string(b), m.kinds)
+		a, k := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+		cond := "(args @> " + a + "::jsonb AND kind = ANY(" + k + "::text[]))"
+		ors = append(ors, cond)
+		args = append(args, m.why)
+		whyCase += " WHEN " + cond + " THEN $" + strconv.Itoa(len(args))
+	}
+	whyCase += " END"
+	return rs.SQL(`SELECT id, kind, state::text, queue, attempt, max_attempts, created_at, finalized_at,
+		       COALESCE(metadata->>'output', ''), COALESCE(errors[array_upper(errors, 1)]->>'error', ''), ` + whyCase + `
+		FROM {S}river_job WHERE ` + strings.Join(ors, " OR ") + `
+		ORDER BY id LIMIT ` + strconv.Itoa(maxJobs)), args, nil
 }

@@ -129,8 +129,10 @@ type scannerJSON struct {
 	Name     string `json:"name"`
 	Interval string `json:"interval"`
 	Disabled bool   `json:"disabled,omitempty"`
-	// Due items now, over DuePartitions partitions.
+	// Due items now, over DuePartitions partitions, each partition's
+	// counted up to the scanner's batch: with DueAtLeast set, at least Due.
 	Due           int64 `json:"due"`
+	DueAtLeast    bool  `json:"due_at_least"`
 	DuePartitions int   `json:"due_partitions"`
 	// OldestOverdueMs is how long the oldest due item has been due.
 	OldestOverdueMs int64  `json:"oldest_overdue_ms"`
@@ -174,7 +176,7 @@ func (v *View) readBacklog(ctx context.Context) backlogJSON {
 	for _, b := range bs {
 		st, _ := p.Settings(b.Scanner)
 		s := scannerJSON{Name: b.Scanner, Interval: st.Interval.String(), Disabled: st.Disabled,
-			Due: b.Due, DuePartitions: b.Partitions, OldestOverdueMs: b.OldestOverdue().Milliseconds()}
+			Due: b.Due, DueAtLeast: b.AtLeast, DuePartitions: b.Partitions, OldestOverdueMs: b.OldestOverdue().Milliseconds()}
 		if s.OldestOverdueMs > 0 {
 			s.OldestOverdue = b.OldestOverdue().Round(time.Millisecond).String()
 		}

@@ -19,12 +19,15 @@ type Explainer interface {
 
 // PlanNode is one node of EXPLAIN (FORMAT JSON)'s plan.
 type PlanNode struct {
-	NodeType  string     `json:"Node Type"`
-	Relation  string     `json:"Relation Name"`
-	Index     string     `json:"Index Name"`
-	IndexCond string     `json:"Index Cond"`
-	Filter    string     `json:"Filter"`
-	Plans     []PlanNode `json:"Plans"`
+	NodeType  string `json:"Node Type"`
+	Relation  string `json:"Relation Name"`
+	Index     string `json:"Index Name"`
+	IndexCond string `json:"Index Cond"`
+	Filter    string `json:"Filter"`
+	// OneTimeFilter is a Result node's gate: false, and nothing below it
+	// runs.
+	OneTimeFilter string     `json:"One-Time Filter"`
+	Plans         []PlanNode `json:"Plans"`
 }
 
 // Walk calls f on n and every node below it.
@@ -53,6 +56,9 @@ func (n PlanNode) String() string {
 		}
 		if n.Filter != "" {
 			b.WriteString(" filter " + n.Filter)
+		}
+		if n.OneTimeFilter != "" {
+			b.WriteString(" one-time filter " + n.OneTimeFilter)
 		}
 		b.WriteString("\n")
 		for _, c := range n.Plans {

@@ -23,13 +23,24 @@ type SeedSize struct {
 	// RiverJobs written: completed ff.expire_attempt jobs naming an
 	// execution each, and a few running ones.
 	RiverJobs int
+	// Edges written, each from a terminal execution (upstream) to a
+	// random id: a twentieth are flow hops not counted yet, terminal
+	// since the upstream's end (due for the dependency scanner), the
+	// others counted.
+	Edges int
+	// CancelGroups written: pending sibling-cancel groups with no edge
+	// group (orphans, due for both edge-cancel scanners), enqueued over
+	// Span.
+	CancelGroups int
+	// Tombstones written (ff_exec_removed), removed over Span.
+	Tombstones int
 	// Span the executions' creation times and the lease events cover,
 	// ending now (default 7 days).
 	Span time.Duration
 }
 
 // seedSQL writes SeedSize's rows (named arguments: executions, events,
-// jobs, now in ms, span in ms). The executions' ids are
+// jobs, edges, groups, tombstones, now in ms, span in ms). The executions' ids are
 // md5('ffseed' || i)::uuid and partitions i % 256.
 var seedSQL = []string{
 	`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, attempt_index, lifecycle_phase, ownership_state,
@@ -50,7 +61,7 @@ var seedSQL = []string{
 	     lease_expires_at_ms, started_at_ms, terminal_at_ms, outcome)
 	SELECT partition_key, execution_id, 0, 'seed-worker', md5('lease' || execution_id)::uuid, 1,
 	       CASE WHEN lifecycle_phase = 'terminal' THEN NULL
-	            WHEN delay_until_ms IS NULL AND deadline_at_ms > @now::bigint AND created_at_ms % 2 = 0 THEN @now::bigint - 10000
+	            WHEN delay_until_ms IS NULL AND deadline_at_ms > @now::bigint AND hashtext(execution_id::text) % 2 = 0 THEN @now::bigint - 10000
 	            ELSE @now::bigint + 60000 END,
 	       created_at_ms, terminal_at_ms, CASE WHEN lifecycle_phase = 'terminal' THEN 'success' END
 	FROM ff_exec_core WHERE lifecycle_phase IN ('active', 'terminal')`,
@@ -68,6 +79,21 @@ var seedSQL = []string{
 	       'ff.expire_attempt', 25, 'ff_apply', CASE WHEN j % 1000 = 0 THEN 'running' ELSE 'completed' END::river_job_state,
 	       1, now() - interval '1 minute', now() - interval '1 minute', CASE WHEN j % 1000 <> 0 THEN now() END
 	FROM generate_series(1, @jobs::int) j, LATERAL (SELECT 1 + (j::bigint * 7919) % @executions::int AS e) x`,
+	`INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, upstream_terminal_at_ms, upstream_outcome)
+	SELECT c.partition_key, md5('flow' || j)::uuid, md5('edge' || j)::uuid, c.execution_id, md5('down' || j)::uuid,
+	       c.terminal_at_ms, CASE WHEN j % 20 <> 0 THEN 'success' END
+	FROM generate_series(1, @edges::int) j,
+	     LATERAL (SELECT 5 + 20 * (j % greatest(@executions::int / 20, 1)) AS i) x
+	JOIN ff_exec_core c ON c.partition_key = (x.i % 256)::smallint AND c.execution_id = md5('ffseed' || x.i)::uuid`,
+	`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
+	SELECT (j % 256)::smallint, md5('cflow' || j)::uuid, md5('cdown' || j)::uuid,
+	       @now::bigint - @span::bigint + (j::bigint * @span::bigint / @groups::int)
+	FROM generate_series(1, @groups::int) j`,
+	`INSERT INTO ff_exec_removed (partition_key, execution_id, namespace, public_state, terminal_at_ms, removed_at_ms)
+	SELECT (j % 256)::smallint, md5('gone' || j)::uuid, 'ns-' || (j % 4), 'completed',
+	       @now::bigint - @span::bigint + (j::bigint * @span::bigint / @tombstones::int) - 1000,
+	       @now::bigint - @span::bigint + (j::bigint * @span::bigint / @tombstones::int)
+	FROM generate_series(1, @tombstones::int) j`,
 }
 
 // Seed fills db's schema (migrated, empty) with size's rows by bulk SQL,
@@ -92,12 +118,14 @@ func SeedPool(ctx context.Context, pool *pgxpool.Pool, size SeedSize) error {
 		size.LeaseEvents = 1
 	}
 	args := pgx.NamedArgs{"executions": size.Executions, "events": size.LeaseEvents, "jobs": size.RiverJobs,
+		"edges": size.Edges, "groups": size.CancelGroups, "tombstones": size.Tombstones,
 		"now": time.Now().UnixMilli(), "span": size.Span.Milliseconds()}
 	for _, q := range seedSQL {
 		if _, err := pool.Exec(ctx, q, args); err != nil {
 			return err
 		}
 	}
-	_, err := pool.Exec(ctx, `ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event, river_job`)
+	_, err := pool.Exec(ctx, `ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event, river_job,
+		ff_edge, ff_pending_cancel_groups, ff_exec_removed`)
 	return err
 }

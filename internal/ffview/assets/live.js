@@ -164,7 +164,7 @@
             tr.dataset.scanner = s.name;
             cell(tr, s.name + (s.disabled ? " (disabled)" : ""));
             cell(tr, s.interval);
-            cell(tr, s.due, "num");
+            cell(tr, (s.due_at_least ? "at least " : "") + s.due, "num");
             cell(tr, s.due_partitions, "num");
             cell(tr, s.oldest_overdue, "num");
             cell(tr, s.unprocessable, "num");

@@ -97,14 +97,18 @@ func compactLine(s *Snapshot, elapsed time.Duration) string {
 		fmt.Fprintf(&b, " %s=%d", o, s.Completions[o])
 	}
 	var backlog int64
+	atLeast := ""
 	for _, sc := range s.Scanners {
 		backlog += sc.Backlog
+		if sc.BacklogAtLeast {
+			atLeast = ">="
+		}
 	}
 	if len(s.Waiting) > 0 {
 		w := s.Waiting[0]
 		fmt.Fprintf(&b, " | waiting on pid %d (xid %d, open %s)", w.PID, w.Xact, w.Age.Round(time.Second))
 	}
-	fmt.Fprintf(&b, " | backlog=%d | processed", backlog)
+	fmt.Fprintf(&b, " | backlog=%s%d | processed", atLeast, backlog)
 	for _, sc := range s.Scanners {
 		if n := sc.Processed(); n > 0 {
 			fmt.Fprintf(&b, " %s=%d", strings.ReplaceAll(sc.Name, " ", "_"), n)
@@ -119,6 +123,9 @@ func writeScanners(w io.Writer, s *Snapshot) {
 	fmt.Fprintf(tw, "scanner\titem job\tbacklog\tticks\tscans\tactions (item jobs by River job output)\n")
 	for _, sc := range s.Scanners {
 		backlog, ticks, scans := fmt.Sprint(sc.Backlog), fmt.Sprint(sc.Ticks), fmt.Sprint(sc.Scans)
+		if sc.BacklogAtLeast {
+			backlog = "at least " + backlog
+		}
 		if sc.Name == CascadeName {
 			backlog, ticks, scans = "-", "-", "-"
 		}

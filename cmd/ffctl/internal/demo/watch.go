@@ -55,8 +55,11 @@ type ScannerStats struct {
 	Name string
 	// ItemKind is the River kind of the scanner's per-item job.
 	ItemKind string
-	// Backlog is how many items are due now (the scanner's own due query).
-	Backlog int64
+	// Backlog is how many items are due now (the scanner's own due query,
+	// each partition counted up to the batch): with BacklogAtLeast set, at
+	// least that many.
+	Backlog        int64
+	BacklogAtLeast bool
 	// Ticks and Scans: completed River jobs of the scanner.
 	Ticks, Scans int64
 	// Actions counts the item jobs by what they did: the outcome of their
@@ -264,7 +267,7 @@ func (w *watcher) snapshot(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	for _, b := range backlog {
-		st := ScannerStats{Name: b.Scanner, Actions: map[string]int64{}, Backlog: b.Due}
+		st := ScannerStats{Name: b.Scanner, Actions: map[string]int64{}, Backlog: b.Due, BacklogAtLeast: b.AtLeast}
 		for kind, name := range kinds {
 			if name == b.Scanner {
 				st.ItemKind = kind

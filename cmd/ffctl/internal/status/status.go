@@ -1,7 +1,9 @@
 // Package status collects what `ffctl status` shows: per scanner, the due
 // backlog and the age of the oldest overdue item; River's jobs per queue and
 // state; per outbox stream, the newest event, the events held back behind
-// an open transaction, and the oldest open writer.
+// an open transaction, and the oldest open writer. The due counts, the
+// queue counts and the outbox counts are read through an index and capped
+// ("at least N" past their cap), whatever the size of the store.
 package status
 
 import (
@@ -69,8 +71,11 @@ type Scanner struct {
 	Interval time.Duration `json:"interval_ns"`
 	Batch    int           `json:"batch"`
 	Disabled bool          `json:"disabled,omitempty"`
-	// Due items now, over DuePartitions partitions.
+	// Due items now, over DuePartitions partitions, each partition's
+	// counted up to the batch as the scanner's ticks count them: with
+	// DueAtLeast set, at least Due (a partition has more than a batch).
 	Due           int64 `json:"due"`
+	DueAtLeast    bool  `json:"due_at_least,omitempty"`
 	DuePartitions int   `json:"due_partitions"`
 	// OldestOverdue is how long the oldest due item has been due (0 when
 	// nothing is due or the scanner cannot tell).
@@ -91,10 +96,88 @@ func (s Scanner) UnprocessableCount() int64 {
 	return n
 }
 
-// Queue is River's job count per state in one queue.
+// Queue is River's job count per state in one queue, each counted up to
+// QueueCountCap: a state in StatesAtLeast has more.
 type Queue struct {
-	Name   string           `json:"name"`
-	States map[string]int64 `json:"states"`
+	Name          string           `json:"name"`
+	States        map[string]int64 `json:"states"`
+	StatesAtLeast map[string]bool  `json:"states_at_least,omitempty"`
+}
+
+// QueueCountCap is the most River jobs of one queue and state a report
+// counts; past it the report says "at least" (Queue.StatesAtLeast).
+const QueueCountCap = 10_000
+
+// queuesSQL counts River's jobs per queue and state through River's
+// fetch index (river_job_prioritized_fetching_index, on state, queue, …):
+// a skip scan finds each state's queues, one index probe each, and each
+// queue's jobs of a state are counted up to $1, a bounded range of the
+// index read in its order. It runs with queuesScanSQL: the planner cannot
+// tell that the limit bounds the ordered index read and preferred a bitmap
+// scan, or a sequential scan and a sort, both of which read every job of
+// the state and queue before the limit. Counting them all was a parallel sequential scan of river_job
+// (43 ms at 200,000 jobs).
+const queuesSQL = `WITH RECURSIVE sq AS (
+  SELECT s.state, (SELECT j.queue FROM {S}river_job j WHERE j.state = s.state ORDER BY j.queue LIMIT 1) AS queue
+  FROM unnest(enum_range(NULL::{S}river_job_state)) s(state)
+  UNION ALL
+  SELECT sq.state, (SELECT j.queue FROM {S}river_job j WHERE j.state = sq.state AND j.queue > sq.queue ORDER BY j.queue LIMIT 1)
+  FROM sq WHERE sq.queue IS NOT NULL)
+SELECT sq.queue, sq.state::text, (SELECT count(*) FROM (SELECT 1 FROM {S}river_job j WHERE j.state = sq.state AND j.queue = sq.queue
+  ORDER BY j.priority, j.scheduled_at, j.id LIMIT $1) x)
+FROM sq WHERE sq.queue IS NOT NULL
+ORDER BY sq.queue, sq.state`
+
+// queuesScanSQL is set in queuesSQL's transaction: no bitmap scan, a sort
+// only where nothing else does, and no JIT (the costs of the sorts it
+// turns off pass jit_above_cost: compiling took 135 ms of a 137 ms read).
+const queuesScanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+
+// queues reads River's jobs per queue and state (queuesSQL).
+func queues(ctx context.Context, pool *pgxpool.Pool, rs dbutil.Schema) ([]Queue, error) {
+	var out []Queue
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, queuesScanSQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, rs.SQL(queuesSQL), QueueCountCap+1)
+		if err != nil {
+			return err
+		}
+		byQueue := map[string]*Queue{}
+		var names []string
+		for rows.Next() {
+			var q, st string
+			var n int64
+			if err := rows.Scan(&q, &st, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			if byQueue[q] == nil {
+				byQueue[q] = &Queue{Name: q, States: map[string]int64{}}
+				names = append(names, q)
+			}
+			if n > QueueCountCap {
+				n = QueueCountCap
+				if byQueue[q].StatesAtLeast == nil {
+					byQueue[q].StatesAtLeast = map[string]bool{}
+				}
+				byQueue[q].StatesAtLeast[st] = true
+			}
+			byQueue[q].States[st] = n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, q := range names {
+			out = append(out, *byQueue[q])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, dbutil.MapErr(err, "status: counting River jobs")
+	}
+	return out, nil
 }
 
 // Stream is one outbox table.
@@ -151,34 +234,12 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 	for _, b := range backlog {
 		st, _ := p.Settings(b.Scanner)
 		out := Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
-			Due: b.Due, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()}
+			Due: b.Due, DueAtLeast: b.AtLeast, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()}
 		r.Scanners = append(r.Scanners, out)
 	}
 
-	rows, err := pool.Query(ctx, rs.SQL(`SELECT queue, state::text, count(*) FROM {S}river_job GROUP BY queue, state ORDER BY queue`))
-	if err != nil {
-		return nil, dbutil.MapErr(err, "status: counting River jobs")
-	}
-	byQueue := map[string]map[string]int64{}
-	var names []string
-	for rows.Next() {
-		var q, st string
-		var n int64
-		if err := rows.Scan(&q, &st, &n); err != nil {
-			rows.Close()
-			return nil, dbutil.MapErr(err, "status: counting River jobs")
-		}
-		if byQueue[q] == nil {
-			byQueue[q] = map[string]int64{}
-			names = append(names, q)
-		}
-		byQueue[q][st] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbutil.MapErr(err, "status: counting River jobs")
-	}
-	for _, q := range names {
-		r.Queues = append(r.Queues, Queue{Name: q, States: byQueue[q]})
+	if r.Queues, err = queues(ctx, pool, rs); err != nil {
+		return nil, err
 	}
 
 	for _, t := range []struct{ name, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
@@ -250,7 +311,11 @@ func WriteText(w io.Writer, r *Report) error {
 		if s.Disabled {
 			name += " (disabled)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\n", name, s.Interval, s.Batch, s.Due, s.DuePartitions, age(s.OldestOverdue), s.UnprocessableCount())
+		due := fmt.Sprint(s.Due)
+		if s.DueAtLeast {
+			due = "at least " + due
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%d\n", name, s.Interval, s.Batch, due, s.DuePartitions, age(s.OldestOverdue), s.UnprocessableCount())
 	}
 	fmt.Fprintln(tw)
 	if err := tw.Flush(); err != nil {
@@ -275,7 +340,11 @@ func WriteText(w io.Writer, r *Report) error {
 	for _, q := range r.Queues {
 		cells := []string{q.Name}
 		for _, st := range states {
-			cells = append(cells, fmt.Sprint(q.States[st]))
+			n := fmt.Sprint(q.States[st])
+			if q.StatesAtLeast[st] {
+				n = "at least " + n
+			}
+			cells = append(cells, n)
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}

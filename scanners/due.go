@@ -1,0 +1,124 @@
+package scanners
+
+import (
+	"context"
+	"strings"
+
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/jackc/pgx/v5"
+)
+
+// dueExecFilterSQL is the filter predicate of the Due queries on
+// ff_exec_core aliased c: $2 namespace, $3/$4 tag key/value.
+const dueExecFilterSQL = `
+  AND ($2::text IS NULL OR c.raw_fields->>'namespace' = $2::text)
+  AND ($3::text IS NULL OR c.raw_fields->'tags'->>$3::text = $4::text)`
+
+// dueShape describes the due rows of a scanner for boundedDueSQL.
+type dueShape struct {
+	// rows is "FROM … WHERE <due predicate and filter>", with $1 the time
+	// bound and the filter's $2..$4; {PART} marks where the partition
+	// constraint goes (it becomes "AND <part> = part.k" in each
+	// partition's count, and nothing in the gate).
+	rows string
+	// part and due are the rows' partition and due-time columns.
+	part, due string
+	// gateOrder is the order the gate reads due rows in: that of the
+	// index it should read, so that it stops at the first row that holds
+	// (an index on the due time alone: the oldest due row of any
+	// partition), never a sequential scan that finds nothing when nothing
+	// is due.
+	gateOrder string
+	// partOrdered: an index on (partition, due time) serves each
+	// partition's count in due order, so the partition's oldest is its
+	// first row. Without one a partition's count reads its rows in any
+	// order, and the oldest it reports is exact only when it is not capped
+	// or holds the gate's row.
+	partOrdered bool
+}
+
+// boundedDueSQL is a Due statement that reads, per partition of the schema
+// ($5 partitions), at most $6 due rows through an index (a NULL $6 reads
+// them all), and nothing at all when no row of any partition is due: a
+// gate, one index probe, decides first (a One-Time Filter), so an idle
+// store pays one probe per tick instead of one per partition. Its rows are
+// (partition, rows read, oldest due time).
+func boundedDueSQL(sh dueShape) string {
+	gate := `SELECT ` + sh.part + ` AS part, ` + sh.due + ` AS due ` + strings.ReplaceAll(sh.rows, "{PART}", "")
+	gate += ` ORDER BY ` + sh.gateOrder + ` LIMIT 1`
+	each := `SELECT ` + sh.due + ` AS due ` + strings.ReplaceAll(sh.rows, "{PART}", " AND "+sh.part+" = part.k")
+	if sh.partOrdered {
+		each += ` ORDER BY ` + sh.due
+	}
+	each += ` LIMIT $6`
+	return `WITH gate AS MATERIALIZED (` + gate + `)
+SELECT part.k::smallint, x.n, LEAST(x.oldest, (SELECT gate.due FROM gate WHERE gate.part = part.k))
+FROM generate_series(0, $5::int - 1) part(k)
+CROSS JOIN LATERAL (SELECT count(*) AS n, min(d.due) AS oldest FROM (` + each + `) d) x
+WHERE x.n > 0 AND EXISTS (SELECT 1 FROM gate)`
+}
+
+// dueLimit is the $6 of a bounded Due statement for cap: one more row than
+// the cap (so that Capped means more are due), or nil (no limit) for 0.
+func dueLimit(limit int) any {
+	if limit <= 0 {
+		return nil
+	}
+	return limit + 1
+}
+
+// capDue applies cap to counts of up to cap+1 rows read: a count past the
+// cap becomes the cap, Capped.
+func capDue(due []Due, limit int) []Due {
+	if limit <= 0 {
+		return due
+	}
+	for i := range due {
+		if due[i].Count > int64(limit) {
+			due[i].Count, due[i].Capped = int64(limit), true
+		}
+	}
+	return due
+}
+
+// dueScanSQL is set around a bounded Due statement (dueRead): its limits
+// bound the rows read only if each partition is read in index order. The
+// planner estimates a partition's due rows as an even share of all (200 of
+// 50,000 over 256 partitions) and took a bitmap scan and a sort, which read
+// every due row of the partition before the limit: all 100,000 of a
+// backlog in one partition. The sorts it turns off would make JIT compile
+// the statement (tens of milliseconds), so JIT is off too.
+const dueScanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+
+// dueRead runs f on q with dueScanSQL's settings, in a transaction of its
+// own (a savepoint when q is one) that it rolls back, so the settings end
+// with it; on a q that cannot begin one, f runs on q as it is.
+func dueRead(ctx context.Context, q Querier, f func(Querier) error) error {
+	b, ok := q.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return f(q)
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return dbutil.MapErr(err, "due partitions")
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, dueScanSQL); err != nil {
+		return dbutil.MapErr(err, "due partitions")
+	}
+	return f(tx)
+}
+
+// dueExec runs a bounded Due statement (boundedDueSQL) with $1 its time
+// bound and the filter's parameters as dueExecFilterSQL takes them.
+func dueExec(ctx context.Context, q Querier, req DueRequest, sh dueShape, bound int64) ([]Due, error) {
+	ns, tk, tv := filterArgs(req.Filter)
+	var due []Due
+	err := dueRead(ctx, q, func(q Querier) (err error) {
+		due, err = DueByPartition(ctx, q, req.SQL(boundedDueSQL(sh)), bound, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
+		return err
+	})
+	return capDue(due, req.Cap), err
+}
