@@ -9,6 +9,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
@@ -196,11 +197,17 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			}
 			h.clock.Advance(8 * 24 * time.Hour)
 			cutoff := h.clock.NowMs() - scanners.DefaultOutboxRetention.Milliseconds()
-			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxLease, CutoffMs: cutoff, Limit: 1000}, item)
-			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxCompletion, CutoffMs: cutoff, Limit: 1000}, item)
+			// Each pass also carries its table's partition maintenance:
+			// the partitions are created ahead all the same.
+			width := outbox.PartitionWidth(scanners.DefaultOutboxRetention).Milliseconds()
+			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxLease, CutoffMs: cutoff, Limit: 1000, PartitionMs: width}, item)
+			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxCompletion, CutoffMs: cutoff, Limit: 1000, PartitionMs: width}, item)
 			return func() {
 				h.await("the old events to be trimmed", func() bool {
 					return h.count(`SELECT (SELECT count(*) FROM ff_lease_event) + (SELECT count(*) FROM ff_completion_event)`) == 0
+				})
+				h.await("both outboxes' partitions to be created ahead", func() bool {
+					return h.count(`SELECT count(DISTINCT stream) FROM ff_outbox_partition WHERE lo_ms IS NOT NULL`) == 2
 				})
 			}
 		}},
