@@ -210,24 +210,46 @@ func createPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, tabl
 		if hi-lo < wMs/2 {
 			hi += wMs
 		}
-		name := partitionName(table, lo)
-		// CREATE TABLE … PARTITION OF would lock the whole table ACCESS
-		// EXCLUSIVE; ATTACH takes SHARE UPDATE EXCLUSIVE (writers go on),
-		// and locks and reads only the DEFAULT partition.
-		if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`CREATE TABLE {S}%s (LIKE {S}%s INCLUDING DEFAULTS)`, ident(name), table))); err != nil {
-			return created, dbutil.MapErr(err, "outbox partitions: creating "+name)
-		}
-		if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`ALTER TABLE {S}%s ATTACH PARTITION {S}%s FOR VALUES FROM (%d) TO (%d)`, table, ident(name), lo, hi))); err != nil {
-			return created, dbutil.MapErr(err, "outbox partitions: attaching "+name)
-		}
-		if _, err := tx.Exec(ctx, schema.SQL(`INSERT INTO {S}ff_outbox_partition (stream, partition_name, lo_ms, hi_ms, written_before_ms)
-			VALUES ($1, $2, $3, $4, $4)`), table, name, lo, hi); err != nil {
-			return created, dbutil.MapErr(err, "outbox partitions: recording "+name)
+		name, err := AttachPartition(ctx, tx, schema, table, lo, hi)
+		if err != nil {
+			return created, err
 		}
 		created = append(created, name)
 		lo = hi
 	}
 	return created, nil
+}
+
+// AttachPartition creates the partition of table (LeaseTable or
+// CompletionTable) for rows written in [loMs, hiMs), attaches it and
+// registers it in ff_outbox_partition, inside tx, and returns its name.
+// MaintainPartitions creates partitions with it; call it yourself only to
+// add a range no partition covers and the DEFAULT partition holds no row
+// of (ffctl bench scale builds a month of partitions with it): the attach
+// fails otherwise, naming the partition.
+func AttachPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string, loMs, hiMs int64) (string, error) {
+	table, err := tableOf(table)
+	if err != nil {
+		return "", err
+	}
+	if hiMs-loMs < 500 {
+		return "", ff.Validationf("range", "[%d, %d) is less than half a second wide", loMs, hiMs)
+	}
+	name := partitionName(table, loMs)
+	// CREATE TABLE … PARTITION OF would lock the whole table ACCESS
+	// EXCLUSIVE; ATTACH takes SHARE UPDATE EXCLUSIVE (writers go on), and
+	// locks and reads only the DEFAULT partition.
+	if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`CREATE TABLE {S}%s (LIKE {S}%s INCLUDING DEFAULTS)`, ident(name), table))); err != nil {
+		return "", dbutil.MapErr(err, "outbox partitions: creating "+name)
+	}
+	if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`ALTER TABLE {S}%s ATTACH PARTITION {S}%s FOR VALUES FROM (%d) TO (%d)`, table, ident(name), loMs, hiMs))); err != nil {
+		return "", dbutil.MapErr(err, "outbox partitions: attaching "+name)
+	}
+	if _, err := tx.Exec(ctx, schema.SQL(`INSERT INTO {S}ff_outbox_partition (stream, partition_name, lo_ms, hi_ms, written_before_ms)
+		VALUES ($1, $2, $3, $4, $4)`), table, name, loMs, hiMs); err != nil {
+		return "", dbutil.MapErr(err, "outbox partitions: recording "+name)
+	}
+	return name, nil
 }
 
 // partitionName names the partition of table starting at loMs (UTC, to

@@ -17,6 +17,10 @@ import (
 // allScenarios in the order a full run runs them.
 var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout", "lifecycle", "retention"}
 
+// namedOnly are the scenarios that run only when named: they take an hour
+// or more.
+var namedOnly = []string{"scale"}
+
 var benchCommand = command{
 	name:    "bench",
 	summary: "run the performance scenarios and print the figures with their baselines",
@@ -32,7 +36,11 @@ func runBench(ctx context.Context, args []string) int {
 			"binaries configure them): expire and lag in this process, idle as the ffscheduler and\n"+
 			"ffworker binaries built with `go build` from the module in the working directory (or\n"+
 			"in-process, with --idle-inprocess or when they cannot be built). Do not run it against a\n"+
-			"production database: it loads the server for minutes. --schema is ignored.")
+			"production database: it loads the server for minutes. --schema is ignored.\n\n"+
+			"scale runs only when named: it builds a store of --scale-executions executions and\n"+
+			"--scale-events outbox events by bulk SQL (10,000,000 and 50,000,000 by default: about\n"+
+			"30 GB and an hour or more on 2 cores), then measures the lifecycle, the expire drain,\n"+
+			"streams, the operator reads and one retention pass on it beside an empty store.")
 	common := cli.AddCommon(fs)
 	format := fs.String("format", "text", "output `format`: text or json")
 	keep := fs.Bool("keep", false, "keep the scratch schemas instead of dropping them")
@@ -56,6 +64,8 @@ func runBench(ctx context.Context, args []string) int {
 	wakeInterval := fs.Duration("wake-interval", outbox.DefaultWakeInterval, "stream: least time between two wake-up NOTIFYs of the Waker")
 	lcExecs := fs.Int("lifecycle-executions", 20_000, "lifecycle: `executions` created, then claimed and completed, per run")
 	retEvents := fs.Int("retention-events", 1_000_000, "retention: lease `events` removed by each way, a partition dropped and the row trim")
+	scaleExecs := fs.Int("scale-executions", 10_000_000, "scale: `executions` in the big store")
+	scaleEvents := fs.Int("scale-events", 50_000_000, "scale: outbox `events` in the big store")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
 	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (the README's is docs/lifecycle.svg)")
 	var lagRates, lcWorkerCounts []int
@@ -83,6 +93,9 @@ func runBench(ctx context.Context, args []string) int {
 				return cli.Usagef("--lifecycle-workers %q: want counts in 1..1024, comma-separated", *lcWorkers)
 			}
 			lcWorkerCounts = append(lcWorkerCounts, n)
+		}
+		if *scaleExecs < 1000 || *scaleEvents < 0 {
+			return cli.Usagef("--scale-executions must be at least 1000, --scale-events not negative")
 		}
 		if *retEvents < 1 {
 			return cli.Usagef("--retention-events must be positive")
@@ -127,8 +140,8 @@ func runBench(ctx context.Context, args []string) int {
 		scenarios = allScenarios
 	}
 	for _, s := range scenarios {
-		if !slices.Contains(allScenarios, s) {
-			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: %s)", s, strings.Join(allScenarios, ", ")))
+		if !slices.Contains(allScenarios, s) && !slices.Contains(namedOnly, s) {
+			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: %s)", s, strings.Join(slices.Concat(allScenarios, namedOnly), ", ")))
 		}
 	}
 	logger := common.Logger(os.Stderr)
@@ -164,6 +177,8 @@ func runBench(ctx context.Context, args []string) int {
 				CatchUp: *catchUp, WakeInterval: *wakeInterval})
 		case "lifecycle":
 			rs, err = bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: *lcExecs, Workers: lcWorkerCounts})
+		case "scale":
+			rs, err = bench.Scale(ctx, env, bench.ScaleOptions{Executions: *scaleExecs, Events: *scaleEvents})
 		case "retention":
 			rs, err = bench.Retention(ctx, env, bench.RetentionOptions{Events: *retEvents})
 		case "scaleout":

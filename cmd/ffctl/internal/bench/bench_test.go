@@ -82,6 +82,11 @@ func TestScenariosRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Retention: %v", err)
 	}
+	scale, err := bench.Scale(ctx, env, bench.ScaleOptions{Executions: 2000, Events: 10_000, Reads: 5, Lifecycle: 100, Workers: 4,
+		Leases: 100, StreamDuration: time.Second, CatchUp: 500, RetentionFor: time.Second})
+	if err != nil {
+		t.Fatalf("Scale: %v", err)
+	}
 	var plot strings.Builder
 	if err := bench.WriteSVG(&plot, "lifecycle", "machine", "workers", "per second", bench.LifecycleSeries(life)); err != nil {
 		t.Fatalf("WriteSVG: %v", err)
@@ -89,10 +94,11 @@ func TestScenariosRunSmall(t *testing.T) {
 	if svg := plot.String(); strings.Count(svg, "<polyline") != 3 || !strings.Contains(svg, "River no-op jobs") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Fatalf("lifecycle plot:\n%s", svg)
 	}
-	table := checkRows(t, ctx, db, slices.Concat(out, exp, lag, idle, life, ret))
+	table := checkRows(t, ctx, db, slices.Concat(out, exp, lag, idle, life, ret, scale))
 	for _, row := range []string{"runner, 4 workers", "plain API claim → complete, 4 workers", "River no-op jobs, 4 workers", "sequential per-row loop", "renew with outbox row", "ffriver River pipeline", "River alone: 300 no-op jobs, 64 workers",
 		"lease expiry → expired event at the consumer p99", "scheduler + worker CPU", "Postgres transactions while idle",
-		"2000 lease events removed: a partition dropped", "WAL per removed event", "dead tuples left"} {
+		"2000 lease events removed: a partition dropped", "WAL per removed event", "dead tuples left",
+		"building the big store", "exec get p99 on 2000 executions", "retention pass: outbox events dropped"} {
 		if !strings.Contains(table, row) {
 			t.Fatalf("table misses %q:\n%s", row, table)
 		}

@@ -288,11 +288,12 @@ func drainOnce(ctx context.Context, env *Env, pool *pgxpool.Pool, n int) (pipeli
 		env.Logger.WarnContext(ctx, "bench expire: seeding took longer than the lead; the leases expired before it ended", "lead", lead)
 	}
 	deadline := time.Now().Add(10*time.Minute + time.Duration(n)*time.Millisecond)
-	// Poll cheaply (the lease-due index) until no seeded lease is left.
+	// Poll cheaply (the lease-due index) until no seeded lease is left
+	// (leases of a store's own live executions expire later).
 	for {
 		var left bool
 		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL
-			ORDER BY lease_expires_at_ms LIMIT 1)`).Scan(&left); err != nil {
+			AND lease_expires_at_ms <= $1 ORDER BY lease_expires_at_ms LIMIT 1)`, expiry).Scan(&left); err != nil {
 			return pipelineDrain{}, err
 		}
 		if !left {

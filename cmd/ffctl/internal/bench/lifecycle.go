@@ -91,9 +91,16 @@ func lifecyclePlain(ctx context.Context, env *Env, n, workers int, conns int32) 
 		return 0, err
 	}
 	defer cleanup()
+	return claimComplete(ctx, st, n, workers)
+}
+
+// claimComplete is the plain API's loop: workers goroutines claim (Max 1)
+// and complete the executions of the scenario's lane until none is left;
+// it returns the executions per second, and fails unless exactly n were.
+func claimComplete(ctx context.Context, st *executions.Store, n, workers int) (float64, error) {
 	var done atomic.Int64
 	start := time.Now()
-	err = eachWorker(ctx, workers, func(ctx context.Context, w int) error {
+	err := eachWorker(ctx, workers, func(ctx context.Context, w int) error {
 		p := executions.ClaimParams{Lane: lifecycleLane, WorkerID: "bench", WorkerInstanceID: fmt.Sprintf("bench-%d", w),
 			LeaseTTL: 5 * time.Minute, Max: 1}
 		for {
@@ -130,6 +137,13 @@ func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (floa
 		return 0, err
 	}
 	defer cleanup()
+	return runLane(ctx, env, pool, st, n, w)
+}
+
+// runLane is the runner's loop: a runner.Runner with MaxWorkers w and a
+// no-op handler works the n executions waiting in the scenario's lane; it
+// returns the executions per second once the last completion committed.
+func runLane(ctx context.Context, env *Env, pool *pgxpool.Pool, st *executions.Store, n, w int) (float64, error) {
 	var done atomic.Int64
 	all := make(chan struct{})
 	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, LeaseTTL: 5 * time.Minute,
@@ -156,7 +170,7 @@ func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (floa
 	// The last handler returned; the run ends when its completion commits.
 	var left int
 	for {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> 'terminal'`).Scan(&left); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM ff_exec_core WHERE lane_id = $1 AND lifecycle_phase <> 'terminal'`, lifecycleLane).Scan(&left); err != nil {
 			return 0, err
 		}
 		if left == 0 {
