@@ -119,6 +119,10 @@ func TestStatusReport(t *testing.T) {
 	if leases := leasesOf(r); leases == nil || leases.Events != 2 || len(leases.Waiting) != 1 || leases.Waiting[0].PID != openPID {
 		t.Errorf("leases stream = %+v, want 2 events and the open writer, pid %d", leases, openPID)
 	}
+	// No scheduler ran: no time partition, both events in the DEFAULT one.
+	if leases := leasesOf(r); leases == nil || leases.Partitions != 0 || leases.DefaultRows != 2 || leases.AheadUntilMs != nil {
+		t.Errorf("leases stream = %+v, want no time partition and 2 rows in the DEFAULT partition", leases)
+	}
 	if len(r.Consumers) != 1 || r.Consumers[0].Name != "audit" || !r.Consumers[0].Attached || r.Consumers[0].HoldsRetention ||
 		r.Consumers[0].Stream != "leases" || r.Consumers[0].Retention != "within retention" {
 		t.Errorf("consumers = %+v, want audit of leases, attached, within retention", r.Consumers)
@@ -131,7 +135,8 @@ func TestStatusReport(t *testing.T) {
 	if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &out, &stderr); code != 0 {
 		t.Fatalf("text: exit %d: %s", code, stderr.String())
 	}
-	for _, want := range []string{"attempt_timeout", "delayed_promoter", "dependency", "waiting on open writers", "1 (oldest: pid", "audit", "oldest open writer: pid"} {
+	for _, want := range []string{"attempt_timeout", "delayed_promoter", "dependency", "waiting on open writers", "1 (oldest: pid", "audit", "oldest open writer: pid",
+		"leases partitions: no time partition: every event is in the DEFAULT partition (2)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
@@ -193,6 +194,34 @@ type Stream struct {
 	// open for a second or more: their events reach streams once they
 	// commit. Nothing else waits for them.
 	Waiting []subscribe.Wait `json:"waiting"`
+	// Partitions are the outbox's time partitions (outbox retention drops
+	// them whole), and AheadUntilMs the end of the newest: past it, rows
+	// go to the DEFAULT partition, which holds DefaultRows of them
+	// (counted up to StreamCountCap; DefaultRowsAtLeast: more).
+	Partitions         int    `json:"partitions"`
+	AheadUntilMs       *int64 `json:"ahead_until_ms,omitempty"`
+	DefaultRows        int64  `json:"default_rows"`
+	DefaultRowsAtLeast bool   `json:"default_rows_at_least,omitempty"`
+}
+
+// PartitionHealth says in words whether the outbox's time partitions are
+// kept (the outbox_retention scanner of an unfiltered scheduler creates
+// them ahead), at now.
+func (s Stream) PartitionHealth(now time.Time) string {
+	rows := fmt.Sprint(s.DefaultRows)
+	if s.DefaultRowsAtLeast {
+		rows = "at least " + rows
+	}
+	switch {
+	case s.Partitions == 0:
+		return fmt.Sprintf("no time partition: every event is in the DEFAULT partition (%s) and retention deletes row by row; "+
+			"an unfiltered ffscheduler's outbox_retention scanner creates them", rows)
+	case s.AheadUntilMs == nil || *s.AheadUntilMs <= now.UnixMilli():
+		return fmt.Sprintf("%d time partitions, none covering now: new events go to the DEFAULT partition (%s); "+
+			"is an unfiltered ffscheduler running the outbox_retention scanner?", s.Partitions, rows)
+	}
+	return fmt.Sprintf("%d time partitions, ahead until %s; DEFAULT partition: %s rows", s.Partitions,
+		time.UnixMilli(*s.AheadUntilMs).UTC().Format(time.RFC3339), rows)
 }
 
 // Writer is an open transaction with a transaction id.
@@ -253,6 +282,14 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 		}
 		if st.Waiting, err = subscribe.OpenWriters(ctx, pool, string(s), t.table, subscribe.WaitNoticeAfter); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
+		}
+		if err := pool.QueryRow(ctx, s.SQL(`SELECT count(*), max(hi_ms) FILTER (WHERE lo_ms IS NOT NULL),
+			(SELECT count(*) FROM (SELECT 1 FROM {S}`+outbox.DefaultPartition(t.table)+` LIMIT $2) d)
+			FROM {S}ff_outbox_partition WHERE stream = $1`), t.table, StreamCountCap+1).Scan(&st.Partitions, &st.AheadUntilMs, &st.DefaultRows); err != nil {
+			return nil, dbutil.MapErr(err, "status: reading "+t.table+"'s partitions")
+		}
+		if st.DefaultRows > StreamCountCap {
+			st.DefaultRows, st.DefaultRowsAtLeast = StreamCountCap, true
 		}
 		r.Streams = append(r.Streams, st)
 	}
@@ -372,6 +409,9 @@ func WriteText(w io.Writer, r *Report) error {
 			events = "at least " + events
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, events, id, at, waiting)
+	}
+	for _, s := range r.Streams {
+		fmt.Fprintf(tw, "%s partitions: %s\n", s.Name, s.PartitionHealth(r.At))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "consumer\tstream\tlag\tmax lag\tattached\tstored at\tretention")
