@@ -66,6 +66,7 @@ func runBench(ctx context.Context, args []string) int {
 	retEvents := fs.Int("retention-events", 1_000_000, "retention: lease `events` removed by each way, a partition dropped and the row trim")
 	scaleExecs := fs.Int("scale-executions", 10_000_000, "scale: `executions` in the big store")
 	scaleEvents := fs.Int("scale-events", 50_000_000, "scale: outbox `events` in the big store")
+	scaleWorkers := fs.Int("scale-workers", 64, "scale: `workers` of the lifecycle runs (each holds a connection)")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
 	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (the README's is docs/lifecycle.svg)")
 	var lagRates, lcWorkerCounts []int
@@ -94,8 +95,8 @@ func runBench(ctx context.Context, args []string) int {
 			}
 			lcWorkerCounts = append(lcWorkerCounts, n)
 		}
-		if *scaleExecs < 1000 || *scaleEvents < 0 {
-			return cli.Usagef("--scale-executions must be at least 1000, --scale-events not negative")
+		if *scaleExecs < 1000 || *scaleEvents < 0 || *scaleWorkers < 1 || *scaleWorkers > 1024 {
+			return cli.Usagef("--scale-executions must be at least 1000, --scale-events not negative, --scale-workers in 1..1024")
 		}
 		if *retEvents < 1 {
 			return cli.Usagef("--retention-events must be positive")
@@ -178,7 +179,7 @@ func runBench(ctx context.Context, args []string) int {
 		case "lifecycle":
 			rs, err = bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: *lcExecs, Workers: lcWorkerCounts})
 		case "scale":
-			rs, err = bench.Scale(ctx, env, bench.ScaleOptions{Executions: *scaleExecs, Events: *scaleEvents})
+			rs, err = bench.Scale(ctx, env, bench.ScaleOptions{Executions: *scaleExecs, Events: *scaleEvents, Workers: *scaleWorkers})
 		case "retention":
 			rs, err = bench.Retention(ctx, env, bench.RetentionOptions{Events: *retEvents})
 		case "scaleout":

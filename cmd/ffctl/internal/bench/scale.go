@@ -306,6 +306,7 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 		return f, err
 	}
 	env.Logger.InfoContext(ctx, "bench scale: lifecycle", "schema", schema, "plain_per_sec", int(f.plain), "runner_per_sec", int(f.runner))
+	pool.Reset() // the workers' connections closed: the pipeline's processes open their own
 	// The expire drain, without the retention scanners.
 	d, err := expirePipeline(ctx, env, pool, schema, ExpireOptions{Leases: o.Leases, Pipeline: PipelineOptions{
 		Scanners: map[string]scanners.Settings{scanners.OutboxRetention: {Disabled: true}, scanners.ExecutionRetention: {Disabled: true}}}})
