@@ -67,6 +67,7 @@ func runBench(ctx context.Context, args []string) int {
 	soakRate := fs.Int("soak-rate", bench.DefaultSoakRate, "soak: transitions per second asked of the load (create, claim, complete: 3 per execution)")
 	soakRetention := fs.Duration("soak-retention", bench.DefaultSoakRetention, "soak: retention of the outbox, of terminal executions and of River's completed jobs")
 	soakSample := fs.Duration("soak-sample", bench.DefaultSoakSample, "soak: time between two samples of sizes, dead tuples and throughput")
+	soakVacuum := fs.Duration("soak-vacuum", 0, "soak: on a server with autovacuum off, vacuum and analyze the scratch tables autovacuum would, every `interval` (1m: autovacuum's naptime; 0: none)")
 	soakPlot := fs.String("soak-plot", "", "soak: also draw the samples as an SVG plot into `file` (the README's is docs/soak.svg)")
 	var lagRates, lcWorkerCounts []int
 	fs.AfterParse(func() error {
@@ -102,6 +103,7 @@ func runBench(ctx context.Context, args []string) int {
 			cli.CheckInt("soak-rate", *soakRate, 1, 1_000_000),
 			cli.CheckDuration("soak-retention", *soakRetention, time.Second, 24*time.Hour),
 			cli.CheckDuration("soak-sample", *soakSample, time.Second, 24*time.Hour),
+			cli.CheckDuration("soak-vacuum", *soakVacuum, 0, 24*time.Hour),
 		); err != nil {
 			return err
 		}
@@ -187,7 +189,7 @@ func runBench(ctx context.Context, args []string) int {
 			rs, err = bench.Retention(ctx, env, bench.RetentionOptions{Events: *retEvents})
 		case "soak":
 			rs, err = runSoak(ctx, env, machine, *soakPlot, bench.SoakOptions{Duration: *soakDuration, Rate: *soakRate,
-				Retention: *soakRetention, Sample: *soakSample})
+				Retention: *soakRetention, Sample: *soakSample, Vacuum: *soakVacuum})
 		case "scaleout":
 			rs, err = bench.ScaleOut(ctx, env, bench.ScaleOutOptions{Leases: *leases, MemLeases: *memLeases, NoMemory: *memLeases == 0})
 		}

@@ -118,7 +118,7 @@ func TestSoakRunsSmall(t *testing.T) {
 	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler), Prefix: prefix}
 	var plot bytes.Buffer
 	res, err := bench.Soak(ctx, env, bench.SoakOptions{Duration: 20 * time.Second, Sample: 5 * time.Second,
-		Retention: 5 * time.Second, Rate: 200, Workers: 8, Plot: &plot, PlotSubtitle: "machine"})
+		Retention: 5 * time.Second, Rate: 200, Workers: 8, Vacuum: 2 * time.Second, Plot: &plot, PlotSubtitle: "machine"})
 	if err != nil {
 		t.Fatalf("Soak: %v", err)
 	}
@@ -126,7 +126,7 @@ func TestSoakRunsSmall(t *testing.T) {
 	for _, row := range []string{"transitions/s, last sample (t=20s)", "first sample (t=5s)", "transitions/s over the run",
 		"total bytes at the end (t=20s)", "first sample at or after the first retention window (t=5s)",
 		"dead tuples at the end, lease and completion outboxes", "dead tuples at the end, executions+attempts",
-		"dead tuples at the end, river_job", "| 15s |"} {
+		"dead tuples at the end, river_job", "| 15s |", "stood in for it every 2s"} {
 		if !strings.Contains(table, row) {
 			t.Errorf("table misses %q:\n%s", row, table)
 		}
@@ -135,7 +135,7 @@ func TestSoakRunsSmall(t *testing.T) {
 		XMLName   xml.Name
 		Polylines []struct{} `xml:"polyline"`
 	}
-	if err := xml.Unmarshal(plot.Bytes(), &doc); err != nil || doc.XMLName.Local != "svg" || len(doc.Polylines) != 7+2+4 {
+	if err := xml.Unmarshal(plot.Bytes(), &doc); err != nil || doc.XMLName.Local != "svg" || len(doc.Polylines) != 7+2+5 {
 		t.Fatalf("soak plot (%v, <%s>, %d lines):\n%s", err, doc.XMLName.Local, len(doc.Polylines), plot.String())
 	}
 	var left int

@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -31,6 +32,12 @@ type SoakOptions struct {
 	Sample time.Duration
 	// Workers are the load generator's goroutines (default 32).
 	Workers int
+	// Vacuum, when positive, stands in for autovacuum on a server that
+	// runs without it: every Vacuum (autovacuum's naptime is a minute),
+	// the bench vacuums and analyzes the scratch schema's tables that
+	// autovacuum would, by the server's thresholds and cost delay. 0: the
+	// server's autovacuum alone (the report says whether it is on).
+	Vacuum time.Duration
 	// Plot, when set, receives the samples drawn as an SVG document:
 	// sizes, throughput and dead tuples over time.
 	Plot io.Writer
@@ -95,15 +102,22 @@ const (
 // (tables, their indexes and TOAST) of every table, the outboxes' time
 // partitions and DEFAULT partitions included (a partitioned table has no
 // storage of its own), and River's tables (river_job and the small ones,
-// counted as "other"); n_dead_tup of each from pg_stat_user_tables, which
-// a busy backend flushes at least once a second (PostgreSQL 15), so the
-// figures may lag that much; the count of each outbox's time partitions
-// and the rows in its DEFAULT partition. The outboxes are insert-only and
-// retention drops their partitions whole, so their dead tuples should
-// stay 0 (an aborted insert would leave one); execution retention deletes
-// rows in batches and the transitions update them, so ff_exec_core's,
-// ff_attempt's and river_job's dead tuples come and go with autovacuum:
-// they are reported as read.
+// counted as "other"); n_dead_tup of each from pg_stat_user_tables; the
+// count of each outbox's time partitions and the rows in its DEFAULT
+// partition. The dead tuples are the other backends' counts as they last
+// flushed them (PostgreSQL 15: a busy backend at most once a second, one
+// that went idle within 10 s; pg_stat_force_next_flush would only flush
+// the sampler's own, which writes nothing), so they may lag that much.
+// The outboxes are insert-only and retention drops their partitions whole,
+// so their dead tuples should stay 0 (an aborted insert would leave one);
+// execution retention deletes rows in batches and the transitions update
+// them, so ff_exec_core's, ff_attempt's, ff_exec_removed's and river_job's
+// dead tuples come and go with autovacuum: they are reported as read.
+//
+// Those tables stay flat only if something vacuums them. The report says
+// whether the server's autovacuum is on; on a server that runs without it
+// (some CI configurations), Vacuum has the bench do autovacuum's work on
+// the scratch schema, and the report says so and how many vacuums it ran.
 func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 	if o.Duration == 0 {
 		o.Duration = DefaultSoakDuration
@@ -120,7 +134,7 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 	if o.Workers == 0 {
 		o.Workers = defaultSoakWorkers
 	}
-	if o.Duration < 0 || o.Rate < 0 || o.Retention < 0 || o.Sample < 0 || o.Workers < 0 {
+	if o.Duration < 0 || o.Rate < 0 || o.Retention < 0 || o.Sample < 0 || o.Workers < 0 || o.Vacuum < 0 {
 		return nil, errors.New("bench: soak: negative option")
 	}
 	pool, schema, cleanup, err := env.scratch(ctx, "soak", 2)
@@ -151,8 +165,27 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var autovacuum string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('autovacuum')`).Scan(&autovacuum); err != nil {
+		return nil, fmt.Errorf("bench: soak: %w", err)
+	}
+	if autovacuum != "on" && o.Vacuum == 0 {
+		env.Logger.WarnContext(ctx, "bench soak: the server runs with autovacuum off: the dead tuples of updated and deleted rows "+
+			"are never reclaimed, and the tables they are in grow (--soak-vacuum 1m stands in for autovacuum)")
+	}
+	vac := &standInVacuum{schema: schema, interval: o.Vacuum}
+	vacDone := make(chan error, 1)
+	if o.Vacuum > 0 {
+		if vac.pool, err = env.poolFor(ctx, schema, "ffbench-soak-vacuum", 1); err != nil {
+			return nil, err
+		}
+		defer vac.pool.Close()
+		vacCtx, stopVac := context.WithCancel(ctx)
+		go func() { vacDone <- vac.run(vacCtx) }()
+		defer func() { stopVac(); <-vacDone }()
+	}
 	env.Logger.InfoContext(ctx, "bench soak: load starts", "duration", o.Duration, "rate", o.Rate, "retention", o.Retention,
-		"sample", o.Sample, "retention_scan_interval", interval, "partition_width", outbox.PartitionWidth(o.Retention))
+		"sample", o.Sample, "autovacuum", autovacuum, "stand_in_vacuum", o.Vacuum, "retention_scan_interval", interval, "partition_width", outbox.PartitionWidth(o.Retention))
 
 	load := &soakLoad{st: st, perSec: float64(o.Rate) / transitionsPerExecution}
 	stop := make(chan struct{})
@@ -175,6 +208,14 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 			timer.Stop()
 			loadDone <- err // for stopLoad
 			return nil, fmt.Errorf("bench: soak: the load stopped at %s: %w", time.Since(start).Round(time.Second), err)
+		case err := <-vacDone:
+			timer.Stop()
+			vacDone <- err // for the deferred stop
+			// It stops without an error only when ctx ends.
+			if err == nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("bench: soak: %w", err)
 		case <-timer.C:
 		}
 		n, now := load.transitions.Load(), time.Now()
@@ -182,7 +223,7 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.at, s.rate = at, float64(n-lastN)/now.Sub(lastT).Seconds()
+		s.at, s.rate, s.vacuums = at, float64(n-lastN)/now.Sub(lastT).Seconds(), vac.vacuums.Load()
 		lastN, lastT = n, now
 		samples = append(samples, s)
 		env.Logger.InfoContext(ctx, "bench soak", "t", at, "total_mib", fmt.Sprintf("%.1f", mib(s.total())),
@@ -197,11 +238,11 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 		return nil, fmt.Errorf("bench: soak: the load: %w", err)
 	}
 	if o.Plot != nil {
-		if err := soakPlot(o.Plot, o, samples); err != nil {
+		if err := soakPlot(o.Plot, o, autovacuum, samples); err != nil {
 			return nil, fmt.Errorf("bench: soak: the plot: %w", err)
 		}
 	}
-	return soakResults(o, samples, float64(total)/elapsed.Seconds(), load.dropped.Load()), nil
+	return soakResults(o, autovacuum, samples, float64(total)/elapsed.Seconds(), load.dropped.Load()), nil
 }
 
 // soakScanInterval is the retention scanners' interval for a retention:
@@ -385,6 +426,8 @@ type soakSample struct {
 	defaultRows [2]int64
 	// execs and tombstones held (pg_stat_user_tables' n_live_tup).
 	execs, tombstones int64
+	// vacuums the stand-in for autovacuum ran so far.
+	vacuums int64
 }
 
 func (s soakSample) total() (n int64) {
@@ -450,7 +493,7 @@ func readSoakSample(ctx context.Context, pool *pgxpool.Pool, schema string) (soa
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // soakResults makes the report's rows out of the samples.
-func soakResults(o SoakOptions, samples []soakSample, overall float64, dropped int64) []Result {
+func soakResults(o SoakOptions, autovacuum string, samples []soakSample, overall float64, dropped int64) []Result {
 	first, last := samples[0], samples[len(samples)-1]
 	at := func(s soakSample) string { return "t=" + s.at.String() }
 	execRate := float64(o.Rate) / transitionsPerExecution
@@ -485,10 +528,10 @@ func soakResults(o SoakOptions, samples []soakSample, overall float64, dropped i
 		bytesRow.BaselineValue = mib(r.total())
 		bytesRow.Ratio = ratioF(float64(last.total()), float64(r.total()))
 		bytesRow.Target, bytesRow.Met = "≤ 1.30", met(bytesRow.Ratio <= 1.30)
-		bytesRow.Note = fmt.Sprintf("from %s on: least %.1f MiB, most %.1f MiB (%.2f of %s's)\n%s",
-			at(r), mib(lo), mib(hi), ratioF(float64(hi), float64(r.total())), at(r), bytesRow.Note)
+		bytesRow.Note = fmt.Sprintf("from %s on: least %.1f MiB, most %.1f MiB (%.2f of %s's). %s\n%s",
+			at(r), mib(lo), mib(hi), ratioF(float64(hi), float64(r.total())), at(r), vacuumNote(o, autovacuum, last), bytesRow.Note)
 	} else {
-		bytesRow.Note = "the run ended before the first retention window did: no target\n" + bytesRow.Note
+		bytesRow.Note = "the run ended before the first retention window did: no target. " + vacuumNote(o, autovacuum, last) + "\n" + bytesRow.Note
 	}
 	out = append(out, bytesRow)
 	outboxDead := last.dead[groupLease] + last.dead[groupCompletion]
@@ -500,11 +543,33 @@ func soakResults(o SoakOptions, samples []soakSample, overall float64, dropped i
 		r := Result{Scenario: "soak", Figure: "dead tuples at the end, " + g.String(), Value: float64(last.dead[g]), Unit: "tuples"}
 		if g == groupExecutions {
 			r.Note = "execution retention deletes rows in batches and every transition updates ff_exec_core and ff_attempt: " +
-				"their dead tuples are reclaimed by autovacuum, so they come and go; as read (pg_stat_user_tables)"
+				"their dead tuples are reclaimed by (auto)vacuum, so they come and go; as read (pg_stat_user_tables). " + vacuumNote(o, autovacuum, last)
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// vacuumNote says who reclaimed dead tuples during the run.
+func vacuumNote(o SoakOptions, autovacuum string, last soakSample) string {
+	switch {
+	case o.Vacuum > 0:
+		return fmt.Sprintf("The server's autovacuum is %s; the bench stood in for it every %s (autovacuum's thresholds and cost delay): %d vacuums.",
+			autovacuum, o.Vacuum, last.vacuums)
+	case autovacuum != "on":
+		return "The server runs with autovacuum off and nothing stood in for it (--soak-vacuum): the dead tuples of updated " +
+			"and deleted rows were never reclaimed, so the tables holding them grew."
+	default:
+		return "The server's autovacuum is on."
+	}
+}
+
+// vacuumShort is vacuumNote in a few words.
+func vacuumShort(o SoakOptions, autovacuum string) string {
+	if o.Vacuum > 0 {
+		return fmt.Sprintf("autovacuum %s, the bench's stand-in every %s", autovacuum, o.Vacuum)
+	}
+	return "autovacuum " + autovacuum
 }
 
 // soakTable is the samples as a Markdown table.
@@ -514,23 +579,23 @@ func soakTable(samples []soakSample) string {
 	for g := range soakGroups {
 		fmt.Fprintf(&b, " %s MiB |", g)
 	}
-	b.WriteString(" dead tuples (exec+att / tombstones / outboxes / river_job / other) | transitions/s | partitions (lease + completion) | DEFAULT rows | executions | tombstones |\n|")
-	b.WriteString(strings.Repeat("---|", int(soakGroups)+8))
+	b.WriteString(" dead tuples (exec+att / tombstones / outboxes / river_job / other) | transitions/s | partitions (lease + completion) | DEFAULT rows | executions | tombstones | stand-in vacuums |\n|")
+	b.WriteString(strings.Repeat("---|", int(soakGroups)+9))
 	for _, s := range samples {
 		fmt.Fprintf(&b, "\n| %s | %.1f |", s.at, mib(s.total()))
 		for g := range soakGroups {
 			fmt.Fprintf(&b, " %.1f |", mib(s.bytes[g]))
 		}
-		fmt.Fprintf(&b, " %d (%d / %d / %d / %d / %d) | %.0f | %d + %d | %d | %d | %d |", s.deadTotal(),
+		fmt.Fprintf(&b, " %d (%d / %d / %d / %d / %d) | %.0f | %d + %d | %d | %d | %d | %d |", s.deadTotal(),
 			s.dead[groupExecutions], s.dead[groupTombstones], s.dead[groupLease]+s.dead[groupCompletion], s.dead[groupRiverJob], s.dead[groupOther],
-			s.rate, s.partitions[0], s.partitions[1], s.defaultRows[0]+s.defaultRows[1], s.execs, s.tombstones)
+			s.rate, s.partitions[0], s.partitions[1], s.defaultRows[0]+s.defaultRows[1], s.execs, s.tombstones, s.vacuums)
 	}
 	return b.String()
 }
 
 // soakPlot draws samples into w: total and per-group MiB, transitions/s
 // against the rate asked, and dead tuples, over time.
-func soakPlot(w io.Writer, o SoakOptions, samples []soakSample) error {
+func soakPlot(w io.Writer, o SoakOptions, autovacuum string, samples []soakSample) error {
 	colors := [soakGroups]string{"#1f77b4", "#9467bd", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b"}
 	total := Series{Name: "total", Color: "#000000", Points: map[int]float64{}}
 	groups := make([]Series, soakGroups)
@@ -543,6 +608,7 @@ func soakPlot(w io.Writer, o SoakOptions, samples []soakSample) error {
 	dead := []Series{
 		{Name: "executions+attempts", Color: colors[groupExecutions], Points: map[int]float64{}},
 		{Name: "outboxes", Color: colors[groupLease], Points: map[int]float64{}},
+		{Name: "tombstones", Color: colors[groupTombstones], Points: map[int]float64{}},
 		{Name: "river_job", Color: colors[groupRiverJob], Points: map[int]float64{}},
 	}
 	for _, s := range samples {
@@ -555,7 +621,8 @@ func soakPlot(w io.Writer, o SoakOptions, samples []soakSample) error {
 		deadTotal.Points[x] = float64(s.deadTotal())
 		dead[0].Points[x] = float64(s.dead[groupExecutions])
 		dead[1].Points[x] = float64(s.dead[groupLease] + s.dead[groupCompletion])
-		dead[2].Points[x] = float64(s.dead[groupRiverJob])
+		dead[2].Points[x] = float64(s.dead[groupTombstones])
+		dead[3].Points[x] = float64(s.dead[groupRiverJob])
 	}
 	unit, xLabel := 60.0, "minutes since the load started"
 	if o.Duration < 2*time.Minute {
@@ -567,11 +634,112 @@ func soakPlot(w io.Writer, o SoakOptions, samples []soakSample) error {
 	}
 	return WriteTimeSVG(w, TimePlot{
 		Title:    fmt.Sprintf("Soak: %d transitions/s asked, retention %s, sampled every %s", o.Rate, o.Retention, o.Sample),
-		Subtitle: o.PlotSubtitle, XLabel: xLabel, XUnit: unit, Marks: marks,
+		Subtitle: strings.TrimPrefix(o.PlotSubtitle+"; "+vacuumShort(o, autovacuum), "; "), XLabel: xLabel, XUnit: unit, Marks: marks,
 		Charts: []Chart{
 			{YLabel: "MiB (tables + indexes)", Series: append([]Series{total}, groups...)},
 			{YLabel: "transitions/s", Series: []Series{rate, asked}},
 			{YLabel: "dead tuples", Series: append([]Series{deadTotal}, dead...)},
 		},
 	})
+}
+
+// standInVacuum does autovacuum's work on the schema's tables for a server
+// that runs without it (autovacuum = off, as some CI configurations set):
+// every interval, it vacuums each table whose dead tuples passed the
+// server's autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor ×
+// its rows and analyzes each whose changes passed the analyze threshold,
+// one at a time on a connection of its own, throttled by the server's
+// autovacuum_vacuum_cost_delay as autovacuum is. It counts the vacuums it
+// ran; it stops when ctx ends. It leaves the outboxes' partitions alone:
+// they are insert-only and dropped whole, and a vacuum of one would hold
+// up its drop (the server cancels an autovacuum that does, not a VACUUM).
+type standInVacuum struct {
+	pool     *pgxpool.Pool
+	schema   string
+	interval time.Duration
+	vacuums  atomic.Int64
+}
+
+func (v *standInVacuum) run(ctx context.Context) error {
+	conn, err := v.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("stand-in vacuum: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT set_config('vacuum_cost_delay', current_setting('autovacuum_vacuum_cost_delay'), false)
+		WHERE current_setting('autovacuum_vacuum_cost_delay') <> '-1'`); err != nil {
+		return fmt.Errorf("stand-in vacuum: %w", err)
+	}
+	t := time.NewTicker(v.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rows, err := conn.Query(ctx, `
+			SELECT format('%I.%I', s.schemaname, s.relname),
+			       s.n_dead_tup > current_setting('autovacuum_vacuum_threshold')::float8
+			                      + current_setting('autovacuum_vacuum_scale_factor')::float8 * greatest(c.reltuples, 0),
+			       s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::float8
+			                      + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)
+			FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+			WHERE s.schemaname = $1 AND c.relkind = 'r' AND NOT c.relispartition`, v.schema)
+		if err != nil {
+			return ctxOr(ctx, fmt.Errorf("stand-in vacuum: %w", err))
+		}
+		type job struct {
+			table           string
+			vacuum, analyze bool
+		}
+		var jobs []job
+		for rows.Next() {
+			var j job
+			if err := rows.Scan(&j.table, &j.vacuum, &j.analyze); err != nil {
+				rows.Close()
+				return ctxOr(ctx, fmt.Errorf("stand-in vacuum: %w", err))
+			}
+			if j.vacuum || j.analyze {
+				jobs = append(jobs, j)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return ctxOr(ctx, fmt.Errorf("stand-in vacuum: %w", err))
+		}
+		for _, j := range jobs {
+			var sql string
+			switch {
+			case j.vacuum && j.analyze:
+				sql = `VACUUM (ANALYZE, SKIP_LOCKED) ` + j.table
+			case j.vacuum:
+				sql = `VACUUM (SKIP_LOCKED) ` + j.table
+			default:
+				sql = `ANALYZE (SKIP_LOCKED) ` + j.table
+			}
+			// A partition dropped meanwhile is no error: autovacuum
+			// would have skipped it too.
+			if _, err := conn.Exec(ctx, sql); err != nil && !isUndefinedTable(err) {
+				return ctxOr(ctx, fmt.Errorf("stand-in vacuum: %s: %w", sql, err))
+			}
+			if j.vacuum {
+				v.vacuums.Add(1)
+			}
+		}
+	}
+}
+
+// ctxOr returns nil once ctx has ended (a statement cut short by the end
+// of the run), else err.
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// isUndefinedTable reports whether err is PostgreSQL's undefined_table.
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
 }
