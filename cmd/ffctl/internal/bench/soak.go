@@ -104,7 +104,10 @@ const (
 // storage of its own), and River's tables (river_job and the small ones,
 // counted as "other"); n_dead_tup of each from pg_stat_user_tables; the
 // count of each outbox's time partitions and the rows in its DEFAULT
-// partition. The dead tuples are the other backends' counts as they last
+// partition; and the age of the oldest transaction holding a snapshot in
+// the database, any session's (what it may still see, no vacuum removes:
+// on a shared server, another's long transaction keeps dead tuples here
+// too). The dead tuples are the other backends' counts as they last
 // flushed them (PostgreSQL 15: a busy backend at most once a second, one
 // that went idle within 10 s; pg_stat_force_next_flush would only flush
 // the sampler's own, which writes nothing), so they may lag that much.
@@ -228,7 +231,8 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 		samples = append(samples, s)
 		env.Logger.InfoContext(ctx, "bench soak", "t", at, "total_mib", fmt.Sprintf("%.1f", mib(s.total())),
 			"transitions_per_sec", int(s.rate), "dead_tuples", s.deadTotal(),
-			"partitions", fmt.Sprintf("%d+%d", s.partitions[0], s.partitions[1]), "executions", s.execs)
+			"partitions", fmt.Sprintf("%d+%d", s.partitions[0], s.partitions[1]), "executions", s.execs,
+			"oldest_transaction", s.oldestXact.Round(time.Second))
 		if at >= o.Duration {
 			break
 		}
@@ -428,6 +432,10 @@ type soakSample struct {
 	execs, tombstones int64
 	// vacuums the stand-in for autovacuum ran so far.
 	vacuums int64
+	// oldestXact is the age of the oldest transaction holding a snapshot
+	// in the database (any session's: a vacuum cannot remove what it may
+	// still see).
+	oldestXact time.Duration
 }
 
 func (s soakSample) total() (n int64) {
@@ -487,6 +495,12 @@ func readSoakSample(ctx context.Context, pool *pgxpool.Pool, schema string) (soa
 		(SELECT count(*) FROM `+outbox.DefaultPartition(outbox.CompletionTable)+`)`).Scan(&s.defaultRows[0], &s.defaultRows[1]); err != nil {
 		return s, fmt.Errorf("bench: soak: counting the DEFAULT partitions' rows: %w", err)
 	}
+	var oldestMs float64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)) * 1000, 0)
+		FROM pg_stat_activity WHERE datname = current_database() AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()`).Scan(&oldestMs); err != nil {
+		return s, fmt.Errorf("bench: soak: reading the oldest transaction: %w", err)
+	}
+	s.oldestXact = time.Duration(oldestMs) * time.Millisecond
 	return s, nil
 }
 
@@ -528,8 +542,16 @@ func soakResults(o SoakOptions, autovacuum string, samples []soakSample, overall
 		bytesRow.BaselineValue = mib(r.total())
 		bytesRow.Ratio = ratioF(float64(last.total()), float64(r.total()))
 		bytesRow.Target, bytesRow.Met = "≤ 1.30", met(bytesRow.Ratio <= 1.30)
-		bytesRow.Note = fmt.Sprintf("from %s on: least %.1f MiB, most %.1f MiB (%.2f of %s's). %s\n%s",
-			at(r), mib(lo), mib(hi), ratioF(float64(hi), float64(r.total())), at(r), vacuumNote(o, autovacuum, last), bytesRow.Note)
+		second := ""
+		for _, s := range samples[ref:] {
+			if s.at >= 2*o.Retention {
+				second = fmt.Sprintf(" At the end %.2f of the first sample at or after two retention windows (%s, %.1f MiB), once tombstones too are removed.",
+					ratioF(float64(last.total()), float64(s.total())), at(s), mib(s.total()))
+				break
+			}
+		}
+		bytesRow.Note = fmt.Sprintf("from %s on: least %.1f MiB, most %.1f MiB (%.2f of %s's).%s %s\n%s",
+			at(r), mib(lo), mib(hi), ratioF(float64(hi), float64(r.total())), at(r), second, vacuumNote(o, autovacuum, last), bytesRow.Note)
 	} else {
 		bytesRow.Note = "the run ended before the first retention window did: no target. " + vacuumNote(o, autovacuum, last) + "\n" + bytesRow.Note
 	}
@@ -579,16 +601,16 @@ func soakTable(samples []soakSample) string {
 	for g := range soakGroups {
 		fmt.Fprintf(&b, " %s MiB |", g)
 	}
-	b.WriteString(" dead tuples (exec+att / tombstones / outboxes / river_job / other) | transitions/s | partitions (lease + completion) | DEFAULT rows | executions | tombstones | stand-in vacuums |\n|")
-	b.WriteString(strings.Repeat("---|", int(soakGroups)+9))
+	b.WriteString(" dead tuples (exec+att / tombstones / outboxes / river_job / other) | transitions/s | partitions (lease + completion) | DEFAULT rows | executions | tombstones | stand-in vacuums | oldest transaction |\n|")
+	b.WriteString(strings.Repeat("---|", int(soakGroups)+10))
 	for _, s := range samples {
 		fmt.Fprintf(&b, "\n| %s | %.1f |", s.at, mib(s.total()))
 		for g := range soakGroups {
 			fmt.Fprintf(&b, " %.1f |", mib(s.bytes[g]))
 		}
-		fmt.Fprintf(&b, " %d (%d / %d / %d / %d / %d) | %.0f | %d + %d | %d | %d | %d | %d |", s.deadTotal(),
+		fmt.Fprintf(&b, " %d (%d / %d / %d / %d / %d) | %.0f | %d + %d | %d | %d | %d | %d | %s |", s.deadTotal(),
 			s.dead[groupExecutions], s.dead[groupTombstones], s.dead[groupLease]+s.dead[groupCompletion], s.dead[groupRiverJob], s.dead[groupOther],
-			s.rate, s.partitions[0], s.partitions[1], s.defaultRows[0]+s.defaultRows[1], s.execs, s.tombstones, s.vacuums)
+			s.rate, s.partitions[0], s.partitions[1], s.defaultRows[0]+s.defaultRows[1], s.execs, s.tombstones, s.vacuums, s.oldestXact.Round(time.Second))
 	}
 	return b.String()
 }
