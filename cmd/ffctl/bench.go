@@ -17,9 +17,9 @@ import (
 // allScenarios in the order a full run runs them.
 var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleout", "lifecycle", "retention"}
 
-// namedOnly are the scenarios that run only when named: they take an hour
-// or more.
-var namedOnly = []string{"scale"}
+// namedScenarios run only when named: they take too long for a full run
+// (half an hour, an hour or more).
+var namedScenarios = []string{"soak", "scale"}
 
 var benchCommand = command{
 	name:    "bench",
@@ -32,8 +32,10 @@ func runBench(ctx context.Context, args []string) int {
 		"Runs performance scenarios, each in a scratch schema of its own (created, then dropped),\n"+
 			"and prints each figure beside the baseline measured in the same run, the ratio and the\n"+
 			"target. Scenarios: outbox, expire, lag, idle, stream, scaleout, lifecycle, retention (default: all, about 17 minutes on\n"+
-			"2 cores). expire, lag and idle run ffriver's pipeline (a scheduler and a worker as the\n"+
-			"binaries configure them): expire and lag in this process, idle as the ffscheduler and\n"+
+			"2 cores), and soak, run only when named: --soak-rate transitions/s for --soak-duration (30 minutes)\n"+
+			"with every retention at --soak-retention, sampling sizes, dead tuples and throughput every\n"+
+			"--soak-sample. expire, lag, idle and soak run ffriver's pipeline (a scheduler and a worker as the\n"+
+			"binaries configure them): expire, lag and soak in this process, idle as the ffscheduler and\n"+
 			"ffworker binaries built with `go build` from the module in the working directory (or\n"+
 			"in-process, with --idle-inprocess or when they cannot be built). Do not run it against a\n"+
 			"production database: it loads the server for minutes. --schema is ignored.\n\n"+
@@ -69,6 +71,12 @@ func runBench(ctx context.Context, args []string) int {
 	scaleWorkers := fs.Int("scale-workers", 64, "scale: `workers` of the lifecycle runs (each holds a connection)")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
 	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (the README's is docs/lifecycle.svg)")
+	soakDuration := fs.Duration("soak-duration", bench.DefaultSoakDuration, "soak: how long the load runs")
+	soakRate := fs.Int("soak-rate", bench.DefaultSoakRate, "soak: transitions per second asked of the load (create, claim, complete: 3 per execution)")
+	soakRetention := fs.Duration("soak-retention", bench.DefaultSoakRetention, "soak: retention of the outbox, of terminal executions and of River's completed jobs")
+	soakSample := fs.Duration("soak-sample", bench.DefaultSoakSample, "soak: time between two samples of sizes, dead tuples and throughput")
+	soakVacuum := fs.Duration("soak-vacuum", 0, "soak: on a server with autovacuum off, vacuum and analyze the scratch tables autovacuum would, every `interval` (1m: autovacuum's naptime; 0: none)")
+	soakPlot := fs.String("soak-plot", "", "soak: also draw the samples as an SVG plot into `file` (the README's is docs/soak.svg)")
 	var lagRates, lcWorkerCounts []int
 	fs.AfterParse(func() error {
 		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part
@@ -100,6 +108,15 @@ func runBench(ctx context.Context, args []string) int {
 		}
 		if *retEvents < 1 {
 			return cli.Usagef("--retention-events must be positive")
+		}
+		if err := cli.FirstError(
+			cli.CheckDuration("soak-duration", *soakDuration, time.Second, 24*time.Hour),
+			cli.CheckInt("soak-rate", *soakRate, 1, 1_000_000),
+			cli.CheckDuration("soak-retention", *soakRetention, time.Second, 24*time.Hour),
+			cli.CheckDuration("soak-sample", *soakSample, time.Second, 24*time.Hour),
+			cli.CheckDuration("soak-vacuum", *soakVacuum, 0, 24*time.Hour),
+		); err != nil {
+			return err
 		}
 		if *lcExecs < 1 {
 			return cli.Usagef("--lifecycle-executions must be positive")
@@ -141,8 +158,9 @@ func runBench(ctx context.Context, args []string) int {
 		scenarios = allScenarios
 	}
 	for _, s := range scenarios {
-		if !slices.Contains(allScenarios, s) && !slices.Contains(namedOnly, s) {
-			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: %s)", s, strings.Join(slices.Concat(allScenarios, namedOnly), ", ")))
+		if !slices.Contains(allScenarios, s) && !slices.Contains(namedScenarios, s) {
+			return cli.Report(os.Stderr, fs.Name(), cli.Usagef("unknown scenario %q (known: %s)", s,
+				strings.Join(slices.Concat(allScenarios, namedScenarios), ", ")))
 		}
 	}
 	logger := common.Logger(os.Stderr)
@@ -182,6 +200,9 @@ func runBench(ctx context.Context, args []string) int {
 			rs, err = bench.Scale(ctx, env, bench.ScaleOptions{Executions: *scaleExecs, Events: *scaleEvents, Workers: *scaleWorkers})
 		case "retention":
 			rs, err = bench.Retention(ctx, env, bench.RetentionOptions{Events: *retEvents})
+		case "soak":
+			rs, err = runSoak(ctx, env, machine, *soakPlot, bench.SoakOptions{Duration: *soakDuration, Rate: *soakRate,
+				Retention: *soakRetention, Sample: *soakSample, Vacuum: *soakVacuum})
 		case "scaleout":
 			rs, err = bench.ScaleOut(ctx, env, bench.ScaleOutOptions{Leases: *leases, MemLeases: *memLeases, NoMemory: *memLeases == 0})
 		}
@@ -215,4 +236,27 @@ func writePlot(path, machine string, results []bench.Result) error {
 		err = cerr
 	}
 	return err
+}
+
+// runSoak runs the soak scenario, drawing its plot into the file at path
+// when one is given.
+func runSoak(ctx context.Context, env *bench.Env, machine, path string, o bench.SoakOptions) ([]bench.Result, error) {
+	if path == "" {
+		return bench.Soak(ctx, env, o)
+	}
+	// Created before the run, so that a path that cannot be written fails
+	// now rather than after half an hour.
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--soak-plot: %w", err)
+	}
+	o.Plot, o.PlotSubtitle = f, machine
+	rs, err := bench.Soak(ctx, env, o)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("--soak-plot: %w", cerr)
+	}
+	if err != nil {
+		_ = os.Remove(path) // no empty or partial plot
+	}
+	return rs, err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"log/slog"
 	"math"
 	"slices"
@@ -110,6 +111,42 @@ func TestScenariosRunSmall(t *testing.T) {
 	}
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)`, prefix).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("scratch databases left: %d, %v", left, err)
+	}
+}
+
+// The soak runs end to end in seconds, reports its rows and draws a
+// well-formed plot; its figures are not checked.
+func TestSoakRunsSmall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	prefix := testdb.SchemaName("benchsoak") + "_"
+	env := &bench.Env{URL: testdb.URL(), Logger: slog.New(slog.DiscardHandler), Prefix: prefix}
+	var plot bytes.Buffer
+	res, err := bench.Soak(ctx, env, bench.SoakOptions{Duration: 20 * time.Second, Sample: 5 * time.Second,
+		Retention: 5 * time.Second, Rate: 200, Workers: 8, Vacuum: 2 * time.Second, Plot: &plot, PlotSubtitle: "machine"})
+	if err != nil {
+		t.Fatalf("Soak: %v", err)
+	}
+	table := checkRows(t, ctx, db, res)
+	for _, row := range []string{"transitions/s, last sample (t=20s)", "first sample (t=5s)", "transitions/s over the run",
+		"total bytes at the end (t=20s)", "first sample at or after the first retention window (t=5s)",
+		"dead tuples at the end, lease and completion outboxes", "dead tuples at the end, executions+attempts",
+		"dead tuples at the end, river_job", "| 15s |", "stood in for it every 2s"} {
+		if !strings.Contains(table, row) {
+			t.Errorf("table misses %q:\n%s", row, table)
+		}
+	}
+	var doc struct {
+		XMLName   xml.Name
+		Polylines []struct{} `xml:"polyline"`
+	}
+	if err := xml.Unmarshal(plot.Bytes(), &doc); err != nil || doc.XMLName.Local != "svg" || len(doc.Polylines) != 7+2+5 {
+		t.Fatalf("soak plot (%v, <%s>, %d lines):\n%s", err, doc.XMLName.Local, len(doc.Polylines), plot.String())
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("scratch schemas left: %d, %v", left, err)
 	}
 }
 

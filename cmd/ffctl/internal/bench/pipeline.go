@@ -41,6 +41,10 @@ type PipelineOptions struct {
 	// FetchCooldown and FetchPollInterval override ffriver's River fetch
 	// settings of both processes when non-zero.
 	FetchCooldown, FetchPollInterval time.Duration
+	// OutboxRetention, ExecutionRetention and CompletedJobRetention of the
+	// scheduler (ffscheduler's --outbox-retention, --execution-retention
+	// and --completed-retention; 0: their defaults).
+	OutboxRetention, ExecutionRetention, CompletedJobRetention time.Duration
 }
 
 // proc is one ffriver process run in this one: its own pool, Waker and
@@ -123,6 +127,8 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 			}}
 		if leader {
 			cfg.Scanners = o.Scanners
+			cfg.OutboxRetention, cfg.ExecutionRetention = o.OutboxRetention, o.ExecutionRetention
+			po.Client.CompletedJobRetention = o.CompletedJobRetention
 			po.Role, po.TickStaleAfter = ffriver.Scheduler, 0
 		}
 		if pr.ff, err = ffriver.New(ctx, pool, cfg); err == nil {
