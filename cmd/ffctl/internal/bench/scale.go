@@ -315,12 +315,25 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 	}
 	f.drain = d.rate
 	env.Logger.InfoContext(ctx, "bench scale: expire drain", "schema", schema, "leases_per_sec", int(f.drain))
-	// Streams.
+	// Streams, written by a store with a Waker, as the processes' are.
 	leases, err := streamLeases(ctx, pool, schema, 16, 8)
 	if err != nil {
 		return f, err
 	}
-	lat, err := streamLatency(ctx, env, pool, schema, st, leases, 1000, o.StreamDuration)
+	wctx, stopWaker := context.WithCancel(ctx)
+	waker := outbox.NewWaker(pool, schema, outbox.DefaultWakeInterval, env.Logger)
+	wakerDone := make(chan struct{})
+	go func() {
+		defer close(wakerDone)
+		waker.Run(wctx)
+	}()
+	woken, err := executions.Open(ctx, pool, executions.Config{Schema: schema, Waker: waker})
+	var lat latencyStats
+	if err == nil {
+		lat, err = streamLatency(ctx, env, pool, schema, woken, leases, 1000, o.StreamDuration)
+	}
+	stopWaker()
+	<-wakerDone
 	if err != nil {
 		return f, err
 	}
