@@ -235,8 +235,10 @@ type Writer struct {
 }
 
 // StreamCountCap is the most events of an outbox a report counts; past it
-// the report says "at least" (Stream.EventsAtLeast).
-const StreamCountCap = 100_000
+// the report says "at least" (Stream.EventsAtLeast). Counting the newest
+// 100,001 took 16-21 ms per outbox on a partitioned outbox of 10,000,000
+// events: the newest 10,001, about a tenth of that.
+const StreamCountCap = 10_000
 
 // streamSQL counts the newest events of an outbox table, at most $1, and
 // reads the newest one: a bounded range of the primary key read backwards,
