@@ -123,8 +123,9 @@ func tableOf(table string) (string, error) {
 	return "", ff.Validationf("table", "%q: want %q or %q", table, LeaseTable, CompletionTable)
 }
 
-// maintenanceLockKey is the first key of the transaction-level advisory
-// lock a maintenance run holds; the second is the table's oid.
+// maintenanceLockKey is the high half of the key of the transaction-level
+// advisory lock a maintenance run holds; the low half is the table's oid
+// (an oid may not fit an int4, so not the two-key form).
 const maintenanceLockKey = 0x66666f70 // "ffop"
 
 // MaintainPartitions runs one maintenance of m.Table's time partitions
@@ -164,7 +165,7 @@ func MaintainPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, m 
 		m.DropLockTimeout = DefaultDropLockTimeout
 	}
 	var got bool
-	if err := tx.QueryRow(ctx, schema.SQL(`SELECT pg_try_advisory_xact_lock($1, '{S}`+table+`'::regclass::oid::int)`), maintenanceLockKey).Scan(&got); err != nil {
+	if err := tx.QueryRow(ctx, schema.SQL(`SELECT pg_try_advisory_xact_lock(($1::bigint << 32) | '{S}`+table+`'::regclass::oid::bigint)`), maintenanceLockKey).Scan(&got); err != nil {
 		return res, dbutil.MapErr(err, "outbox partitions: taking the maintenance lock")
 	}
 	if !got {
