@@ -114,16 +114,6 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 	}
 	connCfg := pool.Config().ConnConfig // a copy
 	connCfg.RuntimeParams["application_name"] = cfg.appName
-	// Each page is the first rows after a position in (xact_id, event_id)
-	// order, read through every outbox partition's index on it, merged
-	// (Merge Append, then Limit). The rows after the position are newer
-	// than the statistics' histogram, so the planner guesses there are
-	// next to none and may instead read every one of them, all partitions
-	// appended, to sort them: on a 10,000,000-event outbox a catch-up read
-	// all 200,000 remaining rows per page of 5,000 (76 ms a page, 137,000
-	// events/s against 877,000 on an empty store; ffctl bench scale).
-	// The stream's own connections never need a sort for speed.
-	connCfg.RuntimeParams["enable_sort"] = "off"
 
 	r := newReader(cfg, t, connCfg)
 	if cfg.consumer != "" {
