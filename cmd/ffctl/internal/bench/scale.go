@@ -320,20 +320,7 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 	if err != nil {
 		return f, err
 	}
-	wctx, stopWaker := context.WithCancel(ctx)
-	waker := outbox.NewWaker(pool, schema, outbox.DefaultWakeInterval, env.Logger)
-	wakerDone := make(chan struct{})
-	go func() {
-		defer close(wakerDone)
-		waker.Run(wctx)
-	}()
-	woken, err := executions.Open(ctx, pool, executions.Config{Schema: schema, Waker: waker})
-	var lat latencyStats
-	if err == nil {
-		lat, err = streamLatency(ctx, env, pool, schema, woken, leases, 1000, o.StreamDuration)
-	}
-	stopWaker()
-	<-wakerDone
+	lat, err := latencyWithWaker(ctx, env, pool, schema, leases, 1000, o.StreamDuration, outbox.DefaultWakeInterval)
 	if err != nil {
 		return f, err
 	}

@@ -107,23 +107,9 @@ func Stream(ctx context.Context, env *Env, o StreamOptions) ([]Result, error) {
 		return nil, err
 	}
 
-	wctx, stopWaker := context.WithCancel(ctx)
-	defer stopWaker()
-	waker := outbox.NewWaker(pool, schema, o.WakeInterval, env.Logger)
-	wakerDone := make(chan struct{})
-	go func() {
-		defer close(wakerDone)
-		waker.Run(wctx)
-	}()
-	withWaker, err := executions.Open(ctx, pool, executions.Config{Schema: schema, Waker: waker})
-	if err != nil {
-		return nil, err
-	}
 	env.Logger.InfoContext(ctx, "bench stream: commit → consumer latency with the Waker",
 		"events_per_sec", o.EventsPerSec, "for", o.Duration, "writers", o.Writers, "wake_interval", o.WakeInterval)
-	woke, err := streamLatency(ctx, env, pool, schema, withWaker, leases, o.EventsPerSec, o.Duration)
-	stopWaker()
-	<-wakerDone
+	woke, err := latencyWithWaker(ctx, env, pool, schema, leases, o.EventsPerSec, o.Duration, o.WakeInterval)
 	if err != nil {
 		return nil, fmt.Errorf("stream bench (with the Waker): %w", err)
 	}
@@ -326,6 +312,28 @@ func (s latencyStats) note(name string) string {
 		n += fmt.Sprintf(" %d events reached the consumer before their Renew call had returned (the reader saw the commit before the writer got the acknowledgement); they count with their negative latency.", s.early)
 	}
 	return n
+}
+
+// latencyWithWaker is streamLatency through a store whose Waker (wake
+// interval wake) runs for the run's length, as the processes' stores do.
+func latencyWithWaker(ctx context.Context, env *Env, pool *pgxpool.Pool, schema string, leases [][]executions.Lease,
+	rate int, d, wake time.Duration) (latencyStats, error) {
+	wctx, stopWaker := context.WithCancel(ctx)
+	waker := outbox.NewWaker(pool, schema, wake, env.Logger)
+	wakerDone := make(chan struct{})
+	go func() {
+		defer close(wakerDone)
+		waker.Run(wctx)
+	}()
+	defer func() {
+		stopWaker()
+		<-wakerDone
+	}()
+	st, err := executions.Open(ctx, pool, executions.Config{Schema: schema, Waker: waker})
+	if err != nil {
+		return latencyStats{}, err
+	}
+	return streamLatency(ctx, env, pool, schema, st, leases, rate, d)
 }
 
 // streamLatency runs writers renewing their leases (in place: leases is
