@@ -232,25 +232,9 @@ func streamIdleRun(ctx context.Context, env *Env, pool *pgxpool.Pool, schema str
 		return latencyStats{}, fmt.Errorf("opening the idle transaction: %w", err)
 	}
 
-	wctx, stopWaker := context.WithCancel(ctx)
-	defer stopWaker()
-	waker := outbox.NewWaker(pool, schema, o.WakeInterval, env.Logger)
-	wakerDone := make(chan struct{})
-	go func() {
-		defer close(wakerDone)
-		waker.Run(wctx)
-	}()
-	defer func() {
-		stopWaker()
-		<-wakerDone
-	}()
-	st, err := executions.Open(ctx, pool, executions.Config{Schema: schema, Waker: waker})
-	if err != nil {
-		return latencyStats{}, err
-	}
 	env.Logger.InfoContext(ctx, "bench stream: commit → consumer latency with an idle transaction "+where,
 		"events_per_sec", o.EventsPerSec, "for", d)
-	return streamLatency(ctx, env, pool, schema, st, leases, o.EventsPerSec, d)
+	return latencyWithWaker(ctx, env, pool, schema, leases, o.EventsPerSec, d, o.WakeInterval)
 }
 
 func ratioF(a, b float64) float64 {
