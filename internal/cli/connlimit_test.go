@@ -75,6 +75,13 @@ func TestConnectionLimitIsExplained(t *testing.T) {
 		t.Errorf("exit code %d, want %d", code, cli.ExitFailure)
 	}
 	other.Close(ctx)
+	// The server lets the other process's backend go after the close
+	// returns: until it has, the role's slot is still taken.
+	fftest.Await(t, 30*time.Second, "the other process's connection gone", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE usename = $1`, role).Scan(&n)
+		return err == nil && n == 0
+	})
 
 	// Running: the pool holds the one slot; its next connection is
 	// refused, and the log says who holds what.
