@@ -81,34 +81,16 @@ func capDue(due []Due, limit int) []Due {
 	return due
 }
 
-// dueScanSQL is set around a bounded Due statement (dueRead): its limits
+// dueRead runs a bounded Due statement (boundedDueSQL) with
+// dbutil.PlannerSettings, in one round trip (dbutil.ScopedRead): its limits
 // bound the rows read only if each partition is read in index order. The
 // planner estimates a partition's due rows as an even share of all (200 of
 // 50,000 over 256 partitions) and took a bitmap scan and a sort, which read
 // every due row of the partition before the limit: all 100,000 of a
 // backlog in one partition. The sorts it turns off would make JIT compile
 // the statement (tens of milliseconds), so JIT is off too.
-const dueScanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
-
-// dueRead runs f on q with dueScanSQL's settings, in a transaction of its
-// own (a savepoint when q is one) that it rolls back, so the settings end
-// with it; on a q that cannot begin one, f runs on q as it is.
-func dueRead(ctx context.Context, q Querier, f func(Querier) error) error {
-	b, ok := q.(interface {
-		Begin(context.Context) (pgx.Tx, error)
-	})
-	if !ok {
-		return f(q)
-	}
-	tx, err := b.Begin(ctx)
-	if err != nil {
-		return dbutil.MapErr(err, "due partitions")
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, dueScanSQL); err != nil {
-		return dbutil.MapErr(err, "due partitions")
-	}
-	return f(tx)
+func dueRead(ctx context.Context, q Querier, sql string, args []any, read func(pgx.Rows) error) error {
+	return dbutil.MapErr(dbutil.ScopedRead(ctx, q, dbutil.PlannerSettings, sql, args, read), "due partitions")
 }
 
 // dueExec runs a bounded Due statement (boundedDueSQL) with $1 its time
@@ -116,9 +98,10 @@ func dueRead(ctx context.Context, q Querier, f func(Querier) error) error {
 func dueExec(ctx context.Context, q Querier, req DueRequest, sh dueShape, bound int64) ([]Due, error) {
 	ns, tk, tv := filterArgs(req.Filter)
 	var due []Due
-	err := dueRead(ctx, q, func(q Querier) (err error) {
-		due, err = DueByPartition(ctx, q, req.SQL(boundedDueSQL(sh)), bound, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
-		return err
-	})
+	err := dueRead(ctx, q, req.SQL(boundedDueSQL(sh)), []any{bound, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
+		func(rows pgx.Rows) (err error) {
+			due, err = collectDue(rows)
+			return err
+		})
 	return capDue(due, req.Cap), err
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
 
@@ -149,18 +149,13 @@ func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueR
 	}
 	ns, tk, tv := executions.FilterParams(req.Filter)
 	var out []Due
-	err = dueRead(ctx, q, func(q Querier) error {
-		rows, err := q.Query(ctx, req.SQL(retentionDueSQL()), cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
-		if err != nil {
-			return dbutil.MapErr(err, "due partitions")
-		}
-		defer rows.Close()
+	err = dueRead(ctx, q, req.SQL(retentionDueSQL()), []any{cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var d Due
 			var removable, read, tombstones int64
 			var oldest *int64
 			if err := rows.Scan(&d.Partition, &removable, &read, &oldest, &tombstones); err != nil {
-				return dbutil.MapErr(err, "due partitions")
+				return err
 			}
 			if c := int64(req.Cap); c > 0 {
 				d.Capped = read > c || tombstones > c
@@ -176,7 +171,7 @@ func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueR
 			}
 			out = append(out, d)
 		}
-		return dbutil.MapErr(rows.Err(), "due partitions")
+		return nil
 	})
 	return out, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 
@@ -28,7 +29,7 @@ func TestDuePlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	large := []string{"ff_exec_core", "ff_attempt", "ff_edge", "ff_pending_cancel_groups", "ff_exec_removed"}
-	// Each statement is explained as Due runs it: with dueScanSQL, in a
+	// Each statement is explained as Due runs it: with dbutil.PlannerSettings, in a
 	// transaction. Every large table is read by a plain index scan, in
 	// the index's order, so the limits bound what is read.
 	tx, err := db.Pool.Begin(ctx)
@@ -36,7 +37,7 @@ func TestDuePlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, dueScanSQL); err != nil {
+	if _, err := tx.Exec(ctx, dbutil.PlannerSettings); err != nil {
 		t.Fatal(err)
 	}
 	explain := func(name, sql string, args ...any) testdb.PlanNode {

@@ -39,7 +39,13 @@ func DueByPartition(ctx context.Context, q Querier, sql string, args ...any) ([]
 	if err != nil {
 		return nil, dbutil.MapErr(err, "due partitions")
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
+	out, err := collectDue(rows)
+	return out, dbutil.MapErr(err, "due partitions")
+}
+
+// collectDue reads DueByPartition's rows.
+func collectDue(rows pgx.Rows) ([]Due, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
 		var d Due
 		var oldest *int64
 		err := r.Scan(&d.Partition, &d.Count, &oldest)
@@ -48,7 +54,6 @@ func DueByPartition(ctx context.Context, q Querier, sql string, args ...any) ([]
 		}
 		return d, err
 	})
-	return out, dbutil.MapErr(err, "due partitions")
 }
 
 // scanExecutions runs a candidate query returning (execution_id, due_ms,
@@ -159,10 +164,11 @@ LIMIT $8`), req.Partition, onlyFlagged, ns, tk, tv, afterMs, afterFlow, req.Limi
 func dueGroups(ctx context.Context, q Querier, req DueRequest, onlyFlagged bool) ([]Due, error) {
 	ns, tk, tv := filterArgs(req.Filter)
 	var due []Due
-	err := dueRead(ctx, q, func(q Querier) (err error) {
-		due, err = DueByPartition(ctx, q, req.SQL(boundedDueSQL(groupsDue)), onlyFlagged, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap))
-		return err
-	})
+	err := dueRead(ctx, q, req.SQL(boundedDueSQL(groupsDue)), []any{onlyFlagged, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
+		func(rows pgx.Rows) (err error) {
+			due, err = collectDue(rows)
+			return err
+		})
 	return capDue(due, req.Cap), err
 }
 

@@ -18,14 +18,20 @@ func TestStreamCountPlan(t *testing.T) {
 	testdb.Seed(t, db, testdb.SeedSize{Executions: 1_000, LeaseEvents: 200_000})
 	s := dbutil.Schema(db.Schema)
 	for _, table := range []string{"ff_lease_event", "ff_completion_event"} {
-		testdb.AssertNoSeqScan(t, db.Pool, []string{table}, s.SQL(streamSQL(table)), StreamCountCap+1)
+		testdb.AssertNoSeqScan(t, db.Pool, []string{table}, s.SQL(streamSQL(table)), StreamCountCap+1, table)
 	}
-	var n int64
-	if err := db.Pool.QueryRow(ctx, s.SQL(streamSQL("ff_lease_event")), StreamCountCap+1).Scan(&n, new(*int64), new(*int64)); err != nil {
+	var n, partitions, defaultRows int64
+	if err := db.Pool.QueryRow(ctx, s.SQL(streamSQL("ff_lease_event")), StreamCountCap+1, "ff_lease_event").Scan(&n, new(*int64), new(*int64),
+		&partitions, new(*int64), &defaultRows); err != nil {
 		t.Fatal(err)
 	}
 	if n != StreamCountCap+1 {
 		t.Errorf("counted %d lease events, want the cap and one (%d): the report says at least %d", n, StreamCountCap+1, StreamCountCap)
+	}
+	// No partition has been created ahead in a new schema: the seeded
+	// events are in the DEFAULT partition, counted up to the cap too.
+	if defaultRows != StreamCountCap+1 || partitions != 0 {
+		t.Errorf("counted %d rows in the DEFAULT partition and %d partitions, want %d and none", defaultRows, partitions, StreamCountCap+1)
 	}
 }
 
@@ -53,7 +59,7 @@ func TestQueueCountPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, queuesScanSQL); err != nil {
+	if _, err := tx.Exec(ctx, dbutil.PlannerSettings); err != nil {
 		t.Fatal(err)
 	}
 	plan := testdb.AssertNoSeqScan(t, tx, []string{"river_job"}, s.SQL(queuesSQL), QueueCountCap+1)

@@ -21,6 +21,7 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -113,7 +114,7 @@ const QueueCountCap = 10_000
 // fetch index (river_job_prioritized_fetching_index, on state, queue, …):
 // a skip scan finds each state's queues, one index probe each, and each
 // queue's jobs of a state are counted up to $1, a bounded range of the
-// index read in its order. It runs with queuesScanSQL: the planner cannot
+// index read in its order. It runs with dbutil.PlannerSettings: the planner cannot
 // tell that the limit bounds the ordered index read and preferred a bitmap
 // scan, or a sequential scan and a sort, both of which read every job of
 // the state and queue before the limit. Counting them all was a parallel sequential scan of river_job
@@ -129,22 +130,10 @@ SELECT sq.queue, sq.state::text, (SELECT count(*) FROM (SELECT 1 FROM {S}river_j
 FROM sq WHERE sq.queue IS NOT NULL
 ORDER BY sq.queue, sq.state`
 
-// queuesScanSQL is set in queuesSQL's transaction: no bitmap scan, a sort
-// only where nothing else does, and no JIT (the costs of the sorts it
-// turns off pass jit_above_cost: compiling took 135 ms of a 137 ms read).
-const queuesScanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
-
 // queues reads River's jobs per queue and state (queuesSQL).
 func queues(ctx context.Context, pool *pgxpool.Pool, rs dbutil.Schema) ([]Queue, error) {
 	var out []Queue
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, queuesScanSQL); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, rs.SQL(queuesSQL), QueueCountCap+1)
-		if err != nil {
-			return err
-		}
+	err := dbutil.ScopedRead(ctx, pool, dbutil.PlannerSettings, rs.SQL(queuesSQL), []any{QueueCountCap + 1}, func(rows pgx.Rows) error {
 		byQueue := map[string]*Queue{}
 		var names []string
 		for rows.Next() {
@@ -166,9 +155,6 @@ func queues(ctx context.Context, pool *pgxpool.Pool, rs dbutil.Schema) ([]Queue,
 				byQueue[q].StatesAtLeast[st] = true
 			}
 			byQueue[q].States[st] = n
-		}
-		if err := rows.Err(); err != nil {
-			return err
 		}
 		for _, q := range names {
 			out = append(out, *byQueue[q])
@@ -240,62 +226,42 @@ type Writer struct {
 // events: the newest 10,001, about a tenth of that.
 const StreamCountCap = 10_000
 
-// streamSQL counts the newest events of an outbox table, at most $1, and
-// reads the newest one: a bounded range of the primary key read backwards,
-// however large the outbox (counting it all read 5,000,000 index entries,
-// 425 ms).
+// streamSQL reads an outbox table's row of a report: its newest events
+// counted up to $1 and the newest one, a bounded range of the primary key
+// read backwards however large the outbox (counting it all read 5,000,000
+// index entries, 425 ms); and its partitions from the registry, the end of
+// the newest and the DEFAULT partition's rows up to $1.
 func streamSQL(table string) string {
-	return `SELECT count(*), max(event_id), (SELECT occurred_at_ms FROM {S}` + table + ` ORDER BY event_id DESC LIMIT 1)
-		FROM (SELECT event_id FROM {S}` + table + ` ORDER BY event_id DESC LIMIT $1) x`
+	return `SELECT n.count, n.max, (SELECT occurred_at_ms FROM {S}` + table + ` ORDER BY event_id DESC LIMIT 1), p.count, p.ahead,
+		(SELECT count(*) FROM (SELECT 1 FROM {S}` + outbox.DefaultPartition(table) + ` LIMIT $1) d)
+		FROM (SELECT count(*), max(event_id) FROM (SELECT event_id FROM {S}` + table + ` ORDER BY event_id DESC LIMIT $1) x) n,
+		     (SELECT count(*), max(hi_ms) FILTER (WHERE lo_ms IS NOT NULL) AS ahead FROM {S}ff_outbox_partition WHERE stream = $2) p`
 }
 
 // Collect reads a report. f carries the scanners (built as the processes
 // build them; its schema must be migrated); retention is the outbox
-// retention they run with, against which the consumers are judged.
+// retention they run with, against which the consumers are judged. It
+// takes 27 statements, the scanners' bounded due reads each pipelined with
+// its settings in one round trip (it took 53, 12–14 ms at p50 on the idle
+// 2-core VM, 8–11 ms now). Running its parts side by side on more
+// connections was no faster at p50 and slower at p99 with the cores busy
+// (56–61 ms against 20–44 ms), so it reads them one after another.
 func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retention time.Duration) (*Report, error) {
 	p := f.Pipeline()
 	env := p.Env()
 	s := dbutil.Schema(env.Schema())
 	rs := dbutil.Schema(f.RiverSchema())
 	r := &Report{Schema: env.Schema(), RiverSchema: string(rs), Partitions: int(env.Partitions()), At: time.Now()}
-	backlog, err := p.Backlog(ctx, pool)
-	if err != nil {
-		return nil, fmt.Errorf("status: %w", err)
+	var err error
+	if r.Scanners, err = collectScanners(ctx, pool, p); err != nil {
+		return nil, err
 	}
-	for _, b := range backlog {
-		st, _ := p.Settings(b.Scanner)
-		out := Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
-			Due: b.Due, DueAtLeast: b.AtLeast, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()}
-		r.Scanners = append(r.Scanners, out)
-	}
-
 	if r.Queues, err = queues(ctx, pool, rs); err != nil {
 		return nil, err
 	}
-
-	for _, t := range []struct{ name, table string }{{"leases", "ff_lease_event"}, {"completions", "ff_completion_event"}} {
-		st := Stream{Name: t.name}
-		err := pool.QueryRow(ctx, s.SQL(streamSQL(t.table)), StreamCountCap+1).Scan(&st.Events, &st.NewestEventID, &st.NewestAtMs)
-		if st.Events > StreamCountCap {
-			st.Events, st.EventsAtLeast = StreamCountCap, true
-		}
-		if err != nil {
-			return nil, dbutil.MapErr(err, "status: reading "+t.table)
-		}
-		if st.Waiting, err = subscribe.OpenWriters(ctx, pool, string(s), t.table, subscribe.WaitNoticeAfter); err != nil {
-			return nil, fmt.Errorf("status: %w", err)
-		}
-		if err := pool.QueryRow(ctx, s.SQL(`SELECT count(*), max(hi_ms) FILTER (WHERE lo_ms IS NOT NULL),
-			(SELECT count(*) FROM (SELECT 1 FROM {S}`+outbox.DefaultPartition(t.table)+` LIMIT $2) d)
-			FROM {S}ff_outbox_partition WHERE stream = $1`), t.table, StreamCountCap+1).Scan(&st.Partitions, &st.AheadUntilMs, &st.DefaultRows); err != nil {
-			return nil, dbutil.MapErr(err, "status: reading "+t.table+"'s partitions")
-		}
-		if st.DefaultRows > StreamCountCap {
-			st.DefaultRows, st.DefaultRowsAtLeast = StreamCountCap, true
-		}
-		r.Streams = append(r.Streams, st)
+	if r.Streams, err = streams(ctx, pool, s); err != nil {
+		return nil, err
 	}
-
 	cs, err := subscribe.Consumers(ctx, pool, env.Schema())
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -304,10 +270,58 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 		r.Consumers = append(r.Consumers, Consumer{ConsumerInfo: c, HoldsRetention: c.HoldsRetention(retention),
 			Retention: ConsumerRetention(c, retention)})
 	}
+	if r.OldestWriter, err = oldestWriter(ctx, pool); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
+// collectScanners reads each scanner's backlog.
+func collectScanners(ctx context.Context, pool *pgxpool.Pool, p *workers.Pipeline) ([]Scanner, error) {
+	backlog, err := p.Backlog(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	var out []Scanner
+	for _, b := range backlog {
+		st, _ := p.Settings(b.Scanner)
+		out = append(out, Scanner{Name: b.Scanner, Interval: st.Interval, Batch: st.Batch, Disabled: st.Disabled,
+			Due: b.Due, DueAtLeast: b.AtLeast, DuePartitions: b.Partitions, Unprocessable: b.Unprocessable, OldestOverdue: b.OldestOverdue()})
+	}
+	return out, nil
+}
+
+// streams reads each outbox's row of the report (streamSQL) and the open
+// transactions that wrote to it.
+func streams(ctx context.Context, pool *pgxpool.Pool, s dbutil.Schema) ([]Stream, error) {
+	var out []Stream
+	for _, t := range []struct{ name, table string }{{"leases", outbox.LeaseTable}, {"completions", outbox.CompletionTable}} {
+		st := Stream{Name: t.name}
+		if err := pool.QueryRow(ctx, s.SQL(streamSQL(t.table)), StreamCountCap+1, t.table).Scan(&st.Events, &st.NewestEventID, &st.NewestAtMs,
+			&st.Partitions, &st.AheadUntilMs, &st.DefaultRows); err != nil {
+			return nil, dbutil.MapErr(err, "status: reading "+t.table)
+		}
+		if st.Events > StreamCountCap {
+			st.Events, st.EventsAtLeast = StreamCountCap, true
+		}
+		if st.DefaultRows > StreamCountCap {
+			st.DefaultRows, st.DefaultRowsAtLeast = StreamCountCap, true
+		}
+		var err error
+		if st.Waiting, err = subscribe.OpenWriters(ctx, pool, string(s), t.table, subscribe.WaitNoticeAfter); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// oldestWriter reads the oldest open transaction on the server that has
+// written anything (or a prepared one), nil when there is none.
+func oldestWriter(ctx context.Context, pool *pgxpool.Pool) (*Writer, error) {
 	var w Writer
 	var ageMs float64
-	err = pool.QueryRow(ctx, `
+	err := pool.QueryRow(ctx, `
 		SELECT pid, '' AS prepared, COALESCE(datname, ''), COALESCE(application_name, ''), COALESCE(state, ''),
 		       extract(epoch FROM clock_timestamp() - xact_start) * 1000
 		FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
@@ -317,13 +331,12 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 		ORDER BY 6 DESC LIMIT 1`).Scan(&w.PID, &w.Prepared, &w.Database, &w.Application, &w.State, &ageMs)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
 	case err != nil:
 		return nil, dbutil.MapErr(err, "status: reading open transactions")
-	default:
-		w.Age = time.Duration(ageMs * float64(time.Millisecond))
-		r.OldestWriter = &w
 	}
-	return r, nil
+	w.Age = time.Duration(ageMs * float64(time.Millisecond))
+	return &w, nil
 }
 
 // UnprocessableCount is how many rows no scan can process, over every

@@ -1,0 +1,106 @@
+package dbutil
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PlannerSettings turns off what a bounded read (an index read in order
+// under a LIMIT) must not be planned with: bitmap scans and sorts, which
+// read every matching row before the limit, and JIT, which the sorts'
+// cost would otherwise trigger (tens of milliseconds to compile). It is
+// set with set_config(…, true) for one statement only, by ScopedRead.
+const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+
+// scopedSavepoint names the savepoint ScopedRead opens in a transaction.
+const scopedSavepoint = "ffriver_scoped_read"
+
+// ScopedRead runs the query sql with args after the statement settings (of
+// set_config(…, true) calls, such as PlannerSettings) and passes its rows
+// to read, in a transaction of its own that it rolls back so the settings
+// end with it: BEGIN … ROLLBACK on a pool or a connection, a savepoint
+// rolled back and released in a transaction (pgx.Tx). The statements are
+// pipelined in one batch: one round trip, where a transaction opened,
+// set, read and rolled back took four. A q that cannot send a batch runs
+// the query as it is, without the settings.
+func ScopedRead(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, settings, sql string, args []any, read func(pgx.Rows) error) error {
+	b, ok := q.(interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	})
+	if !ok {
+		rows, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if err := read(rows); err != nil {
+			return err
+		}
+		return rows.Err()
+	}
+	_, inTx := q.(pgx.Tx)
+	open, end := []string{"BEGIN"}, []string{"ROLLBACK"}
+	if inTx {
+		open = []string{"SAVEPOINT " + scopedSavepoint}
+		end = []string{"ROLLBACK TO SAVEPOINT " + scopedSavepoint, "RELEASE SAVEPOINT " + scopedSavepoint}
+	}
+	batch := &pgx.Batch{}
+	for _, s := range open {
+		batch.Queue(s)
+	}
+	batch.Queue(settings)
+	batch.Queue(sql, args...)
+	for _, s := range end {
+		batch.Queue(s)
+	}
+	err := runScoped(b.SendBatch(ctx, batch), len(open), len(end), read)
+	if tx, ok := q.(pgx.Tx); ok && err != nil && tx.Conn().PgConn().TxStatus() == 'E' {
+		// The server stopped at an error, before the savepoint was
+		// rolled back: roll it back here, so that the caller's
+		// transaction goes on as it was (a failed read does not abort
+		// it). If this fails too, the transaction is broken anyway.
+		for _, s := range end {
+			if _, rerr := tx.Exec(ctx, s); rerr != nil {
+				break
+			}
+		}
+	}
+	return err
+}
+
+// runScoped reads the results of ScopedRead's batch: open statements, the
+// settings, the query (to read) and end statements.
+func runScoped(br pgx.BatchResults, open, end int, read func(pgx.Rows) error) (err error) {
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	for range open + 1 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	err = read(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	for range end {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("ending the scoped read: %w", err)
+		}
+	}
+	return nil
+}
