@@ -879,10 +879,6 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	if skip {
 		r.args = append(r.args, r.skipArg)
 	}
-	rows, err := q.Query(ctx, query, r.args...)
-	if err != nil {
-		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
-	}
 	dest := r.dec.dest()
 	n := 0
 	var last ff.Cursor
@@ -891,33 +887,34 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	// connection) is read again from pos, and slots them in again.
 	taken := 0
 	r.scratch = r.scratch[:0]
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return false, dbutil.MapErr(err, "subscribe: decoding "+r.table.name)
-		}
-		n++
-		pos.xact, pos.event = r.dec.position()
-		if !held && r.excluded(pos.xact) {
-			continue // it belongs to a later batch
-		}
-		b := r.batch
-		if len(r.span) > 1 {
-			k := r.tickOf(pos.xact)
-			if !held {
-				r.slotHeld(k, &taken, &last)
+	err := r.readRows(ctx, q, query, func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return &decodeError{err}
 			}
-			b = r.batchOf(k)
-			r.dec.setBatch(b)
+			n++
+			pos.xact, pos.event = r.dec.position()
+			if !held && r.excluded(pos.xact) {
+				continue // it belongs to a later batch
+			}
+			b := r.batch
+			if len(r.span) > 1 {
+				k := r.tickOf(pos.xact)
+				if !held {
+					r.slotHeld(k, &taken, &last)
+				}
+				b = r.batchOf(k)
+				r.dec.setBatch(b)
+			}
+			if ev, ok := r.dec.event(); ok {
+				r.scratch = append(r.scratch, ev)
+				last = b.Cursor(pos.xact, pos.event)
+			}
 		}
-		if ev, ok := r.dec.event(); ok {
-			r.scratch = append(r.scratch, ev)
-			last = b.Cursor(pos.xact, pos.event)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
+		return nil
+	})
+	if err != nil {
+		return false, err
 	}
 	if !held && n < r.cfg.pageSize {
 		r.slotHeld(len(r.span), &taken, &last) // the range is done: the rest
@@ -974,6 +971,31 @@ func (r *reader[E]) readPage(ctx context.Context, q *pgx.Conn) (bool, error) {
 	}
 }
 
+// decodeError is a row of the outbox that did not decode.
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+// readRows runs a page query (heldSQL, rangeSQL or a skip variant) with
+// r.args and passes its rows to each, planned with
+// dbutil.PlannerSettings in the same round trip (dbutil.ScopedRead).
+// Each partition of the outbox is read in (xact_id, event_id) order
+// through its index and merged (a Merge Append), at most a page. With
+// stale statistics of the newest partition, the one being written, the
+// planner took each partition to hold a row or none after the position
+// and preferred reading them all and sorting: every row of the batch's
+// range for each page (160,000 rows, 46 ms, for a page of 5,000, against
+// 1.4 ms merged; a catch-up on a partitioned outbox of 5,000,000 events
+// read 125,000 events/s).
+func (r *reader[E]) readRows(ctx context.Context, q *pgx.Conn, query string, each func(pgx.Rows) error) error {
+	err := dbutil.ScopedRead(ctx, q, dbutil.PlannerSettings, query, r.args, each)
+	if de := (*decodeError)(nil); errors.As(err, &de) {
+		return dbutil.MapErr(de.err, "subscribe: decoding "+r.table.name)
+	}
+	return dbutil.MapErr(err, "subscribe: reading "+r.table.name)
+}
+
 // heldRow is a decoded row of a transaction that finished at a later tick
 // of the run, waiting for its place.
 type heldRow[E any] struct {
@@ -996,33 +1018,33 @@ func (r *reader[E]) loadHeld(ctx context.Context, q *pgx.Conn) (ok bool, err err
 	for i, x := range r.laterIDs {
 		tickOf[x] = r.laterTick[i]
 	}
-	rows, err := q.Query(ctx, query, r.args...)
-	if err != nil {
-		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
-	}
-	defer rows.Close()
 	r.heldRows = r.heldRows[:0]
 	dest := r.dec.dest()
-	n := 0
-	for rows.Next() {
-		if n++; n > r.cfg.pageSize {
-			clear(r.heldRows)
-			r.heldRows = r.heldRows[:0]
-			return false, nil
+	ok = true
+	err = r.readRows(ctx, q, query, func(rows pgx.Rows) error {
+		n := 0
+		for rows.Next() {
+			if n++; n > r.cfg.pageSize {
+				clear(r.heldRows)
+				r.heldRows = r.heldRows[:0]
+				ok = false
+				return nil
+			}
+			if err := rows.Scan(dest...); err != nil {
+				return &decodeError{err}
+			}
+			x, e := r.dec.position()
+			k := tickOf[x]
+			b := r.batchOf(k)
+			r.dec.setBatch(b)
+			if ev, ok := r.dec.event(); ok {
+				r.heldRows = append(r.heldRows, heldRow[E]{k: k, ev: ev, cur: b.Cursor(x, e)})
+			}
 		}
-		if err := rows.Scan(dest...); err != nil {
-			return false, dbutil.MapErr(err, "subscribe: decoding "+r.table.name)
-		}
-		x, e := r.dec.position()
-		k := tickOf[x]
-		b := r.batchOf(k)
-		r.dec.setBatch(b)
-		if ev, ok := r.dec.event(); ok {
-			r.heldRows = append(r.heldRows, heldRow[E]{k: k, ev: ev, cur: b.Cursor(x, e)})
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return false, dbutil.MapErr(err, "subscribe: reading "+r.table.name)
+		return nil
+	})
+	if err != nil || !ok {
+		return false, err
 	}
 	slices.SortStableFunc(r.heldRows, func(a, b heldRow[E]) int { return a.k - b.k })
 	return true, nil
