@@ -82,15 +82,15 @@ test:
 browser-test:
 	@$(call db); \
 	$(call browser); \
-	echo "==> go test -count=1 -v -run '^TestBrowser$$' ./internal/ffview/"; \
-	$(GO) test -count=1 -v -run '^TestBrowser$$' ./internal/ffview/
+	echo "==> go test -count=1 -v -run '^TestBrowser$$' ./cmd/internal/ffview/"; \
+	$(GO) test -count=1 -v -run '^TestBrowser$$' ./cmd/internal/ffview/
 
 screenshots:
 	@$(call db); \
 	$(call browser); \
 	[[ -n "$${FF_CHROMIUM:-}" ]] || { echo "==> screenshots need a browser" >&2; exit 1; }; \
-	echo "==> FF_SCREENSHOTS=docs/screenshots go test -count=1 -run '^TestBrowser$$' ./internal/ffview/"; \
-	FF_SCREENSHOTS=docs/screenshots $(GO) test -count=1 -run '^TestBrowser$$' ./internal/ffview/; \
+	echo "==> FF_SCREENSHOTS=docs/screenshots go test -count=1 -run '^TestBrowser$$' ./cmd/internal/ffview/"; \
+	FF_SCREENSHOTS=docs/screenshots $(GO) test -count=1 -run '^TestBrowser$$' ./cmd/internal/ffview/; \
 	ls -l docs/screenshots/
 
 vet:

@@ -25,7 +25,7 @@
 # On a closed network Chromium must start with --headless --no-sandbox
 # --disable-gpu --disable-quic --no-first-run --disable-background-networking
 # --disable-component-update --disable-sync and an empty --user-data-dir; the
-# check below and the browser test (internal/ffview) use those flags.
+# check below and the browser test (cmd/internal/ffview) use those flags.
 set -euo pipefail
 shopt -s inherit_errexit
 

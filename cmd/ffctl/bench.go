@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/bench"
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/outbox"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 )

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/demo"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/internal/uiserver"
 )
 
 var demoCommand = command{

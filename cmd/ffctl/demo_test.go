@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/demo"
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 

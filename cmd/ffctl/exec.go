@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/google/uuid"
 )
 

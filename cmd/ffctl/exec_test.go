@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/jackc/pgx/v5"
 )

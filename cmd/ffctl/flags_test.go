@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 )
 
 // TestBadFlagValues: ffctl's numeric flags refuse values outside their range

@@ -15,7 +15,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 )
 
 // command is one ffctl subcommand. Each lives in its own file (migrate.go, …)
@@ -24,7 +24,7 @@ type command struct {
 	name    string
 	summary string // one line for the command list
 	// run executes the command with the arguments after its name and returns
-	// the process exit code (see internal/cli's Exit* constants). ctx is
+	// the process exit code (see cmd/internal/cli's Exit* constants). ctx is
 	// cancelled on SIGINT/SIGTERM.
 	run func(ctx context.Context, args []string) int
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/subscribe"
 )

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/migrations"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 

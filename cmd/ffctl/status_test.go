@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/subscribe"
 )

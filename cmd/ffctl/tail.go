@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/subscribe"
 )
 

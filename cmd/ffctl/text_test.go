@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 )
 
 // textFlagCases are the flags of ffctl that carry a stored kind of text

@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 )
 
 var versionCommand = command{

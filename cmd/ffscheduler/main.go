@@ -14,7 +14,7 @@
 // requests whose Host names it (the address listened on, localhost and the
 // loopback IPs of its port, and --ui-allowed-hosts), refuses state-changing
 // requests from other origins, and wants JSON (uiserver.Guard). The same
-// listener serves the execution view under /ff/ (internal/ffview:
+// listener serves the execution view under /ff/ (cmd/internal/ffview:
 // executions, their timelines, flows, cancel and revoke) behind the same
 // guard and basic auth. When the default address is taken
 // (a second scheduler on the same host) the UI is skipped with a warning;
@@ -34,10 +34,10 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
-	"github.com/ffriver/ffriver/internal/ffview"
-	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -235,7 +235,7 @@ type logString struct{ s string }
 // LogValue implements slog.LogValuer.
 func (l *logString) LogValue() slog.Value { return slog.StringValue(l.s) }
 
-// startUI serves River UI and the execution view (internal/ffview, under
+// startUI serves River UI and the execution view (cmd/internal/ffview, under
 // /ff/) of process p on one listener.
 func startUI(ctx context.Context, o *options, p *ffriver.Process, logger *slog.Logger) (*uiserver.Server, error) {
 	view, err := ffview.New(p.Service().Store(), ffview.Options{Logger: logger, Pipeline: p.Service().Pipeline(), RiverSchema: p.Config().Schema})

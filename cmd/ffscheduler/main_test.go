@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testlog"
 )

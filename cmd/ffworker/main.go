@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

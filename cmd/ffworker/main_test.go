@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 )
 
 func getenv(k string) string {

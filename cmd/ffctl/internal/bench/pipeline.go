@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -10,10 +10,10 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"

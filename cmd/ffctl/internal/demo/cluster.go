@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
-	"github.com/ffriver/ffriver/internal/ffview"
-	"github.com/ffriver/ffriver/internal/uiserver"
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

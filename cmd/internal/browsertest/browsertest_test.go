@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/ffriver/ffriver/internal/browsertest"
+	"github.com/ffriver/ffriver/cmd/internal/browsertest"
 )
 
 // TestBrowserRendersAndKeepsScreenshots: the headless browser loads a page

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"

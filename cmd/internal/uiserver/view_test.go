@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/internal/uiserver"
 )
 
 // TestViewServedBesideRiverUI serves River UI and the execution view on one

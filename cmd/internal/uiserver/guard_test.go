@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/internal/testdb"
-	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"

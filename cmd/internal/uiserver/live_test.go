@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/testdb"
-	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )

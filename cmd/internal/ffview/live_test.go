@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/ffview"
 )
 
 // sseEvent is one server-sent event as a client parses it.

@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/ffriver/ffriver/internal/uiserver"
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 )
 
 func TestIsLoopback(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ffriver/ffriver/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 )
 
 func TestAddFilter(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/google/uuid"
 )
 

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/telemetry"
+	"github.com/ffriver/ffriver/cmd/internal/telemetry"
 )
 
 // Telemetry holds --metrics-addr after parsing.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/cli"
 	"github.com/ffriver/ffriver/internal/testdb"
 )
 

@@ -17,13 +17,13 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/cmd/internal/browsertest"
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
+	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/browsertest"
-	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/testdb"
-	"github.com/ffriver/ffriver/internal/uiserver"
 	"github.com/google/uuid"
 )
 

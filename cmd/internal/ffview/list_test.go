@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/ffview"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
