@@ -125,6 +125,12 @@ func TestConsumerAbandonedHoldsRetentionUntilDropped(t *testing.T) {
 		t.Errorf("drop of an attached consumer: exit %d, %q; want 1 and a message saying it is attached", code, errs)
 	}
 	attached.Close()
+	// The server releases the stream's hold on the name when its session
+	// ends, a moment after Close has returned.
+	fftest.Await(t, 30*time.Second, "the closed stream's session to end", func() bool {
+		cs := list()
+		return len(cs) == 1 && !cs[0].Attached
+	})
 
 	code, out, errs := run(runConsumerDrop, "audit", "--stream", "leases")
 	if code != 0 || !strings.Contains(out, `dropped consumer "audit"`) {
