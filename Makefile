@@ -26,6 +26,9 @@ STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 TEST_TIMEOUT ?= 20m
 ARGS ?=
+# The library's packages and the binaries' (cmd/ is a module of its own,
+# joined to the library's by go.work: from here ./... is the library only).
+PKGS := ./... ./cmd/...
 
 # db prints what the database step does and exports DATABASE_URL for the rest
 # of the recipe line. Passwords are never printed.
@@ -72,10 +75,10 @@ endef
 test:
 	@$(call db); \
 	$(call browser); \
-	echo "==> go vet ./..."; \
-	$(GO) vet ./...; \
-	echo "==> go test -race -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	echo "==> go vet $(PKGS)"; \
+	$(GO) vet $(PKGS); \
+	echo "==> go test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)"; \
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # The browser test's screenshots are kept under $(FF_ARTIFACTS), else
 # bin/artifacts/TestBrowser/.
@@ -94,15 +97,15 @@ screenshots:
 	ls -l docs/screenshots/
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 
 lint:
 	@echo "==> gofmt -l"; \
 	files="$$(find . -name '*.go' -not -path './.git/*' -not -path './.devdb/*' -not -path './bin/*' -print | sort)"; \
 	unformatted="$$(gofmt -l $$files)"; \
 	if [[ -n "$$unformatted" ]]; then echo "$$unformatted"; echo "gofmt: the files above need gofmt -w" >&2; exit 1; fi
-	@echo "==> go vet ./..."; $(GO) vet ./...
-	@echo "==> staticcheck $(STATICCHECK_VERSION) ./..."; $(STATICCHECK) ./...
+	@echo "==> go vet $(PKGS)"; $(GO) vet $(PKGS)
+	@echo "==> staticcheck $(STATICCHECK_VERSION) $(PKGS)"; $(STATICCHECK) $(PKGS)
 
 demo:
 	@$(call ffctl_run,demo)

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -25,6 +27,13 @@ func TestVersion(t *testing.T) {
 	for _, d := range info.Deps {
 		deps[d.Path] = d.Version
 	}
+	// River UI is a requirement of the binaries' module only: its version
+	// is the workspace's, as the go command resolves it for the binaries.
+	uiVersion, err := exec.CommandContext(t.Context(), "go", "list", "-m", "-f", "{{.Version}}", "riverqueue.com/riverui").Output()
+	if err != nil || len(bytes.TrimSpace(uiVersion)) == 0 {
+		t.Fatalf("go list -m riverqueue.com/riverui: %q, %v", uiVersion, err)
+	}
+	deps["riverqueue.com/riverui"] = string(bytes.TrimSpace(uiVersion))
 	bins, err := testproc.Build(t.Context(), t.TempDir(), "ffctl", "ffscheduler", "ffworker")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +50,7 @@ func TestVersion(t *testing.T) {
 				t.Errorf("%s %s: exit %d", name, a[0], r.code)
 			}
 			for _, want := range []string{
-				name + " ", "module:   github.com/ffriver/ffriver", "commit:   ", "go:       " + runtime.Version(),
+				name + " ", "module:   github.com/ffriver/ffriver/cmd\n", "ffriver:  (devel)\n", "commit:   ", "go:       " + runtime.Version(),
 				"river:    " + deps["github.com/riverqueue/river"],
 			} {
 				if !strings.Contains(r.stdout, want) {

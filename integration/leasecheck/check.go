@@ -725,18 +725,11 @@ func ArtifactsDir() string {
 	if d := os.Getenv("FF_ARTIFACTS"); d != "" {
 		return d
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return filepath.Join("bin", "artifacts", "leasecheck")
+	root, ok := testproc.RepoRoot()
+	if !ok {
+		root, _ = os.Getwd()
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module "+testproc.Module+"\n") {
-			return filepath.Join(d, "bin", "artifacts", "leasecheck")
-		}
-		if filepath.Dir(d) == d {
-			return filepath.Join(dir, "bin", "artifacts", "leasecheck")
-		}
-	}
+	return filepath.Join(root, "bin", "artifacts", "leasecheck")
 }
 
 // WriteArtifacts writes, for each execution with a violation (at most

@@ -21,8 +21,29 @@ import (
 	"time"
 )
 
-// Module is the import path the commands are built from.
+// Module is the library's module path; the commands are built from
+// Module+"/cmd/<name>", in the binaries' own module (cmd/go.mod), which the
+// repository's go.work puts beside the library's.
 const Module = "github.com/ffriver/ffriver"
+
+// RepoRoot returns the repository's root, the nearest directory above the
+// working directory (a test runs in its package's directory) whose go.mod
+// is the library's (cmd/ has a go.mod of its own), and false when there is
+// none.
+func RepoRoot() (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module "+Module+"\n") {
+			return d, true
+		}
+		if filepath.Dir(d) == d {
+			return "", false
+		}
+	}
+}
 
 // Env returns this process's environment without the database settings a
 // binary would otherwise pick up: DATABASE_URL, FF_SCHEMA, FF_UI_* and

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/ffriver/ffriver/internal/testproc"
 )
 
 // Chromium returns the path of the headless Chromium to drive; without one
@@ -220,22 +221,18 @@ func ArtifactsDir(tb testing.TB) string {
 	return dir
 }
 
-// repoRoot is the nearest directory above the working directory (a test
-// runs in its package's directory) holding go.mod.
+// repoRoot is the repository's root (testproc.RepoRoot), else the working
+// directory.
 func repoRoot(tb testing.TB) string {
 	tb.Helper()
+	if root, ok := testproc.RepoRoot(); ok {
+		return root
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		tb.Fatalf("browsertest: %v", err)
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return dir
-		}
-	}
+	return dir
 }
 
 func safeName(s string) string {

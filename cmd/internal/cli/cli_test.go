@@ -325,6 +325,19 @@ func TestVersionOfBuildInfo(t *testing.T) {
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
+	// The binaries' own module, built with the library beside it.
+	got = FormatVersion("ffctl", &debug.BuildInfo{
+		GoVersion: "go1.26.8",
+		Main:      debug.Module{Path: "github.com/ffriver/ffriver/cmd", Version: "(devel)"},
+		Deps: []*debug.Module{{Path: "github.com/ffriver/ffriver", Version: "v0.0.0-00010101000000-000000000000",
+			Replace: &debug.Module{Path: "../"}}, {Path: "github.com/riverqueue/river", Version: "v0.51.2"},
+			{Path: "riverqueue.com/riverui", Version: "v0.22.0"}},
+	})
+	want = "ffctl (devel)\n  module:   github.com/ffriver/ffriver/cmd\n  ffriver:  (devel)\n  commit:   unknown\n" +
+		"  go:       go1.26.8\n  river:    v0.51.2\n  river ui: v0.22.0\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
 	if got := FormatVersion("ffctl", &debug.BuildInfo{}); !strings.Contains(got, "commit:   unknown") {
 		t.Errorf("no VCS information:\n%s", got)
 	}

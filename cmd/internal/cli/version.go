@@ -14,6 +14,7 @@ var ErrVersion = fmt.Errorf("version printed: %w", flag.ErrHelp)
 
 // Module paths whose versions Version reports.
 const (
+	libModule     = "github.com/ffriver/ffriver"
 	riverModule   = "github.com/riverqueue/river"
 	riverUIModule = "riverqueue.com/riverui"
 )
@@ -41,7 +42,10 @@ func FormatVersion(name string, info *debug.BuildInfo) string {
 	deps := map[string]string{}
 	for _, d := range info.Deps {
 		v := d.Version
-		if d.Replace != nil {
+		switch {
+		case d.Replace != nil && d.Replace.Version == "":
+			v = "(devel)" // a directory, as the library beside the binaries is
+		case d.Replace != nil:
 			v = d.Replace.Version + " (replaces " + d.Version + ")"
 		}
 		deps[d.Path] = v
@@ -66,6 +70,9 @@ func FormatVersion(name string, info *debug.BuildInfo) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s\n", name, or(info.Main.Version))
 	fmt.Fprintf(&b, "  module:   %s\n", or(info.Main.Path))
+	if v, ok := deps[libModule]; ok {
+		fmt.Fprintf(&b, "  ffriver:  %s\n", v) // the library the binaries' module was built with
+	}
 	fmt.Fprintf(&b, "  commit:   %s\n", commit)
 	fmt.Fprintf(&b, "  go:       %s\n", or(info.GoVersion))
 	fmt.Fprintf(&b, "  river:    %s\n", or(deps[riverModule]))
