@@ -193,7 +193,7 @@ type TickArgs struct {
 func (TickArgs) Kind() string { return KindTick }
 
 // RescueArgs re-queues ffriver's jobs left running by a process that died
-// (workers.RescueWorker): jobs of Queues running for longer than AfterMs.
+// (the workers package's rescue worker): jobs of Queues running for longer than AfterMs.
 type RescueArgs struct {
 	Queues  []string `json:"queues"`
 	AfterMs int64    `json:"after_ms"`

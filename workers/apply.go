@@ -12,20 +12,20 @@ import (
 // The per-item execution path: every item job, built-in or registered with
 // a Plugin, runs through its kind's engine (engine.go) and nothing else.
 
-// Action is what an item job does, in the item's transaction: lock its row
+// action is what an item job does, in the item's transaction: lock its row
 // (FOR UPDATE or FOR NO KEY UPDATE, SKIP LOCKED when another transaction
 // may hold it for long), recheck that the item is still due, write the
 // transition and its outbox rows, and report an Output whose Outcome says
 // what happened. It returns an error only for real failures; a vanished,
 // changed or locked row is an outcome (no_op, orphaned, skipped_locked).
-type Action[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args T) (Output, error)
+type action[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args T) (Output, error)
 
-// GroupAction is an Action over the jobs of a group transaction at once
+// groupAction is an action over the jobs of a group transaction at once
 // (GroupItemOf): one Output per args, in order. It returns an error only
 // for real failures, which fail the whole group: the engine then redoes the
-// group's jobs one by one with the Action, each in a savepoint, so the
+// group's jobs one by one with the action, each in a savepoint, so the
 // failing job alone is retried.
-type GroupAction[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args []T) ([]Output, error)
+type groupAction[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args []T) ([]Output, error)
 
 // itemWorker is the River worker of every item kind: Work hands the job to
 // the kind's engine.

@@ -35,7 +35,7 @@ func NewCascader(riverSchema string, filter ff.Filter) (*Cascader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ffriver: cascade insert client: %w", err)
 	}
-	return &Cascader{client: client, opts: ItemInsertOpts(filter), filter: filter}, nil
+	return &Cascader{client: client, opts: itemInsertOpts(filter), filter: filter}, nil
 }
 
 // EnqueueHopsTx implements executions.Cascader.

@@ -117,17 +117,17 @@ type entry[T river.JobArgs] struct {
 // engine applies the jobs of one item kind.
 type engine[T river.JobArgs] struct {
 	env     *Env
-	action  Action[T]
+	action  action[T]
 	grouped bool
 	// many, when set, applies a whole group in one call (GroupItemOf).
-	many GroupAction[T]
+	many groupAction[T]
 
 	mu      sync.Mutex
 	pending []*entry[T]
 	lanes   int // leaders running
 }
 
-func newEngine[T river.JobArgs](env *Env, action Action[T], grouped bool) *engine[T] {
+func newEngine[T river.JobArgs](env *Env, action action[T], grouped bool) *engine[T] {
 	return &engine[T]{env: env, action: action, grouped: grouped}
 }
 

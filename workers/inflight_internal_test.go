@@ -36,7 +36,7 @@ func TestInFlightKeyMatchesRiver(t *testing.T) {
 		jobs.ReconcileGroupArgs{GroupKey: key},
 		jobs.ScanArgs{Scanner: "attempt_timeout", Partition: 5, Batch: 1000, Filter: &jobs.Filter{Namespace: ns}},
 	} {
-		res, err := client.Insert(ctx, args, ItemInsertOpts(ff.Filter{Namespace: ns}))
+		res, err := client.Insert(ctx, args, itemInsertOpts(ff.Filter{Namespace: ns}))
 		if err != nil {
 			t.Fatalf("%s: %v", args.Kind(), err)
 		}
@@ -68,7 +68,7 @@ func TestSkipInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := ItemInsertOpts(ff.Filter{})
+	opts := itemInsertOpts(ff.Filter{})
 	mk := func() jobs.ExpireAttemptArgs {
 		return jobs.ExpireAttemptArgs{ID: ff.ExecutionID{Partition: 1, UUID: uuid.New()}}
 	}

@@ -447,8 +447,8 @@ func (p *Pipeline) ItemScanner(kind string) (string, bool) {
 	return s, ok
 }
 
-// JobEventKinds are the River events ObserveJobs needs.
-var JobEventKinds = []river.EventKind{river.EventKindJobCompleted, river.EventKindJobSnoozed, river.EventKindJobFailed, river.EventKindJobCancelled}
+// jobEventKinds are the River events ObserveJobs needs.
+var jobEventKinds = []river.EventKind{river.EventKindJobCompleted, river.EventKindJobSnoozed, river.EventKindJobFailed, river.EventKindJobCancelled}
 
 // ObserveJobs subscribes to client's job events and, in a goroutine of its
 // own, records every item job's outcome and duration (and ends its span)
@@ -462,7 +462,7 @@ func (p *Pipeline) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx]
 	if m == nil {
 		return
 	}
-	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 10_000, Kinds: JobEventKinds})
+	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 10_000, Kinds: jobEventKinds})
 	var names []string
 	for _, s := range p.scannerOf {
 		names = append(names, s)

@@ -117,13 +117,13 @@ func (p *Pipeline) ApplyQueue() string { return jobs.ApplyQueue(p.filter) }
 // (ff.advance) and every plugin's item workers with River's
 // AddWorkerSafely: a kind registered twice is an error, not a panic.
 func (p *Pipeline) AddWorkers(workers *river.Workers) error {
-	if err := river.AddWorkerSafely(workers, &TickWorker{p: p}); err != nil {
+	if err := river.AddWorkerSafely(workers, &tickWorker{p: p}); err != nil {
 		return fmt.Errorf("ffriver: adding the tick worker: %w", err)
 	}
-	if err := river.AddWorkerSafely(workers, &ScanWorker{p: p}); err != nil {
+	if err := river.AddWorkerSafely(workers, &scanWorker{p: p}); err != nil {
 		return fmt.Errorf("ffriver: adding the scan worker: %w", err)
 	}
-	if err := river.AddWorkerSafely(workers, &RescueWorker{p: p}); err != nil {
+	if err := river.AddWorkerSafely(workers, &rescueWorker{p: p}); err != nil {
 		return fmt.Errorf("ffriver: adding the rescue worker: %w", err)
 	}
 	for _, it := range p.items {
@@ -203,15 +203,15 @@ func (p *Pipeline) Queues(scanWorkers, applyWorkers int) map[string]river.QueueC
 	return q
 }
 
-// ItemInsertOpts are the insert options of an item job of a pipeline with
+// itemInsertOpts are the insert options of an item job of a pipeline with
 // filter f: its apply queue, unique while in flight, a few attempts.
-func ItemInsertOpts(f ff.Filter) *river.InsertOpts {
+func itemInsertOpts(f ff.Filter) *river.InsertOpts {
 	return &river.InsertOpts{Queue: jobs.ApplyQueue(f), MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
 }
 
-// ScanInsertOpts are the insert options of a scan job of a pipeline with
+// scanInsertOpts are the insert options of a scan job of a pipeline with
 // filter f.
-func ScanInsertOpts(f ff.Filter) *river.InsertOpts {
+func scanInsertOpts(f ff.Filter) *river.InsertOpts {
 	return &river.InsertOpts{Queue: jobs.ScanQueue(f), MaxAttempts: jobs.ScanMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
 }
 

@@ -39,17 +39,17 @@ type RescueOutput struct {
 	Rescued int `json:"rescued"`
 }
 
-// RescueWorker works ff.rescue.
-type RescueWorker struct {
+// rescueWorker works ff.rescue.
+type rescueWorker struct {
 	river.WorkerDefaults[jobs.RescueArgs]
 	p *Pipeline
 }
 
 // Timeout implements river.Worker.
-func (w *RescueWorker) Timeout(*river.Job[jobs.RescueArgs]) time.Duration { return w.p.env.JobTimeout }
+func (w *rescueWorker) Timeout(*river.Job[jobs.RescueArgs]) time.Duration { return w.p.env.JobTimeout }
 
 // Work implements river.Worker.
-func (w *RescueWorker) Work(ctx context.Context, job *river.Job[jobs.RescueArgs]) error {
+func (w *rescueWorker) Work(ctx context.Context, job *river.Job[jobs.RescueArgs]) error {
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return fmt.Errorf("ffriver: no River client in the worker context: %w", err)

@@ -14,26 +14,26 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// ScanWorker works ff.scan: it selects up to a batch of due items of its
+// scanWorker works ff.scan: it selects up to a batch of due items of its
 // partition, or of each of its partitions (filter applied in SQL), inserts
 // one item job per distinct item not already in flight, re-enqueues a scan
 // of a partition after its last candidate when that partition filled the
 // batch, and completes itself, all in one transaction.
-type ScanWorker struct {
+type scanWorker struct {
 	river.WorkerDefaults[jobs.ScanArgs]
 	p *Pipeline
 }
 
 // Timeout implements river.Worker.
-func (w *ScanWorker) Timeout(*river.Job[jobs.ScanArgs]) time.Duration { return w.p.env.JobTimeout }
+func (w *scanWorker) Timeout(*river.Job[jobs.ScanArgs]) time.Duration { return w.p.env.JobTimeout }
 
 // NextRetry implements river.Worker.
-func (w *ScanWorker) NextRetry(job *river.Job[jobs.ScanArgs]) time.Time {
+func (w *scanWorker) NextRetry(job *river.Job[jobs.ScanArgs]) time.Time {
 	return time.Now().Add(jobs.RetryDelay(job.Attempt))
 }
 
 // Work implements river.Worker.
-func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) error {
+func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) error {
 	env := w.p.env
 	a := job.Args
 	s, ok := w.p.reg.Lookup(a.Scanner)
@@ -102,7 +102,7 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 					// This partition continues on its own after its last
 					// candidate.
 					n.After = res.Next
-					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(ScanInsertOpts(filter), ScanTags(s.Name(), filter, []int16{p}))})
+					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(scanInsertOpts(filter), ScanTags(s.Name(), filter, []int16{p}))})
 				} else if c != nil && res.Candidates > 0 {
 					// A sweep that reached the end of what is due: the
 					// cursor goes to its end.
@@ -115,14 +115,14 @@ func (w *ScanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 				if filled {
 					// The next round reads on from the advanced cursor.
 					n.Round = a.Round + 1
-					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(ScanInsertOpts(filter), ScanTags(s.Name(), filter, []int16{p}))})
+					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(scanInsertOpts(filter), ScanTags(s.Name(), filter, []int16{p}))})
 				}
 			}
 		}
 		if err := saveCursors(ctx, tx, env, s.Name(), jobs.ScanQueue(filter), cursors); err != nil {
 			return err
 		}
-		params, err := dedupe(items, ItemInsertOpts(filter))
+		params, err := dedupe(items, itemInsertOpts(filter))
 		if err != nil {
 			return err
 		}

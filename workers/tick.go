@@ -19,21 +19,21 @@ type retentionScanner interface {
 	Retention(params json.RawMessage) (time.Duration, error)
 }
 
-// TickWorker works ff.tick: one query for the partitions with due work,
+// tickWorker works ff.tick: one query for the partitions with due work,
 // each counted up to the batch (scanners.DueRequest.Cap), then the scan
 // jobs, inserted and completed in one transaction: one per partition with
 // a batch or more due, and the others grouped into scans of at most a batch
 // of due items each.
-type TickWorker struct {
+type tickWorker struct {
 	river.WorkerDefaults[jobs.TickArgs]
 	p *Pipeline
 }
 
 // Timeout implements river.Worker.
-func (w *TickWorker) Timeout(*river.Job[jobs.TickArgs]) time.Duration { return w.p.env.JobTimeout }
+func (w *tickWorker) Timeout(*river.Job[jobs.TickArgs]) time.Duration { return w.p.env.JobTimeout }
 
 // Work implements river.Worker.
-func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) error {
+func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) error {
 	env := w.p.env
 	s, ok := w.p.reg.Lookup(job.Args.Scanner)
 	if !ok {
@@ -76,7 +76,7 @@ func (w *TickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 			if len(parts) > 1 {
 				a.Partitions = parts[1:]
 			}
-			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(ScanInsertOpts(filter), ScanTags(s.Name(), filter, parts))})
+			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), ScanTags(s.Name(), filter, parts))})
 		}
 		// Partitions with less than a batch due share scans of at most a
 		// batch of due items: a scan job costs a River round (insert, fetch,

@@ -1,0 +1,8 @@
+package workers
+
+// The insert options of the pipeline's jobs, for the external tests that
+// insert jobs as the pipeline does.
+var (
+	ItemInsertOpts = itemInsertOpts
+	ScanInsertOpts = scanInsertOpts
+)
