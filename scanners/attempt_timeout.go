@@ -2,7 +2,6 @@ package scanners
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -45,10 +44,10 @@ var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_
 // execution's running one (ffriver clears the lease of every attempt it
 // ends).
 func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
-	return audit(ctx, q, req, "a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms, c.lifecycle_phase, c.attempt_index AS current_attempt_index",
-		fmt.Sprintf(`FROM {S}ff_attempt a
+	return audit(ctx, q, req, req.NowMs, "a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms, c.lifecycle_phase, c.attempt_index AS current_attempt_index",
+		`FROM {S}ff_attempt a
   LEFT JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-  WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < %d`, req.NowMs), "c",
+  WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < {AT}`, "c",
 		[]auditCase{
 			outOfRange(req, "a.partition_key"),
 			{reason: "attempt of no execution", pred: "c.execution_id IS NULL"},

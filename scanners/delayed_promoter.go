@@ -2,7 +2,6 @@ package scanners
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -46,9 +45,9 @@ var delayedPromoterDue = dueShape{part: "c.partition_key", due: "c.delay_until_m
 // nor where upstream writes one (migration 0010 reads those): no scan can
 // tell when they are due.
 func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
-	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.delay_until_ms, c.lifecycle_phase, c.eligibility_state",
-		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE ((c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= %d)
-  OR (c.eligibility_state = 'not_eligible_until_time' AND c.delay_until_ms IS NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')))`, req.NowMs), "c",
+	return audit(ctx, q, req, req.NowMs, "c.partition_key, c.execution_id, c.delay_until_ms, c.lifecycle_phase, c.eligibility_state",
+		`FROM {S}ff_exec_core c WHERE ((c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= {AT})
+  OR (c.eligibility_state = 'not_eligible_until_time' AND c.delay_until_ms IS NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')))`, "c",
 		[]auditCase{
 			outOfRange(req, "c.partition_key"),
 			{reason: "not eligible until a time it does not record", pred: "c.delay_until_ms IS NULL"},

@@ -3,7 +3,6 @@ package scanners
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -113,10 +112,10 @@ func (s *DependencyScanner) Unprocessable(ctx context.Context, q Querier, req Du
 	if err != nil {
 		return nil, err
 	}
-	return audit(ctx, q, req, "e.partition_key, e.flow_id, e.upstream_eid, e.downstream_eid, e.upstream_terminal_at_ms, c.lifecycle_phase",
-		fmt.Sprintf(`FROM {S}ff_edge e
+	return audit(ctx, q, req, cutoff, "e.partition_key, e.flow_id, e.upstream_eid, e.downstream_eid, e.upstream_terminal_at_ms, c.lifecycle_phase",
+		`FROM {S}ff_edge e
   LEFT JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
-  WHERE e.upstream_outcome IS NULL AND e.upstream_terminal_at_ms IS NOT NULL AND e.upstream_terminal_at_ms < %d`, cutoff), "c",
+  WHERE e.upstream_outcome IS NULL AND e.upstream_terminal_at_ms IS NOT NULL AND e.upstream_terminal_at_ms < {AT}`, "c",
 		[]auditCase{
 			outOfRange(req, "e.partition_key"),
 			{reason: "upstream execution gone", pred: "c.execution_id IS NULL"},

@@ -2,7 +2,6 @@ package scanners
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -39,8 +38,8 @@ var executionDeadlineDue = dueShape{part: "c.partition_key", due: "c.deadline_at
 // Unprocessable implements Auditor: passed deadlines in partitions outside
 // the schema's count.
 func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
-	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
-		fmt.Sprintf(`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < %d`, req.NowMs), "c",
+	return audit(ctx, q, req, req.NowMs, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
+		`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < {AT}`, "c",
 		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 

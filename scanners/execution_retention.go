@@ -207,7 +207,7 @@ func (s *ExecutionRetentionScanner) Unprocessable(ctx context.Context, q Querier
 	if _, keep, err := s.cutoff(req.Params, req.NowMs); err != nil || keep {
 		return nil, err
 	}
-	return audit(ctx, q, req, "c.partition_key, c.execution_id, c.flow_id, c.public_state, c.lifecycle_phase",
+	return audit(ctx, q, req, 0, "c.partition_key, c.execution_id, c.flow_id, c.public_state, c.lifecycle_phase",
 		fmt.Sprintf(`FROM {S}ff_exec_core c
   WHERE c.partition_key = ANY(ARRAY(SELECT generate_series(0, %d)::smallint))
     AND c.lifecycle_phase IN ('terminal', 'cancelled') AND c.terminal_at_ms IS NULL`, int(req.Store.Partitions())-1), "c",

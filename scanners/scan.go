@@ -189,7 +189,7 @@ WHERE (NOT $1::bool OR g.downstream_eid IS NULL OR g.cancel_siblings_pending_fla
 // schema's count; a filter applies to the group's downstream execution, as
 // in the edge-cancel scanners' Due and Scan.
 func auditGroups(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
-	return audit(ctx, q, req, "p.partition_key, p.flow_id, p.downstream_eid, p.enqueued_at_ms",
+	return audit(ctx, q, req, 0, "p.partition_key, p.flow_id, p.downstream_eid, p.enqueued_at_ms",
 		`FROM {S}ff_pending_cancel_groups p
   LEFT JOIN {S}ff_exec_core c ON c.partition_key = p.partition_key AND c.execution_id = p.downstream_eid WHERE true`, "c",
 		[]auditCase{outOfRange(req, "p.partition_key")})

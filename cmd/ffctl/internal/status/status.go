@@ -375,7 +375,11 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	for _, s := range r.Scanners {
 		for _, u := range s.Unprocessable {
-			fmt.Fprintf(w, "unprocessable: %s: %d (%s)\n", s.Name, u.Count, u.Reason)
+			n := fmt.Sprint(u.Count)
+			if u.AtLeast {
+				n = fmt.Sprintf("at least %d (of the first %d rows that look due)", u.Count, scanners.AuditCap+1)
+			}
+			fmt.Fprintf(w, "unprocessable: %s: %s (%s)\n", s.Name, n, u.Reason)
 			if u.List != "" {
 				fmt.Fprintf(w, "  list them: %s;\n", strings.Join(strings.Fields(u.List), " "))
 			}
