@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -23,7 +24,7 @@ import (
 // Prometheus or OTLP reader.
 func Example_metrics() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL())
+	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return

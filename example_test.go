@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	ffworkers "github.com/ffriver/ffriver/workers"
@@ -36,7 +37,7 @@ func Example_embed() {
 	ctx := context.Background()
 	// The client's pool serves the application's queue (10 workers) and
 	// ffriver's (2 scan, 8 apply workers): Configure refuses a smaller one.
-	poolConfig, err := pgxpool.ParseConfig(databaseURL())
+	poolConfig, err := pgxpool.ParseConfig(fftest.DatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -140,19 +141,12 @@ func Example_embed() {
 	// ticks: <nil>
 }
 
-func databaseURL() string {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
 // A process of your own, run the way ffscheduler runs (here with the apply
 // queue too): Run verifies the schema, starts the outbox waker and River,
 // and stops gracefully when its context ends.
 func ExampleRun() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL())
+	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -3,10 +3,10 @@ package executions_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -16,7 +16,7 @@ import (
 // events in the same transaction as the state change.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL())
+	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -70,11 +70,4 @@ func Example() {
 	// Output:
 	// claimed the created execution: true attempt 0 epoch 1
 	// terminal completed
-}
-
-func databaseURL() string {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test"
 }

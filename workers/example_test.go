@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/ffriver/ffriver"
@@ -88,7 +87,7 @@ func (s starvationBoost) boost(ctx context.Context, tx pgx.Tx, env *workers.Env,
 // workers.Plugin next to the built-ins, exactly as they are registered.
 func ExamplePlugin() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, exampleDatabaseURL())
+	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -146,11 +145,4 @@ func ExamplePlugin() {
 	}
 	fmt.Println("not boosted")
 	// Output: boosted
-}
-
-func exampleDatabaseURL() string {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
