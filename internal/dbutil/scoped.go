@@ -20,8 +20,9 @@ const scopedSavepoint = "ffriver_scoped_read"
 // ScopedRead runs the query sql with args after the statement settings (of
 // set_config(…, true) calls, such as PlannerSettings) and passes its rows
 // to read, in a transaction of its own that it rolls back so the settings
-// end with it: BEGIN … ROLLBACK on a pool or a connection, a savepoint
-// rolled back and released in a transaction (pgx.Tx). The statements are
+// end with it: BEGIN … ROLLBACK on a pool or an idle connection, a
+// savepoint rolled back and released in a transaction (a pgx.Tx, or a
+// *pgx.Conn on which one is open). The statements are
 // pipelined in one batch: one round trip, where a transaction opened,
 // set, read and rolled back took four. A q that cannot send a batch runs
 // the query as it is, without the settings.
@@ -42,7 +43,16 @@ func ScopedRead(ctx context.Context, q interface {
 		}
 		return rows.Err()
 	}
-	_, inTx := q.(pgx.Tx)
+	var conn *pgx.Conn // the connection of a transaction q is in
+	switch c := q.(type) {
+	case pgx.Tx:
+		conn = c.Conn()
+	case *pgx.Conn:
+		if c.PgConn().TxStatus() != 'I' {
+			conn = c
+		}
+	}
+	inTx := conn != nil
 	open, end := []string{"BEGIN"}, []string{"ROLLBACK"}
 	if inTx {
 		open = []string{"SAVEPOINT " + scopedSavepoint}
@@ -58,13 +68,13 @@ func ScopedRead(ctx context.Context, q interface {
 		batch.Queue(s)
 	}
 	err := runScoped(b.SendBatch(ctx, batch), len(open), len(end), read)
-	if tx, ok := q.(pgx.Tx); ok && err != nil && tx.Conn().PgConn().TxStatus() == 'E' {
+	if inTx && err != nil && conn.PgConn().TxStatus() == 'E' {
 		// The server stopped at an error, before the savepoint was
 		// rolled back: roll it back here, so that the caller's
 		// transaction goes on as it was (a failed read does not abort
 		// it). If this fails too, the transaction is broken anyway.
 		for _, s := range end {
-			if _, rerr := tx.Exec(ctx, s); rerr != nil {
+			if _, rerr := conn.Exec(ctx, s); rerr != nil {
 				break
 			}
 		}

@@ -86,6 +86,33 @@ func TestScopedRead(t *testing.T) {
 		t.Fatalf("committing after a failed read: %v", err)
 	}
 
+	// A connection with a transaction open by hand (BEGIN sent as a
+	// statement) is in a transaction too: the read must not end it.
+	c, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.Conn()
+	if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE mine (v int)`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readSettings(ctx, conn, settingSQL); err != nil || len(got) != 2 || got[0] != "off" {
+		t.Fatalf("on a connection in a transaction: the read saw %v (%v), want off", got, err)
+	}
+	if _, err := readSettings(ctx, conn, `SELECT (1/0)::text WHERE $1::text IS NOT NULL`); err == nil {
+		t.Fatal("a read that divides by zero on a connection in a transaction: no error")
+	}
+	if v := setting(conn); v != "on" || conn.PgConn().TxStatus() != 'T' {
+		t.Fatalf("on the connection after the reads: enable_sort = %s, transaction status %c; want on, still in its transaction", v, conn.PgConn().TxStatus())
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO mine VALUES (1); ROLLBACK`); err != nil {
+		t.Fatalf("the hand-opened transaction after the reads: %v", err)
+	}
+	c.Release()
+
 	// A failed read on the pool leaves no broken connection behind.
 	if _, err := readSettings(ctx, db.Pool, `SELECT (1/0)::text WHERE $1::text IS NOT NULL`); err == nil {
 		t.Fatal("a read that divides by zero on the pool: no error")
