@@ -93,12 +93,13 @@ func dueRead(ctx context.Context, q Querier, sql string, args []any, read func(p
 	return dbutil.MapErr(dbutil.ScopedRead(ctx, q, dbutil.PlannerSettings, sql, args, read), "due partitions")
 }
 
-// dueExec runs a bounded Due statement (boundedDueSQL) with $1 its time
-// bound and the filter's parameters as dueExecFilterSQL takes them.
-func dueExec(ctx context.Context, q Querier, req DueRequest, sh dueShape, bound int64) ([]Due, error) {
+// dueExec runs a bounded Due statement (boundedDueSQL) with $1 first (the
+// time bound; for the pending cancel groups, whether only flagged ones) and
+// the filter's parameters as dueExecFilterSQL takes them.
+func dueExec(ctx context.Context, q Querier, req DueRequest, sh dueShape, first any) ([]Due, error) {
 	ns, tk, tv := filterArgs(req.Filter)
 	var due []Due
-	err := dueRead(ctx, q, req.SQL(boundedDueSQL(sh)), []any{bound, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
+	err := dueRead(ctx, q, req.SQL(boundedDueSQL(sh)), []any{first, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
 		func(rows pgx.Rows) (err error) {
 			due, err = collectDue(rows)
 			return err

@@ -162,14 +162,7 @@ LIMIT $8`), req.Partition, onlyFlagged, ns, tk, tv, afterMs, afterFlow, req.Limi
 // reports is exact unless its count is capped; the oldest of all is exact
 // (the gate's, which LEAST puts on its partition).
 func dueGroups(ctx context.Context, q Querier, req DueRequest, onlyFlagged bool) ([]Due, error) {
-	ns, tk, tv := filterArgs(req.Filter)
-	var due []Due
-	err := dueRead(ctx, q, req.SQL(boundedDueSQL(groupsDue)), []any{onlyFlagged, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
-		func(rows pgx.Rows) (err error) {
-			due, err = collectDue(rows)
-			return err
-		})
-	return capDue(due, req.Cap), err
+	return dueExec(ctx, q, req, groupsDue, onlyFlagged)
 }
 
 // groupsDue is the due pending cancel groups for boundedDueSQL ($1: only

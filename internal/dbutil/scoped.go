@@ -52,23 +52,20 @@ func ScopedRead(ctx context.Context, q interface {
 			conn = c
 		}
 	}
-	inTx := conn != nil
-	open, end := []string{"BEGIN"}, []string{"ROLLBACK"}
-	if inTx {
-		open = []string{"SAVEPOINT " + scopedSavepoint}
+	open, end := "BEGIN", []string{"ROLLBACK"}
+	if conn != nil {
+		open = "SAVEPOINT " + scopedSavepoint
 		end = []string{"ROLLBACK TO SAVEPOINT " + scopedSavepoint, "RELEASE SAVEPOINT " + scopedSavepoint}
 	}
 	batch := &pgx.Batch{}
-	for _, s := range open {
-		batch.Queue(s)
-	}
+	batch.Queue(open)
 	batch.Queue(settings)
 	batch.Queue(sql, args...)
 	for _, s := range end {
 		batch.Queue(s)
 	}
-	err := runScoped(b.SendBatch(ctx, batch), len(open), len(end), read)
-	if inTx && err != nil && conn.PgConn().TxStatus() == 'E' {
+	err := runScoped(b.SendBatch(ctx, batch), len(end), read)
+	if conn != nil && err != nil && conn.PgConn().TxStatus() == 'E' {
 		// The server stopped at an error, before the savepoint was
 		// rolled back: roll it back here, so that the caller's
 		// transaction goes on as it was (a failed read does not abort
@@ -82,15 +79,15 @@ func ScopedRead(ctx context.Context, q interface {
 	return err
 }
 
-// runScoped reads the results of ScopedRead's batch: open statements, the
-// settings, the query (to read) and end statements.
-func runScoped(br pgx.BatchResults, open, end int, read func(pgx.Rows) error) (err error) {
+// runScoped reads the results of ScopedRead's batch: the open statement,
+// the settings, the query (to read) and end statements.
+func runScoped(br pgx.BatchResults, end int, read func(pgx.Rows) error) (err error) {
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
 	}()
-	for range open + 1 {
+	for range 2 { // the open statement and the settings
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

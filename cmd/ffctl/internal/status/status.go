@@ -140,7 +140,6 @@ func queues(ctx context.Context, pool *pgxpool.Pool, rs dbutil.Schema) ([]Queue,
 			var q, st string
 			var n int64
 			if err := rows.Scan(&q, &st, &n); err != nil {
-				rows.Close()
 				return err
 			}
 			if byQueue[q] == nil {
