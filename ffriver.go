@@ -45,6 +45,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
@@ -721,7 +722,7 @@ func (f *Service) attach(ctx context.Context, client *river.Client[pgx.Tx], stal
 	f.ObserveJobs(ctx, client)
 }
 
-// cascade is the Store's executions.Cascader: a workers.Cascader whose
+// cascade is the Store's actions.Cascader: a workers.Cascader whose
 // River schema Configure may replace (the host client's) before the Store
 // is used.
 type cascade struct {
@@ -744,7 +745,7 @@ func (c *cascade) use(riverSchema string) error {
 	return nil
 }
 
-// EnqueueHopsTx implements executions.Cascader.
-func (c *cascade) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
+// EnqueueHopsTx implements actions.Cascader.
+func (c *cascade) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []actions.Hop) error {
 	return c.c.Load().EnqueueHopsTx(ctx, tx, hops)
 }

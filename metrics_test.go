@@ -9,6 +9,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
@@ -72,7 +73,7 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 		if err := reader.Collect(ctx, &rm); err != nil {
 			t.Fatal(err)
 		}
-		set := attribute.NewSet(workers.LabelScanner.String(scanners.AttemptTimeout), workers.LabelOutcome.String(string(executions.Processed)))
+		set := attribute.NewSet(workers.LabelScanner.String(scanners.AttemptTimeout), workers.LabelOutcome.String(string(actions.Processed)))
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
 				if m.Name != workers.MetricItems {
@@ -105,7 +106,7 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 			attrs[kv.Key] = kv.Value.String()
 		}
 		if !want[attrs[workers.AttrExecutionID]] || attrs[workers.AttrScanner] != scanners.AttemptTimeout ||
-			attrs[workers.AttrOutcome] != string(executions.Processed) {
+			attrs[workers.AttrOutcome] != string(actions.Processed) {
 			t.Errorf("item span attributes %v", attrs)
 		}
 		if !s.Parent().IsValid() {

@@ -6,10 +6,11 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/jackc/pgx/v5"
 )
 
-func (f *fixture) action(fn func(tx pgx.Tx) (executions.Outcome, error)) executions.Outcome {
+func (f *fixture) action(fn func(tx pgx.Tx) (actions.Outcome, error)) actions.Outcome {
 	f.t.Helper()
 	return inTxValue(f, "action", fn)
 }
@@ -30,9 +31,9 @@ func inTxValue[T any](f *fixture, what string, fn func(tx pgx.Tx) (T, error)) T 
 	return out
 }
 
-func (f *fixture) expireAttempt(id ff.ExecutionID, attempt int32) executions.Outcome {
+func (f *fixture) expireAttempt(id ff.ExecutionID, attempt int32) actions.Outcome {
 	f.t.Helper()
-	return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.ExpireAttemptTx(f.ctx, tx, id, attempt) })
+	return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().ExpireAttempt(f.ctx, tx, id, attempt) })
 }
 
 func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
@@ -40,11 +41,11 @@ func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 3}, Namespace: "n"})
 	l := f.claimOne("lane-a", time.Second)
-	if got := f.expireAttempt(id, 0); got != executions.NoOp {
+	if got := f.expireAttempt(id, 0); got != actions.NoOp {
 		t.Fatalf("expire before the lease expired = %q, want no_op", got)
 	}
 	f.clock.Advance(time.Hour)
-	if got := f.expireAttempt(id, 0); got != executions.Processed {
+	if got := f.expireAttempt(id, 0); got != actions.Processed {
 		t.Fatalf("expire = %q, want processed", got)
 	}
 	e := f.wantState(id, stRetry)
@@ -67,7 +68,7 @@ func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 	// The late worker is fenced out; a second run of the action does nothing.
 	_, err := f.st.Renew(f.ctx, l, time.Second)
 	wantErr(t, err, ff.ErrStaleLease)
-	if got := f.expireAttempt(id, 0); got != executions.NoOp {
+	if got := f.expireAttempt(id, 0); got != actions.NoOp {
 		t.Fatalf("second expire = %q, want no_op", got)
 	}
 	f.wantEvents(id, []string{"acquired", "expired"}, nil)
@@ -79,12 +80,12 @@ func TestExpireAttemptTerminalWhenRetriesExhausted(t *testing.T) {
 	id := f.create(executions.CreateParams{})
 	f.claimOne("lane-a", time.Second)
 	f.clock.Advance(2 * time.Second)
-	if got := f.expireAttempt(id, 0); got != executions.Processed {
+	if got := f.expireAttempt(id, 0); got != actions.Processed {
 		t.Fatalf("expire = %q", got)
 	}
 	f.wantState(id, stExpired)
 	f.wantEvents(id, []string{"acquired", "expired"}, []string{"expired"})
-	if got := f.expireAttempt(ff.NewExecutionID(id.Partition), 0); got != executions.Orphaned {
+	if got := f.expireAttempt(ff.NewExecutionID(id.Partition), 0); got != actions.Orphaned {
 		t.Fatalf("expire of a missing execution = %q, want orphaned", got)
 	}
 }
@@ -103,14 +104,14 @@ func TestExpireAttemptSkipsLockedRow(t *testing.T) {
 	if _, err := blocker.Exec(f.ctx, `SELECT 1 FROM ff_exec_core WHERE execution_id = $1 FOR UPDATE`, id.UUID); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.expireAttempt(id, 0); got != executions.SkippedLocked {
+	if got := f.expireAttempt(id, 0); got != actions.SkippedLocked {
 		t.Fatalf("expire of a locked row = %q, want skipped_locked", got)
 	}
 	f.wantState(id, stActive)
 	if err := blocker.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.expireAttempt(id, 0); got != executions.Processed {
+	if got := f.expireAttempt(id, 0); got != actions.Processed {
 		t.Fatalf("expire after the lock is gone = %q", got)
 	}
 }
@@ -119,14 +120,14 @@ func TestPromoteDelayed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
-	promote(t, f, id, executions.NoOp)
+	promote(t, f, id, actions.NoOp)
 	f.clock.Advance(time.Second)
-	promote(t, f, id, executions.Processed)
+	promote(t, f, id, actions.Processed)
 	e := f.wantState(id, stWaiting)
 	if e.DelayUntilMs != nil || e.BlockingReason != nil {
 		t.Fatalf("promoted: delay_until %v blocking %v", e.DelayUntilMs, e.BlockingReason)
 	}
-	promote(t, f, id, executions.NoOp)
+	promote(t, f, id, actions.NoOp)
 	f.wantEvents(id, nil, nil)
 	f.claimOne("lane-a", time.Second)
 }
@@ -142,15 +143,15 @@ func TestExpireDeadline(t *testing.T) {
 	if err := f.st.Complete(f.ctx, f.claimOne("c", time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
-	expire := func(id ff.ExecutionID) executions.Outcome {
-		return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.ExpireDeadlineTx(f.ctx, tx, id) })
+	expire := func(id ff.ExecutionID) actions.Outcome {
+		return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().ExpireDeadline(f.ctx, tx, id) })
 	}
-	if got := expire(leased); got != executions.NoOp {
+	if got := expire(leased); got != actions.NoOp {
 		t.Fatalf("before the deadline: %q", got)
 	}
 	f.clock.Advance(11 * time.Second)
 	for _, id := range []ff.ExecutionID{leased, waiting} {
-		if got := expire(id); got != executions.Processed {
+		if got := expire(id); got != actions.Processed {
 			t.Fatalf("expire deadline of %s = %q", id, got)
 		}
 		e := f.wantState(id, stExpired)
@@ -158,7 +159,7 @@ func TestExpireDeadline(t *testing.T) {
 			t.Errorf("message = %q", e.LastFailureMessage)
 		}
 	}
-	if got := expire(done); got != executions.NoOp {
+	if got := expire(done); got != actions.NoOp {
 		t.Fatalf("expire of a completed execution = %q", got)
 	}
 	f.wantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
@@ -171,19 +172,19 @@ func TestCancelSibling(t *testing.T) {
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	f.claimOne("lane-a", time.Hour)
-	cancel := func() executions.Outcome {
-		return f.action(func(tx pgx.Tx) (executions.Outcome, error) {
-			return f.st.CancelSiblingTx(f.ctx, tx, id, "sibling_quorum_satisfied")
+	cancel := func() actions.Outcome {
+		return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
+			return executions.CancelSibling(f.ctx, f.st, tx, id, "sibling_quorum_satisfied")
 		})
 	}
-	if got := cancel(); got != executions.Processed {
+	if got := cancel(); got != actions.Processed {
 		t.Fatalf("cancel sibling = %q", got)
 	}
 	e := f.wantState(id, stCanceled)
 	if *e.CancellationReason != "sibling_quorum_satisfied" || *e.CancelledBy != "engine" {
 		t.Fatalf("cancelled sibling = %+v", e)
 	}
-	if got := cancel(); got != executions.NoOp {
+	if got := cancel(); got != actions.NoOp {
 		t.Fatalf("second cancel = %q", got)
 	}
 	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"cancelled"})

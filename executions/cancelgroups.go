@@ -5,52 +5,17 @@ import (
 	"errors"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-)
-
-// Outcomes of the edge-cancel group actions, in addition to Processed, NoOp,
-// Orphaned and SkippedLocked.
-const (
-	// SkippedForReconciler: the group's cancel flag is already cleared but
-	// its pending row lingers; the reconciler deletes it.
-	SkippedForReconciler Outcome = "skipped_for_reconciler"
-	// SremmedStale: the reconciler deleted a pending row whose group is
-	// gone or no longer flagged.
-	SremmedStale Outcome = "sremmed_stale"
-	// CompletedDrain: the reconciler found every member terminal (or none
-	// listed), cleared the flag and deleted the pending row.
-	CompletedDrain Outcome = "completed_drain"
 )
 
 // SiblingCancelReason is the cancellation_reason the dispatcher writes on
 // the siblings it cancels.
 const SiblingCancelReason = "sibling_quorum_satisfied"
 
-// GroupKey names one ff_edge_group row and its ff_pending_cancel_groups row.
-type GroupKey struct {
-	Partition     int16
-	FlowID        uuid.UUID
-	DownstreamEID uuid.UUID
-}
-
-// GroupResult says what a group action did.
-type GroupResult struct {
-	Outcome Outcome `json:"outcome"`
-	// Cancelled members (dispatcher), each with a completion "cancelled"
-	// event and, if it was leased, a lease "revoked" event.
-	Cancelled int `json:"cancelled,omitempty"`
-	// AlreadyTerminal members the dispatcher left alone, or members the
-	// reconciler found terminal.
-	AlreadyTerminal int `json:"already_terminal,omitempty"`
-	// Missing members (no such execution, or not a UUID).
-	Missing int `json:"missing,omitempty"`
-	// Running members the reconciler left to the dispatcher.
-	Running int `json:"running,omitempty"`
-}
-
-func (s *Store) checkGroup(g GroupKey) error {
+func (s *Store) checkGroup(g actions.GroupKey) error {
 	if !s.parts.Contains(g.Partition) {
 		return ff.Validationf("partition", "%d is outside this schema's 0..%d", g.Partition, int(s.parts)-1)
 	}
@@ -65,7 +30,7 @@ type lockedGroup struct {
 // lockGroup locks a group row without waiting. It reports found=false with
 // locked=true when another transaction holds it, and found=false,
 // locked=false when it does not exist.
-func (s *Store) lockGroup(ctx context.Context, tx pgx.Tx, g GroupKey) (lg lockedGroup, found, locked bool, err error) {
+func (s *Store) lockGroup(ctx context.Context, tx pgx.Tx, g actions.GroupKey) (lg lockedGroup, found, locked bool, err error) {
 	err = tx.QueryRow(ctx, s.sql(`SELECT cancel_siblings_pending_flag, cancel_siblings_pending_members
 		FROM {S}ff_edge_group WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3
 		FOR UPDATE SKIP LOCKED`), g.Partition, g.FlowID, g.DownstreamEID).Scan(&lg.flag, &lg.members)
@@ -85,7 +50,7 @@ func (s *Store) lockGroup(ctx context.Context, tx pgx.Tx, g GroupKey) (lg locked
 }
 
 // pendingExists reports whether the group still has its pending row.
-func (s *Store) pendingExists(ctx context.Context, tx pgx.Tx, g GroupKey) (bool, error) {
+func (s *Store) pendingExists(ctx context.Context, tx pgx.Tx, g actions.GroupKey) (bool, error) {
 	var ok bool
 	err := tx.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_pending_cancel_groups
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3)`),
@@ -93,7 +58,7 @@ func (s *Store) pendingExists(ctx context.Context, tx pgx.Tx, g GroupKey) (bool,
 	return ok, dbutil.MapErr(err, "reading pending cancel group")
 }
 
-func (s *Store) deletePending(ctx context.Context, tx pgx.Tx, g GroupKey) (bool, error) {
+func (s *Store) deletePending(ctx context.Context, tx pgx.Tx, g actions.GroupKey) (bool, error) {
 	tag, err := tx.Exec(ctx, s.sql(`DELETE FROM {S}ff_pending_cancel_groups
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), g.Partition, g.FlowID, g.DownstreamEID)
 	if err != nil {
@@ -105,18 +70,18 @@ func (s *Store) deletePending(ctx context.Context, tx pgx.Tx, g GroupKey) (bool,
 // deleteOrphan deletes the pending row of a missing group: out when this
 // transaction deleted it, NoOp when a concurrent one already had (nothing
 // locks a missing group, so two runs may race here).
-func (s *Store) deleteOrphan(ctx context.Context, tx pgx.Tx, g GroupKey, out Outcome) (GroupResult, error) {
+func (s *Store) deleteOrphan(ctx context.Context, tx pgx.Tx, g actions.GroupKey, out actions.Outcome) (actions.GroupResult, error) {
 	deleted, err := s.deletePending(ctx, tx, g)
 	if err != nil {
-		return GroupResult{}, err
+		return actions.GroupResult{}, err
 	}
 	if !deleted {
-		return GroupResult{Outcome: NoOp}, nil
+		return actions.GroupResult{Outcome: actions.NoOp}, nil
 	}
-	return GroupResult{Outcome: out}, nil
+	return actions.GroupResult{Outcome: out}, nil
 }
 
-func (s *Store) clearGroup(ctx context.Context, tx pgx.Tx, g GroupKey) error {
+func (s *Store) clearGroup(ctx context.Context, tx pgx.Tx, g actions.GroupKey) error {
 	_, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group
 		SET cancel_siblings_pending_flag = false, cancel_siblings_pending_members = '{}'
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), g.Partition, g.FlowID, g.DownstreamEID)
@@ -147,8 +112,8 @@ func parseMembers(raw []string) (ids []uuid.UUID, bad int) {
 // another transaction holds the group, NoOp when the pending row is gone,
 // the deletion of an orphan pending row reported as whenMissing when the
 // group itself is gone); otherwise the locked group and a nil result.
-func (s *Store) lockPendingGroup(ctx context.Context, tx pgx.Tx, g GroupKey, whenLocked, whenMissing Outcome) (lockedGroup, *GroupResult, error) {
-	fail := &GroupResult{}
+func (s *Store) lockPendingGroup(ctx context.Context, tx pgx.Tx, g actions.GroupKey, whenLocked, whenMissing actions.Outcome) (lockedGroup, *actions.GroupResult, error) {
+	fail := &actions.GroupResult{}
 	if err := s.checkGroup(g); err != nil {
 		return lockedGroup{}, fail, err
 	}
@@ -157,14 +122,14 @@ func (s *Store) lockPendingGroup(ctx context.Context, tx pgx.Tx, g GroupKey, whe
 		return lockedGroup{}, fail, err
 	}
 	if locked {
-		return lockedGroup{}, &GroupResult{Outcome: whenLocked}, nil
+		return lockedGroup{}, &actions.GroupResult{Outcome: whenLocked}, nil
 	}
 	pending, err := s.pendingExists(ctx, tx, g)
 	if err != nil {
 		return lockedGroup{}, fail, err
 	}
 	if !pending {
-		return lockedGroup{}, &GroupResult{Outcome: NoOp}, nil
+		return lockedGroup{}, &actions.GroupResult{Outcome: actions.NoOp}, nil
 	}
 	if !found {
 		res, err := s.deleteOrphan(ctx, tx, g, whenMissing)
@@ -173,7 +138,7 @@ func (s *Store) lockPendingGroup(ctx context.Context, tx pgx.Tx, g GroupKey, whe
 	return lg, nil, nil
 }
 
-// DispatchCancelGroupTx is the edge_cancel_dispatcher action for one group,
+// dispatchCancelGroup is the edge_cancel_dispatcher action for one group,
 // inside the caller's transaction:
 //
 //   - the group row is locked without waiting; held by another transaction
@@ -183,45 +148,45 @@ func (s *Store) lockPendingGroup(ctx context.Context, tx pgx.Tx, g GroupKey, whe
 //     (Orphaned);
 //   - the cancel flag is false → SkippedForReconciler, nothing written;
 //   - otherwise every listed member still non-terminal is cancelled with
-//     CancelSiblingTx (lease fenced, completion "cancelled", lease "revoked"
+//     cancelSibling (lease fenced, completion "cancelled", lease "revoked"
 //     if it was leased, reason sibling_quorum_satisfied, by engine), then the
 //     flag and members are cleared and the pending row deleted → Processed.
 //
 // Members live in the group's partition (a flow's executions share one).
 // The caller commits; everything the action wrote commits or rolls back
 // together.
-func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey) (GroupResult, error) {
-	lg, done, err := s.lockPendingGroup(ctx, tx, g, SkippedLocked, Orphaned)
+func (s *Store) dispatchCancelGroup(ctx context.Context, tx pgx.Tx, g actions.GroupKey) (actions.GroupResult, error) {
+	lg, done, err := s.lockPendingGroup(ctx, tx, g, actions.SkippedLocked, actions.Orphaned)
 	if done != nil || err != nil {
 		return *done, err
 	}
 	if !lg.flag {
-		return GroupResult{Outcome: SkippedForReconciler}, nil
+		return actions.GroupResult{Outcome: actions.SkippedForReconciler}, nil
 	}
 	ids, bad := parseMembers(lg.members)
-	res := GroupResult{Outcome: Processed, Missing: bad}
+	res := actions.GroupResult{Outcome: actions.Processed, Missing: bad}
 	for _, u := range ids {
-		out, err := s.CancelSiblingTx(ctx, tx, ff.ExecutionID{Partition: g.Partition, UUID: u}, SiblingCancelReason)
+		out, err := s.cancelSibling(ctx, tx, ff.ExecutionID{Partition: g.Partition, UUID: u}, SiblingCancelReason)
 		if err != nil {
-			return GroupResult{}, err
+			return actions.GroupResult{}, err
 		}
 		switch out {
-		case Processed:
+		case actions.Processed:
 			res.Cancelled++
-		case Orphaned:
+		case actions.Orphaned:
 			res.Missing++
 		default:
 			res.AlreadyTerminal++
 		}
 	}
 	if err := s.clearGroup(ctx, tx, g); err != nil {
-		return GroupResult{}, err
+		return actions.GroupResult{}, err
 	}
 	_, err = s.deletePending(ctx, tx, g)
 	return res, err
 }
 
-// ReconcileCancelGroupTx is the edge_cancel_reconciler action for one
+// reconcileCancelGroup is the edge_cancel_reconciler action for one
 // pending group, inside the caller's transaction:
 //
 //   - the group row is held by another transaction → NoOp (the holder, most
@@ -235,14 +200,14 @@ func (s *Store) DispatchCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey
 //     are cleared and the pending row deleted (CompletedDrain).
 //
 // It never cancels an execution and writes no outbox event.
-func (s *Store) ReconcileCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKey) (GroupResult, error) {
-	lg, done, err := s.lockPendingGroup(ctx, tx, g, NoOp, SremmedStale)
+func (s *Store) reconcileCancelGroup(ctx context.Context, tx pgx.Tx, g actions.GroupKey) (actions.GroupResult, error) {
+	lg, done, err := s.lockPendingGroup(ctx, tx, g, actions.NoOp, actions.SremmedStale)
 	if done != nil || err != nil {
 		return *done, err
 	}
 	if !lg.flag {
 		_, err := s.deletePending(ctx, tx, g)
-		return GroupResult{Outcome: SremmedStale}, err
+		return actions.GroupResult{Outcome: actions.SremmedStale}, err
 	}
 	ids, bad := parseMembers(lg.members)
 	var running, terminal int
@@ -252,18 +217,18 @@ func (s *Store) ReconcileCancelGroupTx(ctx context.Context, tx pgx.Tx, g GroupKe
 			count(*) FILTER (WHERE lifecycle_phase IN ('terminal', 'cancelled'))
 			FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = ANY($2)`),
 			g.Partition, ids).Scan(&running, &terminal); err != nil {
-			return GroupResult{}, dbutil.MapErr(err, "counting group members")
+			return actions.GroupResult{}, dbutil.MapErr(err, "counting group members")
 		}
 	}
-	res := GroupResult{Running: running, AlreadyTerminal: terminal, Missing: bad + len(ids) - running - terminal}
+	res := actions.GroupResult{Running: running, AlreadyTerminal: terminal, Missing: bad + len(ids) - running - terminal}
 	if running > 0 {
-		res.Outcome = NoOp
+		res.Outcome = actions.NoOp
 		return res, nil
 	}
 	if err := s.clearGroup(ctx, tx, g); err != nil {
-		return GroupResult{}, err
+		return actions.GroupResult{}, err
 	}
-	res.Outcome = CompletedDrain
+	res.Outcome = actions.CompletedDrain
 	_, err = s.deletePending(ctx, tx, g)
 	return res, err
 }

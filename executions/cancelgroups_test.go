@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -30,9 +31,9 @@ func newGroupFixture(t *testing.T) *groupFixture {
 	return &groupFixture{fixture: f, flow: flow, part: p}
 }
 
-func (g *groupFixture) group(flag bool, members ...string) executions.GroupKey {
+func (g *groupFixture) group(flag bool, members ...string) actions.GroupKey {
 	g.t.Helper()
-	k := executions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
+	k := actions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
 	if _, err := g.db.Pool.Exec(g.ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
 		VALUES ($1, $2, $3, $4, $5)`, k.Partition, k.FlowID, k.DownstreamEID, flag, append([]string{}, members...)); err != nil {
 		g.t.Fatal(err)
@@ -41,7 +42,7 @@ func (g *groupFixture) group(flag bool, members ...string) executions.GroupKey {
 	return k
 }
 
-func (g *groupFixture) pending(k executions.GroupKey) {
+func (g *groupFixture) pending(k actions.GroupKey) {
 	g.t.Helper()
 	if _, err := g.db.Pool.Exec(g.ctx, `INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`,
 		k.Partition, k.FlowID, k.DownstreamEID); err != nil {
@@ -57,7 +58,7 @@ func (g *groupFixture) pendingCount() int {
 	return n
 }
 
-func (g *groupFixture) flag(k executions.GroupKey) (bool, []string) {
+func (g *groupFixture) flag(k actions.GroupKey) (bool, []string) {
 	var flag bool
 	var members []string
 	if err := g.db.Pool.QueryRow(g.ctx, `SELECT cancel_siblings_pending_flag, cancel_siblings_pending_members FROM ff_edge_group
@@ -67,28 +68,28 @@ func (g *groupFixture) flag(k executions.GroupKey) (bool, []string) {
 	return flag, members
 }
 
-func (g *groupFixture) dispatch(k executions.GroupKey) executions.GroupResult {
+func (g *groupFixture) dispatch(k actions.GroupKey) actions.GroupResult {
 	g.t.Helper()
-	var r executions.GroupResult
+	var r actions.GroupResult
 	if err := g.inTx(func(tx pgx.Tx) error {
 		var err error
-		r, err = g.st.DispatchCancelGroupTx(g.ctx, tx, k)
+		r, err = g.st.Pipeline().DispatchCancelGroup(g.ctx, tx, k)
 		return err
 	}); err != nil {
-		g.t.Fatalf("DispatchCancelGroupTx: %v", err)
+		g.t.Fatalf("DispatchCancelGroup: %v", err)
 	}
 	return r
 }
 
-func (g *groupFixture) reconcile(k executions.GroupKey) executions.GroupResult {
+func (g *groupFixture) reconcile(k actions.GroupKey) actions.GroupResult {
 	g.t.Helper()
-	var r executions.GroupResult
+	var r actions.GroupResult
 	if err := g.inTx(func(tx pgx.Tx) error {
 		var err error
-		r, err = g.st.ReconcileCancelGroupTx(g.ctx, tx, k)
+		r, err = g.st.Pipeline().ReconcileCancelGroup(g.ctx, tx, k)
 		return err
 	}); err != nil {
-		g.t.Fatalf("ReconcileCancelGroupTx: %v", err)
+		g.t.Fatalf("ReconcileCancelGroup: %v", err)
 	}
 	return r
 }
@@ -112,7 +113,7 @@ func TestDispatchCancelGroup(t *testing.T) {
 	k := g.group(true, leased.UUID.String(), waiting.UUID.String(), done.UUID.String(), uuid.NewString(), "junk")
 
 	r := g.dispatch(k)
-	want := executions.GroupResult{Outcome: executions.Processed, Cancelled: 2, AlreadyTerminal: 1, Missing: 2}
+	want := actions.GroupResult{Outcome: actions.Processed, Cancelled: 2, AlreadyTerminal: 1, Missing: 2}
 	if r != want {
 		t.Fatalf("dispatch = %+v, want %+v", r, want)
 	}
@@ -130,7 +131,7 @@ func TestDispatchCancelGroup(t *testing.T) {
 	// The fenced worker can no longer complete.
 	wantErr(t, g.st.Complete(g.ctx, lease, nil), ff.ErrStaleLease)
 	// Run twice: the pending row is gone, nothing happens.
-	if r := g.dispatch(k); r.Outcome != executions.NoOp {
+	if r := g.dispatch(k); r.Outcome != actions.NoOp {
 		t.Errorf("second dispatch = %+v", r)
 	}
 	g.wantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
@@ -141,12 +142,12 @@ func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
 	g := newGroupFixture(t)
 	m := g.member("a")
 	cleared := g.group(false)
-	if r := g.dispatch(cleared); r.Outcome != executions.SkippedForReconciler || g.pendingCount() != 1 {
+	if r := g.dispatch(cleared); r.Outcome != actions.SkippedForReconciler || g.pendingCount() != 1 {
 		t.Errorf("flag false: %+v, %d pending", r, g.pendingCount())
 	}
-	orphan := executions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
+	orphan := actions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
 	g.pending(orphan)
-	if r := g.dispatch(orphan); r.Outcome != executions.Orphaned || g.pendingCount() != 1 {
+	if r := g.dispatch(orphan); r.Outcome != actions.Orphaned || g.pendingCount() != 1 {
 		t.Errorf("orphan: %+v, %d pending", r, g.pendingCount())
 	}
 
@@ -160,20 +161,20 @@ func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
 	if _, err := blocker.Exec(g.ctx, `SELECT 1 FROM ff_edge_group WHERE downstream_eid = $1 FOR UPDATE`, k.DownstreamEID); err != nil {
 		t.Fatal(err)
 	}
-	if r := g.dispatch(k); r.Outcome != executions.SkippedLocked {
+	if r := g.dispatch(k); r.Outcome != actions.SkippedLocked {
 		t.Errorf("locked: %+v", r)
 	}
-	if r := g.reconcile(k); r.Outcome != executions.NoOp {
+	if r := g.reconcile(k); r.Outcome != actions.NoOp {
 		t.Errorf("reconcile while locked: %+v", r)
 	}
 	g.wantState(m, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
 	_ = blocker.Rollback(g.ctx)
-	if r := g.dispatch(k); r.Outcome != executions.Processed || r.Cancelled != 1 {
+	if r := g.dispatch(k); r.Outcome != actions.Processed || r.Cancelled != 1 {
 		t.Errorf("after unlock: %+v", r)
 	}
 	g.wantEvents(m, nil, []string{"cancelled"})
 
-	if _, err := g.st.DispatchCancelGroupTx(context.Background(), nil, executions.GroupKey{Partition: 9999}); err == nil {
+	if _, err := g.st.Pipeline().DispatchCancelGroup(context.Background(), nil, actions.GroupKey{Partition: 9999}); err == nil {
 		t.Error("partition outside the schema accepted")
 	}
 }
@@ -188,12 +189,12 @@ func TestReconcileCancelGroup(t *testing.T) {
 	}
 
 	stale := g.group(false, running.UUID.String())
-	if r := g.reconcile(stale); r.Outcome != executions.SremmedStale {
+	if r := g.reconcile(stale); r.Outcome != actions.SremmedStale {
 		t.Errorf("flag false: %+v", r)
 	}
-	orphan := executions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
+	orphan := actions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
 	g.pending(orphan)
-	if r := g.reconcile(orphan); r.Outcome != executions.SremmedStale {
+	if r := g.reconcile(orphan); r.Outcome != actions.SremmedStale {
 		t.Errorf("group missing: %+v", r)
 	}
 	if n := g.pendingCount(); n != 0 {
@@ -201,7 +202,7 @@ func TestReconcileCancelGroup(t *testing.T) {
 	}
 
 	busy := g.group(true, running.UUID.String(), done.UUID.String())
-	if r := g.reconcile(busy); r.Outcome != executions.NoOp || r.Running != 1 || g.pendingCount() != 1 {
+	if r := g.reconcile(busy); r.Outcome != actions.NoOp || r.Running != 1 || g.pendingCount() != 1 {
 		t.Errorf("member running: %+v, %d pending", r, g.pendingCount())
 	}
 	if flag, members := g.flag(busy); !flag || !slices.Equal(members, []string{running.UUID.String(), done.UUID.String()}) {
@@ -210,14 +211,14 @@ func TestReconcileCancelGroup(t *testing.T) {
 	g.wantState(running, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
 
 	drained := g.group(true, done.UUID.String())
-	if r := g.reconcile(drained); r.Outcome != executions.CompletedDrain || r.AlreadyTerminal != 1 {
+	if r := g.reconcile(drained); r.Outcome != actions.CompletedDrain || r.AlreadyTerminal != 1 {
 		t.Errorf("all terminal: %+v", r)
 	}
 	empty := g.group(true)
-	if r := g.reconcile(empty); r.Outcome != executions.CompletedDrain {
+	if r := g.reconcile(empty); r.Outcome != actions.CompletedDrain {
 		t.Errorf("flag stuck with no members: %+v", r)
 	}
-	for _, k := range []executions.GroupKey{drained, empty} {
+	for _, k := range []actions.GroupKey{drained, empty} {
 		if flag, _ := g.flag(k); flag {
 			t.Errorf("group %v still flagged", k)
 		}
@@ -225,7 +226,7 @@ func TestReconcileCancelGroup(t *testing.T) {
 	if n := g.pendingCount(); n != 1 {
 		t.Errorf("%d pending rows, want only the busy group's", n)
 	}
-	if r := g.reconcile(drained); r.Outcome != executions.NoOp {
+	if r := g.reconcile(drained); r.Outcome != actions.NoOp {
 		t.Errorf("second run: %+v", r)
 	}
 	g.wantEvents(done, nil, []string{"cancelled"})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
@@ -103,7 +104,7 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 			continue
 		}
 		var got map[ff.ExecutionID]*locked
-		var busy map[ff.ExecutionID]Outcome
+		var busy map[ff.ExecutionID]actions.Outcome
 		var err error
 		if wait {
 			got, err = s.lockWaitMany(ctx, tx, distinct)
@@ -123,7 +124,7 @@ func (s *Store) finishMany(ctx context.Context, tx pgx.Tx, items []Finish, wait 
 			it := items[i]
 			l := got[it.Lease.ID]
 			if l == nil {
-				if busy[it.Lease.ID] == SkippedLocked {
+				if busy[it.Lease.ID] == actions.SkippedLocked {
 					outs[i].Err = errBusy
 				} else {
 					outs[i].Err = fmt.Errorf("execution %s: %w", it.Lease.ID, ff.ErrNotFound)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -144,25 +145,6 @@ func (c *counts) count(outcome string) {
 	}
 }
 
-// Hop is the advance of one downstream edge group by one upstream's
-// terminal outcome.
-type Hop struct {
-	// Upstream is the execution that reached a terminal state.
-	Upstream ff.ExecutionID
-	FlowID   uuid.UUID
-	// Downstream is the execution whose edge group advances (same partition).
-	Downstream uuid.UUID
-	// Outcome of the upstream: success, failed, expired, cancelled or skipped.
-	Outcome string
-}
-
-// Cascader enqueues hops inside the transaction of the terminal transition
-// that caused them, so that no dispatch is ever lost. ffriver implements it
-// with River jobs (one job per hop, each applied by AdvanceTx).
-type Cascader interface {
-	EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []Hop) error
-}
-
 // CreateFlow creates an empty flow and returns its id; executions join it
 // with CreateParams.FlowID and are co-located in its partition.
 func (s *Store) CreateFlow(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
@@ -270,7 +252,7 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	if exists {
 		return ff.Validationf("downstream", "%s's edge group is already fixed", p.Downstream)
 	}
-	rows, err := tx.Query(ctx, s.sql(`SELECT c.execution_id, c.lifecycle_phase, `+TerminalOutcomeSQL("c")+` FROM {S}ff_exec_core c
+	rows, err := tx.Query(ctx, s.sql(`SELECT c.execution_id, c.lifecycle_phase, `+actions.TerminalOutcomeSQL("c")+` FROM {S}ff_exec_core c
 		WHERE c.partition_key = $1 AND c.execution_id = ANY($2) AND c.flow_id = $3`), part, ups, p.FlowID)
 	if err != nil {
 		return dbutil.MapErr(err, "add dependencies: reading upstreams")
@@ -350,47 +332,6 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	return nil
 }
 
-// OutcomeOf maps a terminal public_state to its completion outcome
-// (completed: success; cancelled, expired, skipped: themselves; anything
-// else: failed), the outcome of a terminal execution ffriver wrote. Rows
-// written by others may carry another public_state on a terminal row (upstream
-// FlowFabric's handle-based complete and fail leave its "running"): read
-// those with TerminalOutcomeSQL.
-func OutcomeOf(public string) string {
-	switch public {
-	case ff.PublicCompleted:
-		return ff.OutcomeSuccess
-	case ff.PublicCancelled:
-		return ff.OutcomeCancelled
-	case ff.PublicExpired:
-		return ff.OutcomeExpired
-	case ff.PublicSkipped:
-		return ff.OutcomeSkipped
-	default:
-		return ff.OutcomeFailed
-	}
-}
-
-// terminalOutcomes are the completion outcomes of terminal transitions.
-const terminalOutcomes = `('success', 'failed', 'expired', 'cancelled', 'skipped')`
-
-// TerminalOutcomeSQL is a SQL expression (with {S} for the schema) for the
-// completion outcome of the terminal execution aliased c: its public_state
-// when that names an outcome, else the outcome of its newest terminal
-// completion event (upstream FlowFabric's handle-based complete and fail
-// leave public_state as the claim wrote it, "running", and write the
-// outcome only in the event they insert in the same transaction). NULL when
-// neither says: such an upstream is never counted, and the dependency
-// scanner reports its hops as unprocessable.
-func TerminalOutcomeSQL(c string) string {
-	return `CASE ` + c + `.public_state WHEN 'completed' THEN 'success' WHEN 'failed' THEN 'failed'
-  WHEN 'cancelled' THEN 'cancelled' WHEN 'expired' THEN 'expired' WHEN 'skipped' THEN 'skipped'
-  ELSE (SELECT ev.outcome FROM {S}ff_completion_event ev
-        WHERE ev.partition_key = ` + c + `.partition_key AND ev.execution_id = ` + c + `.execution_id
-          AND ev.outcome IN ` + terminalOutcomes + `
-        ORDER BY ev.occurred_at_ms DESC, ev.event_id DESC LIMIT 1) END`
-}
-
 // queueCompletion queues the completion event of a terminal transition. For
 // a flow member it also finds the downstream edges and, with a Cascader,
 // enqueues one hop per downstream in this transaction and marks the event
@@ -411,7 +352,7 @@ func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l 
 	return s.out.QueueCompletion(b, ev)
 }
 
-// AdvanceTx applies one hop: it counts the upstream's outcome in the
+// advance applies one hop: it counts the upstream's outcome in the
 // downstream's edge group (once: replays are no-ops), and the first time the
 // group resolves it acts on the downstream — satisfied: eligible to run
 // (and, with cancel_remaining, the still-running siblings are flagged for
@@ -432,7 +373,7 @@ func (s *Store) queueCompletion(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l 
 // are jobs of their own. A hop is never carried only by its job: the
 // upstream's edge stays without an outcome until this counts it, and the
 // dependency scanner enqueues such hops again (see scanners.DependencyScanner).
-func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error) {
+func (s *Store) advance(ctx context.Context, tx pgx.Tx, h actions.Hop) (actions.Outcome, error) {
 	if err := s.checkID(h.Upstream); err != nil {
 		return "", err
 	}
@@ -463,10 +404,10 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 		return "", dbutil.MapErr(err, "advance: marking edge")
 	}
 	if groupGone {
-		return Orphaned, nil
+		return actions.Orphaned, nil
 	}
 	if tag.RowsAffected() == 0 {
-		return NoOp, nil
+		return actions.NoOp, nil
 	}
 	counted, err := s.claimCompletions(ctx, tx, h, now)
 	if err != nil {
@@ -484,9 +425,9 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 	// still resolves a group that its count left satisfied or impossible
 	// (the resolution is recorded once, and acting on the downstream again
 	// finds it already acted on).
-	done := Processed
+	done := actions.Processed
 	if counted {
-		done = NoOp
+		done = actions.NoOp
 	}
 	if state != GroupPending {
 		return done, nil
@@ -498,7 +439,7 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 	}
 	d, err := s.lock(ctx, tx, ff.ExecutionID{Partition: part, UUID: h.Downstream})
 	if errors.Is(err, ff.ErrNotFound) {
-		return Orphaned, nil
+		return actions.Orphaned, nil
 	}
 	if err != nil {
 		return "", err
@@ -518,15 +459,15 @@ func (s *Store) AdvanceTx(ctx context.Context, tx pgx.Tx, h Hop) (Outcome, error
 // already hold this upstream, and the hop must not count it again. A claim
 // in flight elsewhere is waited for (the event's row lock); the second
 // statement reads what it committed.
-func (s *Store) claimCompletions(ctx context.Context, tx pgx.Tx, h Hop, now int64) (bool, error) {
+func (s *Store) claimCompletions(ctx context.Context, tx pgx.Tx, h actions.Hop, now int64) (bool, error) {
 	var foreign bool
 	b := &pgx.Batch{}
 	b.Queue(s.sql(`UPDATE {S}ff_completion_event SET dispatched_at_ms = $4, dispatched_by = 'ffriver'
 		WHERE partition_key = $1 AND execution_id = $2 AND flow_id = $3 AND dispatched_at_ms IS NULL
-		  AND outcome IN `+terminalOutcomes), h.Upstream.Partition, h.Upstream.UUID, h.FlowID, now)
+		  AND outcome IN `+actions.TerminalOutcomes), h.Upstream.Partition, h.Upstream.UUID, h.FlowID, now)
 	b.Queue(s.sql(`SELECT EXISTS (SELECT 1 FROM {S}ff_completion_event
 		WHERE partition_key = $1 AND execution_id = $2 AND flow_id = $3 AND dispatched_by = 'foreign'
-		  AND outcome IN `+terminalOutcomes+`)`), h.Upstream.Partition, h.Upstream.UUID, h.FlowID).QueryRow(func(r pgx.Row) error {
+		  AND outcome IN `+actions.TerminalOutcomes+`)`), h.Upstream.Partition, h.Upstream.UUID, h.FlowID).QueryRow(func(r pgx.Row) error {
 		return r.Scan(&foreign)
 	})
 	return foreign, sendBatch(ctx, tx, b, "advance: claiming the upstream's completion events")
@@ -534,7 +475,7 @@ func (s *Store) claimCompletions(ctx context.Context, tx pgx.Tx, h Hop, now int6
 
 // resolveGroup records the group's one-shot resolution and acts on the
 // locked downstream.
-func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID uuid.UUID, policy EdgePolicy, state string, winner uuid.UUID, now int64) (Outcome, error) {
+func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID uuid.UUID, policy EdgePolicy, state string, winner uuid.UUID, now int64) (actions.Outcome, error) {
 	part := d.id.Partition
 	if _, err := tx.Exec(ctx, s.sql(`UPDATE {S}ff_edge_group SET group_state = $4, resolved_at_ms = $5
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), part, flowID, d.id.UUID, state, now); err != nil {
@@ -542,9 +483,9 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 	}
 	if state == GroupImpossible {
 		if ff.IsTerminalPhase(d.phase) {
-			return Processed, nil
+			return actions.Processed, nil
 		}
-		return Processed, s.terminateLocked(ctx, tx, d, terminal{public: ff.PublicSkipped, outcome: ff.OutcomeSkipped,
+		return actions.Processed, s.terminateLocked(ctx, tx, d, terminal{public: ff.PublicSkipped, outcome: ff.OutcomeSkipped,
 			reason: "dependencies_impossible", by: "engine"}, now)
 	}
 	if d.phase == ff.PhaseRunnable && d.eligibility == ff.EligibleBlockedByDeps {
@@ -557,7 +498,7 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 		}
 	}
 	if policy.Kind == PolicyAllOf || policy.OnSatisfied != CancelRemaining {
-		return Processed, nil
+		return actions.Processed, nil
 	}
 	rows, err := tx.Query(ctx, s.sql(`SELECT e.upstream_eid::text FROM {S}ff_edge e
 		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
@@ -572,17 +513,17 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 		return "", dbutil.MapErr(err, "snapshotting siblings")
 	}
 	if len(members) == 0 {
-		return Processed, nil
+		return actions.Processed, nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.sql(`UPDATE {S}ff_edge_group SET cancel_siblings_pending_flag = true, cancel_siblings_pending_members = $4
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`), part, flowID, d.id.UUID, members)
 	b.Queue(s.sql(`INSERT INTO {S}ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
 		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`), part, flowID, d.id.UUID, now)
-	return Processed, sendBatch(ctx, tx, b, "flagging siblings")
+	return actions.Processed, sendBatch(ctx, tx, b, "flagging siblings")
 }
 
-// DispatchCompletionTx dispatches one completion event that its writer did
+// dispatchCompletion dispatches one completion event that its writer did
 // not dispatch (an event inserted by plain SQL, or by a Store without a
 // Cascader): it marks the event dispatched and enqueues one hop per
 // downstream edge of its execution through the Store's Cascader, in tx. An
@@ -592,9 +533,9 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 // themselves (an edge of a terminal upstream without an outcome), whether or
 // not anyone wrote or dispatched an event. It serves ff.dispatch_completion
 // jobs queued by earlier versions, and callers of its own.
-func (s *Store) DispatchCompletionTx(ctx context.Context, tx pgx.Tx, eventID int64) (Outcome, error) {
+func (s *Store) dispatchCompletion(ctx context.Context, tx pgx.Tx, eventID int64) (actions.Outcome, error) {
 	if s.cascader == nil {
-		return "", fmt.Errorf("dispatch completion %d: the store has no Cascader", eventID)
+		return "", fmt.Errorf("dispatch completion %d: the store has no actions.Cascader", eventID)
 	}
 	var part int16
 	var exec uuid.UUID
@@ -604,22 +545,22 @@ func (s *Store) DispatchCompletionTx(ctx context.Context, tx pgx.Tx, eventID int
 		WHERE event_id = $1 AND dispatched_at_ms IS NULL
 		RETURNING partition_key, execution_id, flow_id, outcome`), eventID, s.clock.NowMs()).Scan(&part, &exec, &flowID, &outcome)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return NoOp, nil
+		return actions.NoOp, nil
 	}
 	if err != nil {
 		return "", dbutil.MapErr(err, fmt.Sprintf("dispatch completion %d", eventID))
 	}
 	if flowID == nil {
-		return NoOp, nil
+		return actions.NoOp, nil
 	}
 	n, _, err := s.cascade(ctx, tx, ff.ExecutionID{Partition: part, UUID: exec}, *flowID, outcome)
 	if err != nil {
 		return "", fmt.Errorf("dispatch completion %d: %w", eventID, err)
 	}
 	if n == 0 {
-		return NoOp, nil
+		return actions.NoOp, nil
 	}
-	return Processed, nil
+	return actions.Processed, nil
 }
 
 // cascade finds the downstream edges of up that have not counted it yet and,
@@ -639,9 +580,9 @@ func (s *Store) cascade(ctx context.Context, tx pgx.Tx, up ff.ExecutionID, flowI
 	if len(downs) == 0 || s.cascader == nil {
 		return len(downs), false, nil
 	}
-	hops := make([]Hop, len(downs))
+	hops := make([]actions.Hop, len(downs))
 	for i, d := range downs {
-		hops[i] = Hop{Upstream: up, FlowID: flowID, Downstream: d, Outcome: outcome}
+		hops[i] = actions.Hop{Upstream: up, FlowID: flowID, Downstream: d, Outcome: outcome}
 	}
 	if err := s.cascader.EnqueueHopsTx(ctx, tx, hops); err != nil {
 		return 0, false, fmt.Errorf("enqueueing the cascade of %s: %w", up, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -20,17 +21,17 @@ import (
 // which these tests never do to a transition that enqueues.
 type hopQueue struct {
 	mu   sync.Mutex
-	hops []executions.Hop
+	hops []actions.Hop
 }
 
-func (q *hopQueue) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
+func (q *hopQueue) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []actions.Hop) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.hops = append(q.hops, hops...)
 	return nil
 }
 
-func (q *hopQueue) take() []executions.Hop {
+func (q *hopQueue) take() []actions.Hop {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	h := q.hops
@@ -57,9 +58,9 @@ func newFlowFixture(t *testing.T) *flowFixture {
 
 // drain applies enqueued hops (and the hops they cause) until none remain,
 // returning the outcomes in order.
-func (f *flowFixture) drain() []executions.Outcome {
+func (f *flowFixture) drain() []actions.Outcome {
 	f.t.Helper()
-	var out []executions.Outcome
+	var out []actions.Outcome
 	for {
 		hops := f.q.take()
 		if len(hops) == 0 {
@@ -71,9 +72,9 @@ func (f *flowFixture) drain() []executions.Outcome {
 	}
 }
 
-func (f *flowFixture) advance(h executions.Hop) executions.Outcome {
+func (f *flowFixture) advance(h actions.Hop) actions.Outcome {
 	f.t.Helper()
-	return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.AdvanceTx(f.ctx, tx, h) })
+	return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().Advance(f.ctx, tx, h) })
 }
 
 // members creates n executions in flow, each in its own lane.
@@ -127,7 +128,7 @@ func TestFlowAllOf(t *testing.T) {
 	}
 	for i, lane := range []string{"u1", "u2", "u3"} {
 		f.finish(lane, true)
-		if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Processed}) {
+		if got := f.drain(); !slices.Equal(got, []actions.Outcome{actions.Processed}) {
 			t.Fatalf("hop %d outcomes = %v", i, got)
 		}
 		if i < 2 {
@@ -245,10 +246,10 @@ func TestFlowReplayedHopIsNoOp(t *testing.T) {
 	if len(hops) != 1 {
 		t.Fatalf("hops = %v", hops)
 	}
-	if got := f.advance(hops[0]); got != executions.Processed {
+	if got := f.advance(hops[0]); got != actions.Processed {
 		t.Fatalf("first = %q", got)
 	}
-	if got := f.advance(hops[0]); got != executions.NoOp {
+	if got := f.advance(hops[0]); got != actions.NoOp {
 		t.Fatalf("replay = %q, want no_op", got)
 	}
 	var success int
@@ -275,14 +276,14 @@ func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
 	}
 	hops := f.q.take()
 	var wg sync.WaitGroup
-	outcomes := make([]executions.Outcome, len(hops))
+	outcomes := make([]actions.Outcome, len(hops))
 	for i, h := range hops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
 				var err error
-				outcomes[i], err = f.st.AdvanceTx(f.ctx, tx, h)
+				outcomes[i], err = f.st.Pipeline().Advance(f.ctx, tx, h)
 				return err
 			})
 			if err != nil {
@@ -372,7 +373,7 @@ func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 }
 
 // Completion events written without a Cascader (plain SQL, or a Store
-// without one) are dispatched once by DispatchCompletionTx.
+// without one) are dispatched once by DispatchCompletion.
 func TestDispatchUndispatchedCompletion(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
@@ -392,16 +393,18 @@ func TestDispatchUndispatchedCompletion(t *testing.T) {
 		VALUES ($1, $2, $3, 'success', NULL, NULL, 1) RETURNING event_id`, ups[0].Partition, ups[0].UUID, flow).Scan(&eventID); err != nil {
 		t.Fatal(err)
 	}
-	dispatch := func() executions.Outcome {
-		return f.action(func(tx pgx.Tx) (executions.Outcome, error) { return f.st.DispatchCompletionTx(f.ctx, tx, eventID) })
+	dispatch := func() actions.Outcome {
+		return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
+			return f.st.Pipeline().DispatchCompletion(f.ctx, tx, eventID)
+		})
 	}
-	if got := dispatch(); got != executions.Processed {
+	if got := dispatch(); got != actions.Processed {
 		t.Fatalf("dispatch = %q", got)
 	}
-	if got := dispatch(); got != executions.NoOp {
+	if got := dispatch(); got != actions.NoOp {
 		t.Fatalf("second dispatch = %q, want no_op", got)
 	}
-	if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Processed}) {
+	if got := f.drain(); !slices.Equal(got, []actions.Outcome{actions.Processed}) {
 		t.Fatalf("hops = %v", got)
 	}
 	f.wantState(down, stWaiting)
@@ -437,7 +440,7 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 	}
 	for _, h := range hops {
 		err := f.inTx(func(tx pgx.Tx) error {
-			_, err := f.st.AdvanceTx(f.ctx, tx, h)
+			_, err := f.st.Pipeline().Advance(f.ctx, tx, h)
 			return err
 		})
 		switch h.Downstream {
@@ -458,7 +461,7 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 	}
 	for _, h := range hops {
 		if h.Downstream == d1.UUID {
-			if got := f.advance(h); got != executions.Processed {
+			if got := f.advance(h); got != actions.Processed {
 				t.Fatalf("retried hop = %q", got)
 			}
 		}
@@ -539,7 +542,7 @@ func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 	}
 	// a's hop counts it; b's was never enqueued (plain SQL): its edge is
 	// still due, with b's outcome readable from b.
-	if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Processed}) {
+	if got := f.drain(); !slices.Equal(got, []actions.Outcome{actions.Processed}) {
 		t.Fatalf("hops = %v", got)
 	}
 	if _, outcome := marked(ups[0]); outcome == nil || *outcome != ff.OutcomeSuccess {
@@ -548,7 +551,7 @@ func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 	if _, outcome := marked(ups[1]); outcome != nil {
 		t.Fatalf("b's edge outcome = %v before its hop", outcome)
 	}
-	if got := f.advance(executions.Hop{Upstream: ups[1], FlowID: flow, Downstream: down.UUID, Outcome: executions.OutcomeOf("failed")}); got != executions.Processed {
+	if got := f.advance(actions.Hop{Upstream: ups[1], FlowID: flow, Downstream: down.UUID, Outcome: actions.OutcomeOf("failed")}); got != actions.Processed {
 		t.Fatalf("b's hop = %q", got)
 	}
 	f.wantState(down, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"})
@@ -559,7 +562,7 @@ func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.finish("c", true)
-	if got := f.drain(); !slices.Equal(got, []executions.Outcome{executions.Orphaned}) {
+	if got := f.drain(); !slices.Equal(got, []actions.Outcome{actions.Orphaned}) {
 		t.Fatalf("hops = %v, want orphaned", got)
 	}
 	if _, outcome := marked(ups[2]); outcome == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/jackc/pgx/v5"
 )
@@ -19,13 +20,6 @@ import (
 // An execution named twice in one call is applied in a later pass, after the
 // earlier pass's writes: the same order, and so the same outcomes, as
 // applying the items one after the other.
-
-// AttemptRef names one attempt of an execution: what an attempt_timeout item
-// is about.
-type AttemptRef struct {
-	ID           ff.ExecutionID
-	AttemptIndex int32
-}
 
 // lockManySQL locks the executions of a pass without waiting: a row another
 // transaction holds is left out (SKIP LOCKED), as is a row that does not
@@ -44,19 +38,19 @@ WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::int2[], $2:
 // round trip. An execution it could not lock gets the outcome that says why
 // instead: SkippedLocked (another transaction holds it) or Orphaned (it
 // does not exist).
-func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (map[ff.ExecutionID]*locked, map[ff.ExecutionID]Outcome, error) {
+func (s *Store) lockMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) (map[ff.ExecutionID]*locked, map[ff.ExecutionID]actions.Outcome, error) {
 	held, read, err := s.lockAndRead(ctx, tx, lockManySQL, ids)
 	if err != nil {
 		return nil, nil, err
 	}
 	got := make(map[ff.ExecutionID]*locked, len(ids))
-	missing := make(map[ff.ExecutionID]Outcome)
+	missing := make(map[ff.ExecutionID]actions.Outcome)
 	for _, id := range ids {
 		switch {
 		case read[id] == nil:
-			missing[id] = Orphaned
+			missing[id] = actions.Orphaned
 		case !held[id]:
-			missing[id] = SkippedLocked
+			missing[id] = actions.SkippedLocked
 		default:
 			got[id] = read[id]
 		}
@@ -124,20 +118,20 @@ func passes(ids []ff.ExecutionID) [][]int {
 
 // decideFunc decides item i of a pass on its locked row at now, queueing its
 // writes into b, and returns its outcome.
-type decideFunc func(ctx context.Context, i int, l *locked, now int64, b *pgx.Batch) (Outcome, error)
+type decideFunc func(ctx context.Context, i int, l *locked, now int64, b *pgx.Batch) (actions.Outcome, error)
 
 // applyMany runs a scanner action over ids: each pass locks its executions
 // with one statement, decides each locked one, and sends the writes of the
 // whole pass in one batch. Any error fails the whole call (the caller's
 // transaction is then unusable; the apply engine redoes the items one by one
 // to find the failing one).
-func (s *Store) applyMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID, doing string, decide decideFunc) ([]Outcome, error) {
+func (s *Store) applyMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID, doing string, decide decideFunc) ([]actions.Outcome, error) {
 	for _, id := range ids {
 		if err := s.checkID(id); err != nil {
 			return nil, err
 		}
 	}
-	outs := make([]Outcome, len(ids))
+	outs := make([]actions.Outcome, len(ids))
 	for _, pass := range passes(ids) {
 		distinct := make([]ff.ExecutionID, len(pass))
 		for j, i := range pass {
@@ -168,36 +162,36 @@ func (s *Store) applyMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID, 
 	return outs, nil
 }
 
-// ExpireAttemptsTx is ExpireAttemptTx for many attempts in one pass: the
+// expireAttemptMany is expireAttempt for many attempts in one pass: the
 // outcome of each, in order.
-func (s *Store) ExpireAttemptsTx(ctx context.Context, tx pgx.Tx, refs []AttemptRef) ([]Outcome, error) {
+func (s *Store) expireAttemptMany(ctx context.Context, tx pgx.Tx, refs []actions.AttemptRef) ([]actions.Outcome, error) {
 	ids := make([]ff.ExecutionID, len(refs))
 	for i, r := range refs {
 		ids[i] = r.ID
 	}
-	return s.applyMany(ctx, tx, ids, "expire attempts", func(ctx context.Context, i int, l *locked, now int64, b *pgx.Batch) (Outcome, error) {
+	return s.applyMany(ctx, tx, ids, "expire attempts", func(ctx context.Context, i int, l *locked, now int64, b *pgx.Batch) (actions.Outcome, error) {
 		return s.decideExpireAttempt(ctx, tx, b, l, refs[i].AttemptIndex, now)
 	})
 }
 
-// PromoteDelayedManyTx is PromoteDelayedTx for many executions in one pass:
+// promoteDelayedMany is promoteDelayed for many executions in one pass:
 // the outcome of each, in order.
-func (s *Store) PromoteDelayedManyTx(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) ([]Outcome, error) {
-	return s.applyMany(ctx, tx, ids, "promote delayed", func(_ context.Context, _ int, l *locked, now int64, b *pgx.Batch) (Outcome, error) {
+func (s *Store) promoteDelayedMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) ([]actions.Outcome, error) {
+	return s.applyMany(ctx, tx, ids, "promote delayed", func(_ context.Context, _ int, l *locked, now int64, b *pgx.Batch) (actions.Outcome, error) {
 		return s.decidePromote(b, l, now), nil
 	})
 }
 
-// ExpireDeadlinesTx is ExpireDeadlineTx for many executions in one pass: the
+// expireDeadlineMany is expireDeadline for many executions in one pass: the
 // outcome of each, in order.
-func (s *Store) ExpireDeadlinesTx(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) ([]Outcome, error) {
-	return s.applyMany(ctx, tx, ids, "expire deadlines", func(ctx context.Context, _ int, l *locked, now int64, b *pgx.Batch) (Outcome, error) {
+func (s *Store) expireDeadlineMany(ctx context.Context, tx pgx.Tx, ids []ff.ExecutionID) ([]actions.Outcome, error) {
+	return s.applyMany(ctx, tx, ids, "expire deadlines", func(ctx context.Context, _ int, l *locked, now int64, b *pgx.Batch) (actions.Outcome, error) {
 		return s.decideExpireDeadline(ctx, tx, b, l, now)
 	})
 }
 
 // one runs a group action for a single execution.
-func one(outs []Outcome, err error) (Outcome, error) {
+func one(outs []actions.Outcome, err error) (actions.Outcome, error) {
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -37,7 +38,7 @@ func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	refs := []executions.AttemptRef{
+	refs := []actions.AttemptRef{
 		{ID: final, AttemptIndex: 0},
 		{ID: retry, AttemptIndex: 0},
 		{ID: missing, AttemptIndex: 0},
@@ -46,16 +47,16 @@ func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 		{ID: notDue, AttemptIndex: 0},
 		{ID: retry, AttemptIndex: 1}, // the retry's next attempt was never leased: nothing to expire
 	}
-	var got []executions.Outcome
+	var got []actions.Outcome
 	if err := f.inTx(func(tx pgx.Tx) error {
 		var err error
-		got, err = f.st.ExpireAttemptsTx(f.ctx, tx, refs)
+		got, err = f.st.Pipeline().ExpireAttemptMany(f.ctx, tx, refs)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := []executions.Outcome{executions.Processed, executions.Processed, executions.Orphaned, executions.SkippedLocked,
-		executions.NoOp, executions.NoOp, executions.NoOp}
+	want := []actions.Outcome{actions.Processed, actions.Processed, actions.Orphaned, actions.SkippedLocked,
+		actions.NoOp, actions.NoOp, actions.NoOp}
 	if !slices.Equal(got, want) {
 		t.Fatalf("outcomes = %v, want %v", got, want)
 	}
@@ -69,7 +70,7 @@ func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 	if err := blocker.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.expireAttempt(lockedElsewhere, 0); got != executions.Processed {
+	if got := f.expireAttempt(lockedElsewhere, 0); got != actions.Processed {
 		t.Fatalf("expire after the lock is gone = %q", got)
 	}
 }
@@ -83,11 +84,11 @@ func TestGroupActionRejectsBadID(t *testing.T) {
 	f.clock.Advance(time.Second)
 	bad := ff.ExecutionID{Partition: id.Partition}
 	err := f.inTx(func(tx pgx.Tx) error {
-		_, err := f.st.PromoteDelayedManyTx(f.ctx, tx, []ff.ExecutionID{id, bad})
+		_, err := f.st.Pipeline().PromoteDelayedMany(f.ctx, tx, []ff.ExecutionID{id, bad})
 		return err
 	})
 	wantErr(t, err, ff.ErrValidation)
-	promote(t, f, id, executions.Processed)
+	promote(t, f, id, actions.Processed)
 }
 
 // Deadlines of several executions, leased or not, expire in one call.
@@ -100,15 +101,15 @@ func TestExpireDeadlinesTx(t *testing.T) {
 	waiting := f.create(executions.CreateParams{Deadline: deadline})
 	later := f.create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 60_000)})
 	f.clock.Advance(2 * time.Second)
-	var got []executions.Outcome
+	var got []actions.Outcome
 	if err := f.inTx(func(tx pgx.Tx) error {
 		var err error
-		got, err = f.st.ExpireDeadlinesTx(f.ctx, tx, []ff.ExecutionID{leased, waiting, later})
+		got, err = f.st.Pipeline().ExpireDeadlineMany(f.ctx, tx, []ff.ExecutionID{leased, waiting, later})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []executions.Outcome{executions.Processed, executions.Processed, executions.NoOp}; !slices.Equal(got, want) {
+	if want := []actions.Outcome{actions.Processed, actions.Processed, actions.NoOp}; !slices.Equal(got, want) {
 		t.Fatalf("outcomes = %v, want %v", got, want)
 	}
 	f.wantState(leased, stExpired)

@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -253,17 +254,17 @@ func TestHandOverClaimThenSiblingCancel(t *testing.T) {
 	f := newFixture(t)
 	id := f.create(executions.CreateParams{})
 	h, _ := f.holdClaim()
-	var out executions.Outcome
+	var out actions.Outcome
 	done := f.waiting(1, func() error {
 		return f.inTx(func(tx pgx.Tx) error {
 			var err error
-			out, err = f.st.CancelSiblingTx(f.ctx, tx, id, executions.SiblingCancelReason)
+			out, err = executions.CancelSibling(f.ctx, f.st, tx, id, executions.SiblingCancelReason)
 			return err
 		})
 	})
 	h.commit()
-	if err := f.result(done); err != nil || out != executions.Processed {
-		t.Fatalf("CancelSiblingTx = %s, %v; want processed", out, err)
+	if err := f.result(done); err != nil || out != actions.Processed {
+		t.Fatalf("CancelSibling = %s, %v; want processed", out, err)
 	}
 	f.wantLeaseEvents(id, "acquired@1", "revoked@1")
 	if epoch, expires, _ := f.attemptRow(id, 0); epoch != 2 || expires != nil {
@@ -308,22 +309,22 @@ func TestHandOverClaimThenDeadline(t *testing.T) {
 	id := f.create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 1000)})
 	h, lease := f.holdClaim()
 	f.clock.Set(t0 + 2000)
-	deadline := func() executions.Outcome {
-		var out executions.Outcome
+	deadline := func() actions.Outcome {
+		var out actions.Outcome
 		if err := f.inTx(func(tx pgx.Tx) error {
 			var err error
-			out, err = f.st.ExpireDeadlineTx(f.ctx, tx, id)
+			out, err = f.st.Pipeline().ExpireDeadline(f.ctx, tx, id)
 			return err
 		}); err != nil {
-			t.Fatalf("ExpireDeadlineTx: %v", err)
+			t.Fatalf("ExpireDeadline: %v", err)
 		}
 		return out
 	}
-	if out := deadline(); out != executions.SkippedLocked {
+	if out := deadline(); out != actions.SkippedLocked {
 		t.Fatalf("deadline while the claim holds the row = %s, want skipped_locked", out)
 	}
 	h.commit()
-	if out := deadline(); out != executions.Processed {
+	if out := deadline(); out != actions.Processed {
 		t.Fatalf("deadline after the claim = %s, want processed", out)
 	}
 	f.wantState(id, stExpired)
@@ -359,11 +360,11 @@ func TestAddDependenciesAndDispatcherDoNotDeadlock(t *testing.T) {
 	addDone := f.waiting(1, func() error {
 		return f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: g.flow, Downstream: down, Upstreams: []ff.ExecutionID{up}})
 	})
-	var res executions.GroupResult
+	var res actions.GroupResult
 	dispatchDone := f.waiting(2, func() error {
 		return f.inTx(func(tx pgx.Tx) error {
 			var err error
-			res, err = f.st.DispatchCancelGroupTx(f.ctx, tx, k)
+			res, err = f.st.Pipeline().DispatchCancelGroup(f.ctx, tx, k)
 			return err
 		})
 	})
@@ -372,9 +373,9 @@ func TestAddDependenciesAndDispatcherDoNotDeadlock(t *testing.T) {
 		t.Errorf("AddDependencies: %v", err)
 	}
 	if err := f.result(dispatchDone); err != nil {
-		t.Errorf("DispatchCancelGroupTx: %v", err)
+		t.Errorf("DispatchCancelGroup: %v", err)
 	}
-	if res.Outcome != executions.Processed || res.Cancelled != 2 {
+	if res.Outcome != actions.Processed || res.Cancelled != 2 {
 		t.Errorf("dispatch = %+v, want both members cancelled", res)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -277,7 +278,7 @@ func TestFailWithBackoffDelaysTheRetry(t *testing.T) {
 		}
 		// Promote it as the delayed_promoter scanner would once due.
 		f.clock.Advance(time.Duration(d) * time.Millisecond)
-		promote(t, f, id, executions.Processed)
+		promote(t, f, id, actions.Processed)
 	}
 }
 
@@ -307,7 +308,7 @@ func TestDelayReleasesWithoutConsumingAnAttempt(t *testing.T) {
 	}
 	wantErr(t, f.st.Complete(f.ctx, l, nil), ff.ErrNotActive)
 	f.clock.Advance(time.Second)
-	promote(t, f, id, executions.Processed)
+	promote(t, f, id, actions.Processed)
 	l2 := f.claimOne("lane-a", time.Minute)
 	if l2.AttemptIndex != 0 || l2.Epoch != 2 {
 		t.Fatalf("re-lease after delay = attempt %d epoch %d, want 0 and 2", l2.AttemptIndex, l2.Epoch)
@@ -434,16 +435,16 @@ func TestReclaim(t *testing.T) {
 	}
 }
 
-func promote(t *testing.T, f *fixture, id ff.ExecutionID, want executions.Outcome) {
+func promote(t *testing.T, f *fixture, id ff.ExecutionID, want actions.Outcome) {
 	t.Helper()
-	var got executions.Outcome
+	var got actions.Outcome
 	err := f.inTx(func(tx pgx.Tx) error {
 		var err error
-		got, err = f.st.PromoteDelayedTx(f.ctx, tx, id)
+		got, err = f.st.Pipeline().PromoteDelayed(f.ctx, tx, id)
 		return err
 	})
 	if err != nil || got != want {
-		t.Fatalf("PromoteDelayedTx = %q, %v; want %q", got, err, want)
+		t.Fatalf("PromoteDelayed = %q, %v; want %q", got, err, want)
 	}
 }
 

@@ -6,110 +6,16 @@ import (
 	"fmt"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
 // Execution retention: the execution_retention scanner's action. See
-// RemoveExecutionsTx.
+// removeExecutions.
 
-// MaxRemoveLimit is the largest batch RemoveExecutionsTx accepts.
-const MaxRemoveLimit = 100_000
-
-// RemoveParams select what one RemoveExecutionsTx call removes.
-type RemoveParams struct {
-	// Partition whose executions are removed.
-	Partition int16
-	// CutoffMs: executions terminal before it are past retention, and so
-	// are tombstones written before it.
-	CutoffMs int64
-	// Filter restricts the removal to executions (and tombstones) of a
-	// namespace and instance tag, as the scanners' filter does.
-	Filter ff.Filter
-	// Limit is the most candidate executions one call examines, and the
-	// most tombstones it expires (1..MaxRemoveLimit).
-	Limit int
-	// After is the keyset position to read on from (RemoveResult.Next of
-	// the previous call of a chain), nil for the beginning.
-	After *RemoveKey
-}
-
-// RemoveKey is a position in a partition's terminal executions, in the
-// order retention reads them.
-type RemoveKey struct {
-	TerminalAtMs int64     `json:"terminal_at_ms"`
-	ID           uuid.UUID `json:"id"`
-}
-
-// RemoveResult is what one RemoveExecutionsTx call did.
-type RemoveResult struct {
-	// Candidates is how many terminal executions past the cutoff it
-	// examined (at most the limit); Next is the position after the last.
-	Candidates int        `json:"candidates"`
-	Next       *RemoveKey `json:"next,omitempty"`
-	// Executions removed (with their attempts), of which FlowMembers were
-	// members of the Flows removed whole.
-	Executions  int64 `json:"executions"`
-	FlowMembers int64 `json:"flow_members"`
-	Flows       int64 `json:"flows"`
-	// Kept counts candidates left in place: held by another transaction,
-	// or members of a flow not removable yet (a member not terminal, or
-	// terminal within the retention, or outside the filter).
-	Kept int `json:"kept"`
-	// TombstonesExpired counts tombstones deleted (older than the cutoff).
-	TombstonesExpired int64 `json:"tombstones_expired"`
-}
-
-// Full reports whether the call filled its batch (candidates or
-// tombstones), so that a next call from Next may find more.
-func (r RemoveResult) Full(limit int) bool {
-	return r.Candidates >= limit || r.TombstonesExpired >= int64(limit)
-}
-
-// RetentionSQL is the predicate of an execution past retention on the
-// ff_exec_core row aliased alias, with the cutoff and the filter
-// (namespace, tag key, tag value; each NULL: any) as the numbered
-// parameters given: terminal (lifecycle_phase 'terminal', or a legacy
-// 'cancelled'), terminal_at_ms before the cutoff, and inside the filter. A
-// terminal row without terminal_at_ms (written by hand) never is: its age
-// is unknown.
-func RetentionSQL(alias string, cutoff, namespace, tagKey, tagValue int) string {
-	return fmt.Sprintf(`%[1]s.lifecycle_phase IN ('terminal', 'cancelled') AND %[1]s.terminal_at_ms < $%[2]d::bigint
-  AND ($%[3]d::text IS NULL OR %[1]s.raw_fields->>'namespace' = $%[3]d::text)
-  AND ($%[4]d::text IS NULL OR %[1]s.raw_fields->'tags'->>$%[4]d::text = $%[5]d::text)`, alias, cutoff, namespace, tagKey, tagValue)
-}
-
-// FlowBlockedSQL is true when the flow flowExpr (in partition partExpr)
-// has a member that is not past retention (RetentionSQL with the same
-// parameters): such a flow is kept whole.
-func FlowBlockedSQL(partExpr, flowExpr string, cutoff, namespace, tagKey, tagValue int) string {
-	return `EXISTS (SELECT 1 FROM {S}ff_exec_core m WHERE m.partition_key = ` + partExpr + ` AND m.flow_id = ` + flowExpr +
-		` AND (` + RetentionSQL("m", cutoff, namespace, tagKey, tagValue) + `) IS NOT TRUE)`
-}
-
-// TombstoneFilterSQL is the filter predicate on the ff_exec_removed row
-// aliased r, with the namespace, tag key and tag value parameters given.
-func TombstoneFilterSQL(namespace, tagKey, tagValue int) string {
-	return fmt.Sprintf(`($%[1]d::text IS NULL OR r.namespace = $%[1]d::text)
-  AND ($%[2]d::text IS NULL OR r.tags->>$%[2]d::text = $%[3]d::text)`, namespace, tagKey, tagValue)
-}
-
-// FilterParams returns f as the namespace, tag key and tag value
-// parameters of RetentionSQL and TombstoneFilterSQL (each nil when unset).
-func FilterParams(f ff.Filter) (namespace, tagKey, tagValue *string) {
-	if f.Namespace != "" {
-		ns := f.Namespace
-		namespace = &ns
-	}
-	if f.InstanceTag != nil {
-		k, v := f.InstanceTag.Key, f.InstanceTag.Value
-		tagKey, tagValue = &k, &v
-	}
-	return
-}
-
-// RemoveExecutionsTx is the execution_retention action: in the caller's
+// removeExecutions is the execution_retention action: in the caller's
 // transaction, it examines at most p.Limit terminal executions of
 // p.Partition past the cutoff (RetentionSQL), oldest first from p.After,
 // and deletes
@@ -132,22 +38,22 @@ func FilterParams(f ff.Filter) (namespace, tagKey, tagValue *string) {
 //
 // A flow is removed whole even when it has more members than the limit, so
 // one call may remove more than p.Limit executions.
-func (s *Store) RemoveExecutionsTx(ctx context.Context, tx pgx.Tx, p RemoveParams) (RemoveResult, error) {
-	var res RemoveResult
-	if p.Limit < 1 || p.Limit > MaxRemoveLimit {
-		return res, ff.Validationf("limit", "%d is outside 1..%d", p.Limit, MaxRemoveLimit)
+func (s *Store) removeExecutions(ctx context.Context, tx pgx.Tx, p actions.RemoveParams) (actions.RemoveResult, error) {
+	var res actions.RemoveResult
+	if p.Limit < 1 || p.Limit > actions.MaxRemoveLimit {
+		return res, ff.Validationf("limit", "%d is outside 1..%d", p.Limit, actions.MaxRemoveLimit)
 	}
 	if !s.parts.Contains(p.Partition) {
 		return res, ff.Validationf("partition", "%d is outside the schema's %s", p.Partition, s.parts)
 	}
-	ns, tk, tv := FilterParams(p.Filter)
+	ns, tk, tv := actions.FilterParams(p.Filter)
 	var afterMs *int64
 	var afterID *uuid.UUID
 	if p.After != nil {
 		afterMs, afterID = &p.After.TerminalAtMs, &p.After.ID
 	}
 	rows, err := tx.Query(ctx, s.sql(`SELECT c.execution_id, c.flow_id, c.terminal_at_ms FROM {S}ff_exec_core c
-		WHERE c.partition_key = $1 AND `+RetentionSQL("c", 2, 3, 4, 5)+`
+		WHERE c.partition_key = $1 AND `+actions.RetentionSQL("c", 2, 3, 4, 5)+`
 		  AND ($6::bigint IS NULL OR (c.terminal_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
 		ORDER BY c.terminal_at_ms, c.execution_id
 		LIMIT $8`), p.Partition, p.CutoffMs, ns, tk, tv, afterMs, afterID, p.Limit)
@@ -158,7 +64,7 @@ func (s *Store) RemoveExecutionsTx(ctx context.Context, tx pgx.Tx, p RemoveParam
 	var flows []uuid.UUID
 	inFlow := map[uuid.UUID]int{}
 	for rows.Next() {
-		var k RemoveKey
+		var k actions.RemoveKey
 		var flow *uuid.UUID
 		if err := rows.Scan(&k.ID, &flow, &k.TerminalAtMs); err != nil {
 			rows.Close()
@@ -192,7 +98,7 @@ func (s *Store) RemoveExecutionsTx(ctx context.Context, tx pgx.Tx, p RemoveParam
 	if len(solo) > 0 || len(flows) > 0 {
 		if err := tx.QueryRow(ctx, s.sql(`WITH e AS (
 			DELETE FROM {S}ff_exec_core c
-			WHERE c.partition_key = $1 AND (c.execution_id = ANY($2) OR c.flow_id = ANY($3)) AND `+RetentionSQL("c", 5, 6, 7, 8)+`
+			WHERE c.partition_key = $1 AND (c.execution_id = ANY($2) OR c.flow_id = ANY($3)) AND `+actions.RetentionSQL("c", 5, 6, 7, 8)+`
 			RETURNING c.execution_id, c.flow_id, c.raw_fields, c.public_state, c.terminal_at_ms),
 		a AS (DELETE FROM {S}ff_attempt a USING e WHERE a.partition_key = $1 AND a.execution_id = e.execution_id),
 		ed AS (DELETE FROM {S}ff_edge WHERE partition_key = $1 AND flow_id = ANY($3)),
@@ -214,7 +120,7 @@ func (s *Store) RemoveExecutionsTx(ctx context.Context, tx pgx.Tx, p RemoveParam
 	}
 	tag, err := tx.Exec(ctx, s.sql(`DELETE FROM {S}ff_exec_removed d USING (
 			SELECT r.execution_id FROM {S}ff_exec_removed r
-			WHERE r.partition_key = $1 AND r.removed_at_ms < $2 AND `+TombstoneFilterSQL(3, 4, 5)+`
+			WHERE r.partition_key = $1 AND r.removed_at_ms < $2 AND `+actions.TombstoneFilterSQL(3, 4, 5)+`
 			ORDER BY r.removed_at_ms LIMIT $6 FOR UPDATE SKIP LOCKED) x
 		WHERE d.partition_key = $1 AND d.execution_id = x.execution_id`), p.Partition, p.CutoffMs, ns, tk, tv, p.Limit)
 	if err != nil {
@@ -226,13 +132,13 @@ func (s *Store) RemoveExecutionsTx(ctx context.Context, tx pgx.Tx, p RemoveParam
 
 // lockSolo locks the solo executions of ids that are still past retention,
 // skipping those another transaction holds, and returns them.
-func (s *Store) lockSolo(ctx context.Context, tx pgx.Tx, p RemoveParams, ids []uuid.UUID) ([]uuid.UUID, error) {
+func (s *Store) lockSolo(ctx context.Context, tx pgx.Tx, p actions.RemoveParams, ids []uuid.UUID) ([]uuid.UUID, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ns, tk, tv := FilterParams(p.Filter)
+	ns, tk, tv := actions.FilterParams(p.Filter)
 	rows, err := tx.Query(ctx, s.sql(`SELECT c.execution_id FROM {S}ff_exec_core c
-		WHERE c.partition_key = $1 AND c.execution_id = ANY($6) AND c.flow_id IS NULL AND `+RetentionSQL("c", 2, 3, 4, 5)+`
+		WHERE c.partition_key = $1 AND c.execution_id = ANY($6) AND c.flow_id IS NULL AND `+actions.RetentionSQL("c", 2, 3, 4, 5)+`
 		FOR UPDATE SKIP LOCKED`), p.Partition, p.CutoffMs, ns, tk, tv, ids)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "locking executions past retention")
@@ -251,15 +157,15 @@ var flowTables = []string{"ff_flow_core", "ff_exec_core", "ff_edge_group", "ff_p
 // held by another), and every member past retention. The rows of the
 // flows it returns stay locked until the transaction ends, so no member
 // can join them meanwhile (CreateTx holds the flow row).
-func (s *Store) lockWholeFlows(ctx context.Context, tx pgx.Tx, p RemoveParams, flows []uuid.UUID) ([]uuid.UUID, error) {
-	ns, tk, tv := FilterParams(p.Filter)
+func (s *Store) lockWholeFlows(ctx context.Context, tx pgx.Tx, p actions.RemoveParams, flows []uuid.UUID) ([]uuid.UUID, error) {
+	ns, tk, tv := actions.FilterParams(p.Filter)
 	for _, table := range flowTables {
 		if len(flows) == 0 {
 			return nil, nil
 		}
 		cond, args := "", []any{p.Partition, flows}
 		if table == "ff_exec_core" {
-			cond = ` AND ` + RetentionSQL("x", 3, 4, 5, 6)
+			cond = ` AND ` + actions.RetentionSQL("x", 3, 4, 5, 6)
 			args = append(args, p.CutoffMs, ns, tk, tv)
 		}
 		// All of a flow's rows in the table are locked by this transaction

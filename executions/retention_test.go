@@ -7,15 +7,16 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
-// remove runs RemoveExecutionsTx for p in a transaction of its own.
-func (f *fixture) remove(p executions.RemoveParams) executions.RemoveResult {
+// remove runs RemoveExecutions for p in a transaction of its own.
+func (f *fixture) remove(p actions.RemoveParams) actions.RemoveResult {
 	f.t.Helper()
-	return inTxValue(f, "RemoveExecutionsTx", func(tx pgx.Tx) (executions.RemoveResult, error) {
-		return f.st.RemoveExecutionsTx(f.ctx, tx, p)
+	return inTxValue(f, "RemoveExecutions", func(tx pgx.Tx) (actions.RemoveResult, error) {
+		return f.st.Pipeline().RemoveExecutions(f.ctx, tx, p)
 	})
 }
 
@@ -103,7 +104,7 @@ func TestRemoveExecutions(t *testing.T) {
 		t.Fatalf("rows of the flow before = %v, want %v", got, wantWhole)
 	}
 	for _, part := range []int16{old.Partition, partlyUp.Partition, wholeUp.Partition} {
-		f.remove(executions.RemoveParams{Partition: part, CutoffMs: cutoff, Limit: 100})
+		f.remove(actions.RemoveParams{Partition: part, CutoffMs: cutoff, Limit: 100})
 	}
 	if f.exists(old) || f.countWhere("ff_attempt", "execution_id = $1", old.UUID) != 0 {
 		t.Fatal("the old solo execution or its attempt is still there")
@@ -134,13 +135,13 @@ func TestRemoveExecutions(t *testing.T) {
 	}
 	// Once the whole flow is past retention, it goes.
 	f.clock.Advance(time.Hour)
-	res := f.remove(executions.RemoveParams{Partition: partlyUp.Partition, CutoffMs: f.clock.NowMs() - time.Minute.Milliseconds(), Limit: 100})
+	res := f.remove(actions.RemoveParams{Partition: partlyUp.Partition, CutoffMs: f.clock.NowMs() - time.Minute.Milliseconds(), Limit: 100})
 	if res.Flows != 1 || res.FlowMembers != 2 || f.exists(partlyUp) || f.exists(partlyDown) {
 		t.Fatalf("second run: %+v, members still there: %v %v", res, f.exists(partlyUp), f.exists(partlyDown))
 	}
 	// Tombstones expire once older than the cutoff.
 	f.clock.Advance(time.Hour)
-	res = f.remove(executions.RemoveParams{Partition: old.Partition, CutoffMs: f.clock.NowMs() - time.Minute.Milliseconds(), Limit: 100})
+	res = f.remove(actions.RemoveParams{Partition: old.Partition, CutoffMs: f.clock.NowMs() - time.Minute.Milliseconds(), Limit: 100})
 	if res.TombstonesExpired == 0 {
 		t.Fatalf("no tombstone expired: %+v", res)
 	}
@@ -168,8 +169,8 @@ func TestRemoveExecutionsSkipsLocked(t *testing.T) {
 		})
 	}
 	hs, hd := lock(solo), lock(down)
-	p := func(id ff.ExecutionID) executions.RemoveParams {
-		return executions.RemoveParams{Partition: id.Partition, CutoffMs: f.clock.NowMs() - 1, Limit: 100}
+	p := func(id ff.ExecutionID) actions.RemoveParams {
+		return actions.RemoveParams{Partition: id.Partition, CutoffMs: f.clock.NowMs() - 1, Limit: 100}
 	}
 	if res := f.remove(p(solo)); res.Executions != 0 || res.Kept != 1 {
 		t.Fatalf("with the solo execution locked: %+v, want it kept", res)
@@ -211,7 +212,7 @@ func TestRemoveExecutionsFilter(t *testing.T) {
 	f.clock.Advance(time.Hour)
 	filter := ff.Filter{Namespace: "a", InstanceTag: &ff.Tag{Key: ff.InstanceTagKey, Value: "i1"}}
 	for _, part := range []int16{mine.Partition, m1.Partition} {
-		f.remove(executions.RemoveParams{Partition: part, CutoffMs: f.clock.NowMs() - 1, Filter: filter, Limit: 100})
+		f.remove(actions.RemoveParams{Partition: part, CutoffMs: f.clock.NowMs() - 1, Filter: filter, Limit: 100})
 	}
 	if f.exists(mine) || !f.exists(otherNS) || !f.exists(otherTag) || !f.exists(m1) || !f.exists(m2) {
 		t.Fatalf("after a filtered run: mine %v, other namespace %v, other tag %v, flow %v %v (want only mine gone)",
@@ -219,11 +220,11 @@ func TestRemoveExecutionsFilter(t *testing.T) {
 	}
 	// The tombstone carries the filter: another namespace's run keeps it.
 	f.clock.Advance(time.Hour)
-	res := f.remove(executions.RemoveParams{Partition: mine.Partition, CutoffMs: f.clock.NowMs() - 1, Filter: ff.Filter{Namespace: "b"}, Limit: 100})
+	res := f.remove(actions.RemoveParams{Partition: mine.Partition, CutoffMs: f.clock.NowMs() - 1, Filter: ff.Filter{Namespace: "b"}, Limit: 100})
 	if res.TombstonesExpired != 0 {
 		t.Fatalf("namespace b's run expired namespace a's tombstone: %+v", res)
 	}
-	res = f.remove(executions.RemoveParams{Partition: mine.Partition, CutoffMs: f.clock.NowMs() - 1, Filter: filter, Limit: 100})
+	res = f.remove(actions.RemoveParams{Partition: mine.Partition, CutoffMs: f.clock.NowMs() - 1, Filter: filter, Limit: 100})
 	if res.TombstonesExpired != 1 {
 		t.Fatalf("the owner's run: %+v, want its tombstone expired", res)
 	}
@@ -242,7 +243,7 @@ func TestRemoveExecutionsBatches(t *testing.T) {
 		f.clock.Advance(time.Millisecond)
 	}
 	f.clock.Advance(time.Hour)
-	p := executions.RemoveParams{Partition: ids[0].Partition, CutoffMs: f.clock.NowMs() - 1, Limit: 2}
+	p := actions.RemoveParams{Partition: ids[0].Partition, CutoffMs: f.clock.NowMs() - 1, Limit: 2}
 	var removed []int64
 	for range 10 {
 		res := f.remove(p)
@@ -260,7 +261,7 @@ func TestRemoveExecutionsBatches(t *testing.T) {
 			t.Fatalf("%s is still there", id)
 		}
 	}
-	if _, err := f.st.RemoveExecutionsTx(f.ctx, nil, executions.RemoveParams{Partition: ids[0].Partition, Limit: 0}); !errors.Is(err, ff.ErrValidation) {
+	if _, err := f.st.Pipeline().RemoveExecutions(f.ctx, nil, actions.RemoveParams{Partition: ids[0].Partition, Limit: 0}); !errors.Is(err, ff.ErrValidation) {
 		t.Fatalf("limit 0: %v, want a validation error", err)
 	}
 }

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
@@ -82,7 +83,7 @@ type Config struct {
 	// Cascader, when set, enqueues the flow cascade of every terminal
 	// transition of a flow member in the same transaction. Without one,
 	// completion events stay undispatched for the dependency scanner.
-	Cascader Cascader
+	Cascader actions.Cascader
 }
 
 // Store runs execution operations against one schema. It is safe for
@@ -94,7 +95,7 @@ type Store struct {
 	clock    ff.Clock
 	out      *outbox.Writer
 	waker    *outbox.Waker
-	cascader Cascader
+	cascader actions.Cascader
 	// claimers and finisher coalesce concurrent Claim calls and
 	// Complete, Fail and Release calls (coalesce.go).
 	claimers keyed[claimKey, *coalescer[claimAsk, []Lease]]

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -288,6 +289,19 @@ const (
 	OutboxCompletion = "completion"
 )
 
+// OutboxTable returns the table (outbox.LeaseTable or
+// outbox.CompletionTable) of the outbox a trim job names (OutboxLease or
+// OutboxCompletion).
+func OutboxTable(name string) (string, error) {
+	switch name {
+	case OutboxLease:
+		return outbox.LeaseTable, nil
+	case OutboxCompletion:
+		return outbox.CompletionTable, nil
+	}
+	return "", ff.Validationf("table", "%q: want %q or %q", name, OutboxLease, OutboxCompletion)
+}
+
 // TrimOutboxArgs is one retention pass over one outbox table: with
 // PartitionMs set, it first maintains the table's time partitions (creates
 // them ahead, drops those older than CutoffMs: outbox.MaintainPartitions),
@@ -316,7 +330,7 @@ func (TrimOutboxArgs) Kind() string { return KindTrimOutbox }
 // RemoveExecutionsArgs removes, in one partition, at most Limit candidate
 // terminal executions older than CutoffMs (solo ones, and flows whose every
 // member is), and expires tombstones written before CutoffMs
-// (executions.Store.RemoveExecutionsTx). Only Partition and Filter make it
+// (the RemoveExecutions transition). Only Partition and Filter make it
 // unique: one removal per partition (and filter) in flight. AfterMs and
 // AfterID are the position a continuation reads on from (nil: the
 // beginning).

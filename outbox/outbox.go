@@ -80,7 +80,7 @@ type CompletionEvent struct {
 	// for upstream FlowFabric, whose dispatcher and reconciler claim and
 	// scan completion events by dispatched_at_ms IS NULL and would count
 	// an undispatched event's hops a second time, and read by
-	// executions.Store.DispatchCompletionTx (its claim) and History.
+	// the DispatchCompletion transition (its claim) and History.
 	DispatchedAtMs *int64
 	// Source, when set, is the execution's namespace, instance tag and
 	// flow as the producer read them under the execution's lock, so the

@@ -10,7 +10,7 @@ import (
 )
 
 // AttemptTimeoutScanner expires attempts whose lease has passed: the
-// attempt_timeout action (executions.Store.ExpireAttemptTx) on every
+// attempt_timeout action (the ExpireAttempt transition) on every
 // active execution whose current attempt's lease_expires_at_ms is in the
 // past. Item job: ff.expire_attempt {id, attempt_index}.
 type AttemptTimeoutScanner struct{}

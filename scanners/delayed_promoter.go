@@ -11,7 +11,7 @@ import (
 
 // DelayedPromoterScanner makes delayed executions eligible when their
 // delay_until_ms comes: the delayed_promoter action
-// (executions.Store.PromoteDelayedTx) on every runnable,
+// (the PromoteDelayed transition) on every runnable,
 // not_eligible_until_time execution that is due. Item job:
 // ff.promote_delayed {id}.
 type DelayedPromoterScanner struct{}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/google/uuid"
@@ -28,10 +28,10 @@ const DefaultDependencyStale = 15 * time.Second
 // waited for the staleness threshold. Its item is the hop itself:
 // ff.advance {upstream, flow_id, downstream, outcome}, the outcome read from
 // the upstream's public_state (or, when that names none, its completion
-// event: executions.TerminalOutcomeSQL), exactly as the Cascader inserts it (so a hop
+// event: actions.TerminalOutcomeSQL), exactly as the Cascader inserts it (so a hop
 // whose job is still in flight, or snoozed waiting on a lock, is not
 // enqueued twice). Whatever happens to any River job, a hop stays due until
-// executions.Store.AdvanceTx has counted it. The scanner filter applies to
+// the Advance transition has counted it. The scanner filter applies to
 // the upstream execution.
 type DependencyScanner struct {
 	stale time.Duration
@@ -63,8 +63,8 @@ func (s *DependencyScanner) cutoff(params json.RawMessage, now int64) (int64, er
 }
 
 // hopOutcomeSQL is the outcome of a hop's upstream c (NULL when nothing
-// records it: see executions.TerminalOutcomeSQL).
-func hopOutcomeSQL() string { return executions.TerminalOutcomeSQL("c") }
+// records it: see actions.TerminalOutcomeSQL).
+func hopOutcomeSQL() string { return actions.TerminalOutcomeSQL("c") }
 
 // hopDueSQL is the due-hop predicate on ff_edge e joined with its upstream
 // ff_exec_core c (index ff_edge_hop_due_idx); $2 is the cutoff. A hop whose

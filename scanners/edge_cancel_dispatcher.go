@@ -10,7 +10,7 @@ import (
 
 // EdgeCancelDispatcherScanner drains flagged sibling-cancel groups: for each
 // ff_pending_cancel_groups row whose ff_edge_group has its cancel flag set
-// (or is missing: an orphan), executions.Store.DispatchCancelGroupTx
+// (or is missing: an orphan), the DispatchCancelGroup transition
 // cancels the listed siblings (fenced, with their outbox events), clears the
 // flag and deletes the pending row, in one transaction per group.
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // EdgeCancelReconcilerScanner is the safety net of the dispatcher: for each
-// pending cancel group, executions.Store.ReconcileCancelGroupTx deletes
+// pending cancel group, the ReconcileCancelGroup transition deletes
 // stale rows (group gone or flag cleared: sremmed_stale), drains groups
 // whose members are all terminal (completed_drain), and leaves groups with
 // running members to the dispatcher (no_op). Partitioned and filtered like

@@ -11,7 +11,7 @@ import (
 
 // ExecutionDeadlineScanner expires non-terminal executions past their
 // deadline_at_ms: the execution_deadline action
-// (executions.Store.ExpireDeadlineTx). Item job: ff.expire_deadline {id}.
+// (the ExpireDeadline transition). Item job: ff.expire_deadline {id}.
 type ExecutionDeadlineScanner struct{}
 
 // Name implements Scanner.

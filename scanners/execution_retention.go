@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -30,7 +30,7 @@ const KeepExecutions time.Duration = -1
 // ExecutionRetentionScanner removes terminal executions older than its
 // retention, per partition: its scan inserts one ff.remove_executions job
 // for a partition with executions past retention (or tombstones to
-// expire), and each job runs executions.Store.RemoveExecutionsTx on at most
+// expire), and each job runs the RemoveExecutions transition on at most
 // a batch and, when it filled its batch, re-enqueues itself from its
 // position in the same transaction, so a backlog drains without waiting for
 // the next tick.
@@ -132,7 +132,7 @@ func (s *ExecutionRetentionScanner) cutoff(params json.RawMessage, now int64) (i
 }
 
 // Due implements Scanner: per partition, the executions
-// RemoveExecutionsTx would remove (solo ones and members of flows entirely
+// RemoveExecutions would remove (solo ones and members of flows entirely
 // past retention, counted with its predicate and filter) plus the
 // tombstones it would expire. Each partition reads at most req.Cap+1
 // executions past retention, oldest first (ff_exec_core_terminal_idx), and
@@ -140,14 +140,14 @@ func (s *ExecutionRetentionScanner) cutoff(params json.RawMessage, now int64) (i
 // members of each flow among them. A partition whose candidates are capped
 // is due (Capped) even when none of those read can go, as when they all
 // belong to flows that stay: its removal job examines them in batches and
-// goes on past them, as RemoveExecutionsTx does. Its Count is then the
+// goes on past them, as RemoveExecutions does. Its Count is then the
 // removable ones among those read, and the oldest theirs.
 func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
 	cutoff, keep, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil || keep {
 		return nil, err
 	}
-	ns, tk, tv := executions.FilterParams(req.Filter)
+	ns, tk, tv := actions.FilterParams(req.Filter)
 	var out []Due
 	err = dueRead(ctx, q, req.SQL(retentionDueSQL()), []any{cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)}, func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -187,16 +187,16 @@ CROSS JOIN LATERAL (
   SELECT COALESCE(sum(g.n) FILTER (WHERE g.removable), 0)::bigint AS n, COALESCE(sum(g.n), 0)::bigint AS read,
          min(g.oldest) FILTER (WHERE g.removable) AS oldest
   FROM (
-    SELECT f.n, f.oldest, (f.flow_id IS NULL OR NOT ` + executions.FlowBlockedSQL("part.k", "f.flow_id", 1, 2, 3, 4) + `) AS removable
+    SELECT f.n, f.oldest, (f.flow_id IS NULL OR NOT ` + actions.FlowBlockedSQL("part.k", "f.flow_id", 1, 2, 3, 4) + `) AS removable
     FROM (
       SELECT c.flow_id, count(*) AS n, min(c.terminal_at_ms) AS oldest FROM (
         SELECT c.flow_id, c.terminal_at_ms FROM {S}ff_exec_core c
-        WHERE c.partition_key = part.k AND ` + executions.RetentionSQL("c", 1, 2, 3, 4) + `
+        WHERE c.partition_key = part.k AND ` + actions.RetentionSQL("c", 1, 2, 3, 4) + `
         ORDER BY c.terminal_at_ms, c.execution_id LIMIT $6) c
       GROUP BY c.flow_id) f) g) x
 CROSS JOIN LATERAL (
   SELECT count(*) AS n FROM (SELECT 1 FROM {S}ff_exec_removed r
-    WHERE r.partition_key = part.k AND r.removed_at_ms < $1 AND ` + executions.TombstoneFilterSQL(2, 3, 4) + ` LIMIT $6) t) y
+    WHERE r.partition_key = part.k AND r.removed_at_ms < $1 AND ` + actions.TombstoneFilterSQL(2, 3, 4) + ` LIMIT $6) t) y
 WHERE x.read + y.n > 0`
 }
 

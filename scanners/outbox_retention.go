@@ -147,7 +147,7 @@ func (s *OutboxRetentionScanner) work(ctx context.Context, q Querier, st *execut
 		width = outbox.PartitionWidth(time.Duration(now-cutoff) * time.Millisecond)
 	}
 	for _, t := range []string{jobs.OutboxLease, jobs.OutboxCompletion} {
-		table, err := executions.OutboxTable(t)
+		table, err := jobs.OutboxTable(t)
 		if err != nil {
 			return nil, 0, err
 		}

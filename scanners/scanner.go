@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -171,7 +172,7 @@ func schemaSQL(st *executions.Store, q string) string {
 }
 
 func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
-	return executions.FilterParams(f)
+	return actions.FilterParams(f)
 }
 
 var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)

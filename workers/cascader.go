@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
-// Cascader is the River implementation of executions.Cascader: it inserts
+// Cascader is the River implementation of actions.Cascader: it inserts
 // one ff.advance job per hop, in the transaction of the terminal transition
 // that caused it, into the apply queue of its filter. It uses an insert-only
 // River client, so any Store can have one, inside or outside a River worker.
@@ -38,8 +38,8 @@ func NewCascader(riverSchema string, filter ff.Filter) (*Cascader, error) {
 	return &Cascader{client: client, opts: itemInsertOpts(filter), filter: filter}, nil
 }
 
-// EnqueueHopsTx implements executions.Cascader.
-func (c *Cascader) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []executions.Hop) error {
+// EnqueueHopsTx implements actions.Cascader.
+func (c *Cascader) EnqueueHopsTx(ctx context.Context, tx pgx.Tx, hops []actions.Hop) error {
 	params := make([]river.InsertManyParams, len(hops))
 	for i, h := range hops {
 		params[i] = river.InsertManyParams{Args: jobs.AdvanceArgs{Upstream: h.Upstream, FlowID: h.FlowID, Downstream: h.Downstream, Outcome: h.Outcome}, InsertOpts: withTags(c.opts, appendTags([]string{TagItem, TagPartitionPrefix + strconv.Itoa(int(h.Upstream.Partition))}, TagValue(TagNamespacePrefix, c.filter.Namespace)))}

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
@@ -39,7 +38,7 @@ import (
 // So there is no flush interval.
 //
 // A kind built with GroupItemOf (the built-in expire, promote and deadline)
-// applies its group in one set-based pass (executions.ExpireAttemptsTx and
+// applies its group in one set-based pass (the ExpireAttemptMany transition and
 // its siblings): one statement locks all of the group's rows, one batch
 // carries all of their writes. Measured before that (ffctl bench expire,
 // pg_stat_statements on a cluster of its own, group sizes counted): under
@@ -257,7 +256,7 @@ func (g *engine[T]) run(ctx context.Context, group []*entry[T]) {
 		if err != nil && e.err == nil {
 			e.err = err
 		}
-		if e.err == nil && e.out.Outcome == executions.Processed {
+		if e.err == nil && e.out.Outcome == Processed {
 			processed = true
 		}
 		if e.err != nil {
@@ -392,7 +391,7 @@ func (g *engine[T]) finish(ctx context.Context, e *entry[T]) error {
 	if err := river.RecordOutput(ctx, e.out); err != nil {
 		return fmt.Errorf("recording job output: %w", err)
 	}
-	if e.out.Outcome == executions.SkippedLocked {
+	if e.out.Outcome == SkippedLocked {
 		// The row is still due and another transaction holds it: the job
 		// stays in flight and tries again shortly (a snooze spends no
 		// attempt), rather than leaving the row to a later scan, which

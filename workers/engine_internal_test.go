@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
@@ -87,7 +88,7 @@ func (f *engineFixture) wantFailedAlone(t *testing.T, group []*entry[jobs.Expire
 			}
 			continue
 		}
-		if e.err != nil || e.out.Outcome != executions.Processed || n != 1 {
+		if e.err != nil || e.out.Outcome != actions.Processed || n != 1 {
 			t.Errorf("item %d: %v, %s, %d expired events; want processed with one event", i, e.err, e.out.Outcome, n)
 		}
 		if xact == "" {
@@ -106,7 +107,7 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	poison := f.ids[2]
 	env := NewEnv(f.store, nil)
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := f.store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := f.store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		if err == nil && a.ID == poison {
 			err = errors.New("poisoned after its writes")
 		}
@@ -119,15 +120,15 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	// The failed item alone, retried (here: without the poison) is applied
 	// once; the others re-run find nothing to do.
 	g2 := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := f.store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := f.store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
 	again := f.group(f.ids...)
 	g2.run(f.ctx, again)
 	for i, e := range again {
-		want := executions.NoOp
+		want := actions.NoOp
 		if f.ids[i] == poison {
-			want = executions.Processed
+			want = actions.Processed
 		}
 		if n, _ := f.expired(t, f.ids[i]); e.err != nil || e.out.Outcome != want || n != 1 {
 			t.Errorf("re-run item %d: %v, %s, %d expired events; want %s with one event in all", i, e.err, e.out.Outcome, n, want)
@@ -152,15 +153,15 @@ func TestGroupLockedItemDoesNotBlockOthers(t *testing.T) {
 	env := NewEnv(f.store, nil)
 	env.JobTimeout = 5 * time.Second
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := f.store.ExpireAttemptTx(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := f.store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
 	group := f.group(f.ids...)
 	g.run(f.ctx, group)
 	for i, e := range group {
-		want, wantEvents := executions.Processed, 1
+		want, wantEvents := actions.Processed, 1
 		if f.ids[i] == locked {
-			want, wantEvents = executions.SkippedLocked, 0
+			want, wantEvents = actions.SkippedLocked, 0
 		}
 		if n, _ := f.expired(t, f.ids[i]); e.err != nil || e.out.Outcome != want || n != wantEvents {
 			t.Errorf("item %d: %v, %s, %d expired events; want %s, %d", i, e.err, e.out.Outcome, n, want, wantEvents)

@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -70,17 +71,17 @@ func (s starvationBoost) boost(ctx context.Context, tx pgx.Tx, env *workers.Env,
 		  AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
 		FOR NO KEY UPDATE SKIP LOCKED`), a.ID.Partition, a.ID.UUID).Scan(&created, &prio)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return workers.Output{Outcome: executions.NoOp}, nil // gone, changed or locked: the next scan decides
+		return workers.Output{Outcome: actions.NoOp}, nil // gone, changed or locked: the next scan decides
 	}
 	if err != nil {
 		return workers.Output{}, err
 	}
 	if prio >= 10 || created >= env.NowMs()-s.age.Milliseconds() {
-		return workers.Output{Outcome: executions.NoOp}, nil
+		return workers.Output{Outcome: actions.NoOp}, nil
 	}
 	_, err = tx.Exec(ctx, env.SQL(`UPDATE {S}ff_exec_core SET priority = priority + 1
 		WHERE partition_key = $1 AND execution_id = $2`), a.ID.Partition, a.ID.UUID)
-	return workers.Output{Outcome: executions.Processed}, err
+	return workers.Output{Outcome: actions.Processed}, err
 }
 
 // A scanner of your own and its item kind, registered as one

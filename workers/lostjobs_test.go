@@ -8,6 +8,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
@@ -106,8 +107,8 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			h.t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(h.ctx) }()
-		if out, err := h.st.AdvanceTx(h.ctx, tx, executions.Hop{Upstream: a, FlowID: flow, Downstream: merge.UUID, Outcome: ff.OutcomeSuccess}); err != nil || out != executions.Processed {
-			h.t.Fatalf("AdvanceTx = %s, %v", out, err)
+		if out, err := h.st.Pipeline().Advance(h.ctx, tx, actions.Hop{Upstream: a, FlowID: flow, Downstream: merge.UUID, Outcome: ff.OutcomeSuccess}); err != nil || out != actions.Processed {
+			h.t.Fatalf("Advance = %s, %v", out, err)
 		}
 		if err := tx.Commit(h.ctx); err != nil {
 			h.t.Fatal(err)

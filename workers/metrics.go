@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
@@ -144,8 +143,8 @@ func otelriverView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
 
 // itemOutcomes are the outcomes every item counter starts with at 0 (an
 // item kind may record others, such as a cancel group's).
-var itemOutcomes = []string{string(executions.Processed), string(executions.NoOp), string(executions.Orphaned),
-	string(executions.SkippedLocked), OutcomeFailed}
+var itemOutcomes = []string{string(Processed), string(NoOp), string(Orphaned),
+	string(SkippedLocked), OutcomeFailed}
 
 // Metrics are a pipeline's OpenTelemetry instruments and tracer, on the
 // providers given to NewMetrics; nothing is global. A nil *Metrics records

@@ -12,7 +12,9 @@ import (
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
@@ -105,7 +107,7 @@ func TestConsumerAbandonedHoldsRetentionUntilDropped(t *testing.T) {
 		var n int64
 		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			var err error
-			n, err = st.TrimOutboxTx(ctx, tx, executions.OutboxLease, time.Now().Add(-retention).UnixMilli(), nil, nil, 1000)
+			n, err = outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: time.Now().Add(-retention).UnixMilli(), NowMs: st.NowMs(), Limit: 1000})
 			return err
 		}); err != nil {
 			t.Fatal(err)

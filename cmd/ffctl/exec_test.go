@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/jackc/pgx/v5"
 )
@@ -158,7 +159,7 @@ func TestExecCommands(t *testing.T) {
 
 	// Removed by retention: get says so, not "not found".
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		_, err := st.RemoveExecutionsTx(ctx, tx, executions.RemoveParams{Partition: waiting.Partition, CutoffMs: st.NowMs() + 1, Limit: 10})
+		_, err := st.Pipeline().RemoveExecutions(ctx, tx, actions.RemoveParams{Partition: waiting.Partition, CutoffMs: st.NowMs() + 1, Limit: 10})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,9 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/google/uuid"
 )
 
@@ -237,7 +239,7 @@ func TestTailSinceEmptyCursorFileAndGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if n, err := st.TrimOutboxTx(ctx, tx, executions.OutboxLease, 10_000, nil, nil, 100); err != nil || n != 6 {
+	if n, err := outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: 10_000, NowMs: st.NowMs(), Limit: 100}); err != nil || n != 6 {
 		t.Fatalf("trim: %d, %v", n, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testproc"
 )
 
@@ -589,7 +590,7 @@ func (v *Verdict) flows(tl Timeline, hs map[string]*history, snap *Snapshot, gro
 				c.Running++
 				continue
 			}
-			outcome := executions.OutcomeOf(h.db.Public)
+			outcome := actions.OutcomeOf(h.db.Public)
 			c.count(outcome)
 			if outcome == ff.OutcomeSuccess {
 				for _, tx := range h.txs {

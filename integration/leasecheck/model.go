@@ -809,7 +809,7 @@ func leaseOp(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 // cancel: CancelTx fails with ErrNotActive on a terminal execution; else it
 // fences a lease it holds (cleared, epoch+1, "revoked" with the epoch it was
 // held under), makes it terminal cancelled and writes a completion
-// "cancelled". The dispatcher's sibling cancel (CancelSiblingTx) is the
+// "cancelled". The dispatcher's sibling cancel (executions.Store.cancelSibling) is the
 // same transition.
 func cancel(s State, r Result, in Input, c *cursor) (State, string) {
 	if s.Phase == Terminal {

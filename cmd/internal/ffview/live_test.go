@@ -16,6 +16,8 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
 )
 
 // sseEvent is one server-sent event as a client parses it.
@@ -428,7 +430,7 @@ func TestLiveGapSaysWhatWasLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(e.ctx) }()
-	if n, err := e.store.TrimOutboxTx(e.ctx, tx, executions.OutboxLease, t0+1, nil, nil, 1000); err != nil || n != 2 {
+	if n, err := outbox.Trim(e.ctx, tx, dbutil.Schema(e.store.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: t0 + 1, NowMs: e.store.NowMs(), Limit: 1000}); err != nil || n != 2 {
 		t.Fatalf("trimming the lease outbox: %d, %v; want the 2 events", n, err)
 	}
 	if err := tx.Commit(e.ctx); err != nil {

@@ -31,7 +31,7 @@ type retentionCost struct {
 
 // Retention measures outbox retention by partition (a partition of Events
 // lease events dropped by outbox.MaintainPartitions) against the row trim
-// of earlier releases (executions.Store.TrimOutboxTx deleting the same
+// of earlier releases (outbox.Trim deleting the same
 // number of events in batches of 10,000, then the VACUUM that reclaims
 // them, which autovacuum would run later), in one scratch schema: removal
 // rate, WAL written, the removing backend's CPU and the dead tuples left.
@@ -77,7 +77,7 @@ func Retention(ctx context.Context, env *Env, o RetentionOptions) ([]Result, err
 			var n int64
 			err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
 				var err error
-				n, err = st.TrimOutboxTx(ctx, tx, executions.OutboxLease, old+1, nil, nil, 10_000)
+				n, err = outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: old + 1, NowMs: st.NowMs(), Limit: 10_000})
 				return err
 			})
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
@@ -516,12 +517,12 @@ func scaleRetention(ctx context.Context, env *Env, pool *pgxpool.Pool, s dbutil.
 	deadline := began.Add(d)
 	execCutoff := now - scanners.DefaultExecutionRetention.Milliseconds()
 	for part := int16(0); part < int16(st.Partitions()) && time.Now().Before(deadline); part++ {
-		params := executions.RemoveParams{Partition: part, CutoffMs: execCutoff, Limit: 1000}
+		params := actions.RemoveParams{Partition: part, CutoffMs: execCutoff, Limit: 1000}
 		for time.Now().Before(deadline) {
-			var r executions.RemoveResult
+			var r actions.RemoveResult
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				var err error
-				r, err = st.RemoveExecutionsTx(ctx, tx, params)
+				r, err = st.Pipeline().RemoveExecutions(ctx, tx, params)
 				return err
 			})
 			if err != nil {
