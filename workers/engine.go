@@ -396,11 +396,11 @@ func (g *engine[T]) finish(ctx context.Context, e *entry[T]) error {
 		// stays in flight and tries again shortly (a snooze spends no
 		// attempt), rather than leaving the row to a later scan, which
 		// reads on from its cursor and would find it only at its next sweep.
-		return river.JobSnooze(LockedRetryAfter)
+		return river.JobSnooze(lockedRetryAfter)
 	}
 	return nil
 }
 
-// LockedRetryAfter is how long an item job whose execution was locked by
+// lockedRetryAfter is how long an item job whose execution was locked by
 // another transaction (outcome skipped_locked) waits before it tries again.
-const LockedRetryAfter = time.Second
+const lockedRetryAfter = time.Second

@@ -6,3 +6,13 @@ var (
 	ItemInsertOpts = itemInsertOpts
 	ScanInsertOpts = scanInsertOpts
 )
+
+// Unexported names the external tests check against.
+var (
+	RescueGrace     = rescueGrace
+	RescueInterval  = rescueInterval
+	OtelriverScope  = otelriverScope
+	DurationBuckets = durationBuckets
+	CountBuckets    = countBuckets
+	ScanTags        = scanTags
+)

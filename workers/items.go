@@ -73,14 +73,14 @@ func expireAttempts(ctx context.Context, tx pgx.Tx, env *Env, as []jobs.ExpireAt
 // enqueue it (Cascader), and the dependency scanner enqueues it again for
 // hops left uncounted, so every pipeline registers it. A hop that waited for
 // a lock until Advance's lock_timeout snoozes (river.JobSnooze, which
-// spends no attempt) for LockedRetryAfter, as an item whose row is locked
+// spends no attempt) for lockedRetryAfter, as an item whose row is locked
 // does: waiting is never what discards it.
 func flowItem() Item {
 	return ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.AdvanceArgs) (Output, error) {
 		out, err := env.Store.Pipeline().Advance(ctx, tx, actions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
 		if dbutil.IsLockTimeout(err) {
 			env.Logger.DebugContext(ctx, "ffriver: flow hop waits for a lock; snoozing", "upstream", a.Upstream, "downstream", a.Downstream, "error", err)
-			return Output{}, river.JobSnooze(LockedRetryAfter)
+			return Output{}, river.JobSnooze(lockedRetryAfter)
 		}
 		return Output{Outcome: out}, err
 	})

@@ -54,15 +54,15 @@ const (
 	// InstrumentationName names ffriver's meters and tracers.
 	InstrumentationName = "github.com/ffriver/ffriver"
 
-	// FlowScanner is the scanner label of ff.advance items: a flow's hops,
+	// flowScanner is the scanner label of ff.advance items: a flow's hops,
 	// enqueued by terminal transitions (and the dependency scanner).
-	FlowScanner = "flow"
+	flowScanner = "flow"
 	// OutcomeFailed is the outcome label of an item job whose action
 	// failed (River retries it) or that was cancelled for invalid input.
 	OutcomeFailed = "failed"
-	// OutcomeUnknown is the outcome of an item span whose job's end River
+	// outcomeUnknown is the outcome of an item span whose job's end River
 	// never reported (the process stopped first).
-	OutcomeUnknown = "unknown"
+	outcomeUnknown = "unknown"
 )
 
 // Metric attributes (Prometheus labels).
@@ -84,17 +84,17 @@ const (
 	AttrJobAttempt  = attribute.Key("river.job.attempt")
 )
 
-// DurationBuckets are the bucket bounds, in seconds, of ffriver's duration
+// durationBuckets are the bucket bounds, in seconds, of ffriver's duration
 // and lag histograms: 1 ms to 5 min.
-var DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
-// CountBuckets are the bucket bounds of River's job-count histograms
+// countBuckets are the bucket bounds of River's job-count histograms
 // (river.job_get_available_count: the jobs one fetch of a producer locked).
-var CountBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+var countBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
 
-// OtelriverScope is the instrumentation scope of otelriver's instruments
+// otelriverScope is the instrumentation scope of otelriver's instruments
 // (River's own job metrics, river.*).
-const OtelriverScope = "github.com/riverqueue/rivercontrib/otelriver"
+const otelriverScope = "github.com/riverqueue/rivercontrib/otelriver"
 
 // otelriverTagKey is the attribute otelriver gives every job metric: the
 // job's River tags, as one string-slice value.
@@ -115,8 +115,8 @@ const otelriverTagKey = attribute.Key("tag")
 // labels are the job's kind, queue, priority, attempt and status (the
 // producer's fetch metrics, river.job_get_available_duration and _count,
 // have only the queue), and gives their histograms buckets in seconds
-// (DurationBuckets) instead of the SDK's millisecond-sized defaults, or,
-// for a histogram of job counts, CountBuckets. An application that wants
+// (1 ms to 5 min) instead of the SDK's millisecond-sized defaults, or,
+// for a histogram of job counts, 0 to 1,000. An application that wants
 // River tags in its metrics must keep ffriver's jobs out of them some
 // other way.
 func MetricViews() []sdkmetric.View {
@@ -126,15 +126,15 @@ func MetricViews() []sdkmetric.View {
 // otelriverView is MetricViews' one view: a single view per instrument,
 // since every matching view adds a stream of its own.
 func otelriverView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
-	if i.Scope.Name != OtelriverScope {
+	if i.Scope.Name != otelriverScope {
 		return sdkmetric.Stream{}, false
 	}
 	s := sdkmetric.Stream{Name: i.Name, Description: i.Description, Unit: i.Unit,
 		AttributeFilter: func(kv attribute.KeyValue) bool { return kv.Key != otelriverTagKey }}
 	if i.Kind == sdkmetric.InstrumentKindHistogram {
-		bounds := DurationBuckets
+		bounds := durationBuckets
 		if i.Unit != "s" {
-			bounds = CountBuckets // {job}: a count, not a duration
+			bounds = countBuckets // {job}: a count, not a duration
 		}
 		s.Aggregation = sdkmetric.AggregationExplicitBucketHistogram{Boundaries: bounds}
 	}
@@ -193,7 +193,7 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 		metric.WithDescription("Item jobs finished, by scanner and outcome (processed, no_op, orphaned, skipped_locked, failed).")); err != nil {
 		return nil, err
 	}
-	if m.duration, err = meter.Float64Histogram(MetricItemDuration, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(DurationBuckets...),
+	if m.duration, err = meter.Float64Histogram(MetricItemDuration, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...),
 		metric.WithDescription("How long an item job's work took, its transaction included.")); err != nil {
 		return nil, err
 	}
@@ -312,7 +312,7 @@ func itemOutcome(job *rivertype.JobRow) string {
 	if b := job.Output(); len(b) > 0 && json.Unmarshal(b, &out) == nil && out.Outcome != "" {
 		return out.Outcome
 	}
-	return OutcomeUnknown
+	return outcomeUnknown
 }
 
 // observe records one River job event of an item kind of scanner.
@@ -364,7 +364,7 @@ func (m *Metrics) startSpan(ctx context.Context, scanner string, job *rivertype.
 	ctx, span := m.tracer.Start(ctx, "ffriver.item "+scanner, trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindConsumer))
 	m.mu.Lock()
 	if old, ok := m.spans[job.ID]; ok {
-		old.span.SetAttributes(AttrOutcome.String(OutcomeUnknown))
+		old.span.SetAttributes(AttrOutcome.String(outcomeUnknown))
 		old.span.End()
 	}
 	m.spans[job.ID] = openSpan{span: span, started: time.Now()}
@@ -412,7 +412,7 @@ func (m *Metrics) endSpansBefore(t time.Time) {
 	}
 	m.mu.Unlock()
 	for _, s := range stale {
-		s.SetAttributes(AttrOutcome.String(OutcomeUnknown))
+		s.SetAttributes(AttrOutcome.String(outcomeUnknown))
 		s.End()
 	}
 }
@@ -440,7 +440,7 @@ func (w *itemMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInne
 func (p *Pipeline) Middleware() rivertype.Middleware { return &itemMiddleware{p: p} }
 
 // ItemScanner returns the scanner label of an item job kind of the
-// pipeline (FlowScanner for ff.advance).
+// pipeline ("flow" for ff.advance).
 func (p *Pipeline) ItemScanner(kind string) (string, bool) {
 	s, ok := p.scannerOf[kind]
 	return s, ok

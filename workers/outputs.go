@@ -25,7 +25,7 @@ const (
 	Orphaned = actions.Orphaned
 	// SkippedLocked: another transaction holds the row; the next scan
 	// picks it up again if it is still due. The apply engine retries the
-	// job after LockedRetryAfter.
+	// job a second later.
 	SkippedLocked = actions.SkippedLocked
 )
 

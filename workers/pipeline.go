@@ -22,7 +22,7 @@ type Pipeline struct {
 	settings map[string]scanners.Settings
 	// unprocessable rate-limits the ticks' reports of unprocessable rows.
 	unprocessable unprocessableLog
-	// scannerOf maps each item kind to its scanner's name (FlowScanner for
+	// scannerOf maps each item kind to its scanner's name (flowScanner for
 	// ff.advance), the label of its metrics and spans.
 	scannerOf map[string]string
 }
@@ -38,7 +38,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 	}
 	reg := scanners.NewRegistry()
 	items := []Item{flowItem()}
-	scannerOf := map[string]string{items[0].kind: FlowScanner}
+	scannerOf := map[string]string{items[0].kind: flowScanner}
 	for _, pl := range plugins {
 		for _, it := range pl.Items {
 			if pl.Scanner != nil {

@@ -22,17 +22,17 @@ import (
 // engine's transactions end with it too), so a job still running well past
 // that belongs to a process that is gone (or hung). ff.rescue, a periodic
 // job of the leader, makes such jobs of its filter's queues available
-// again RescueGrace after their timeout, with an error saying why, so they
+// again rescueGrace after their timeout, with an error saying why, so they
 // are redone within about the job timeout plus a few seconds. Re-running a
 // job whose process is merely slow is safe: every ffriver job rechecks what
 // it acts on under a lock, and a second run records no_op.
 
-// RescueInterval is how often the leader looks for jobs to rescue early.
-const RescueInterval = time.Second
+// rescueInterval is how often the leader looks for jobs to rescue early.
+const rescueInterval = time.Second
 
-// RescueGrace is how long past the job timeout a running job is left
+// rescueGrace is how long past the job timeout a running job is left
 // before it is presumed dead and rescued early.
-const RescueGrace = time.Second
+const rescueGrace = time.Second
 
 // RescueOutput is the River job output of ff.rescue.
 type RescueOutput struct {
@@ -113,9 +113,9 @@ func rescueStuck(ctx context.Context, tx pgx.Tx, s dbutil.Schema, queues []strin
 
 // rescueJob is the leader's periodic ff.rescue of the pipeline's queues.
 func (p *Pipeline) rescueJob() *river.PeriodicJob {
-	args := jobs.RescueArgs{Queues: []string{p.ScanQueue(), p.ApplyQueue()}, AfterMs: (p.env.JobTimeout + RescueGrace).Milliseconds()}
-	opts := withTags(p.TickInsertOpts(), RescueTags(p.filter))
-	return river.NewPeriodicJob(river.PeriodicInterval(RescueInterval),
+	args := jobs.RescueArgs{Queues: []string{p.ScanQueue(), p.ApplyQueue()}, AfterMs: (p.env.JobTimeout + rescueGrace).Milliseconds()}
+	opts := withTags(p.TickInsertOpts(), rescueTags(p.filter))
+	return river.NewPeriodicJob(river.PeriodicInterval(rescueInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return args, opts },
 		&river.PeriodicJobOpts{ID: "ff.rescue:" + p.ScanQueue()})
 }

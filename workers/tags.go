@@ -60,13 +60,13 @@ func TickTags(scanner string, f ff.Filter) []string {
 // TagRescue is on the leader's periodic ff.rescue jobs.
 const TagRescue = "rescue"
 
-// RescueTags are the tags of the leader's ff.rescue jobs.
-func RescueTags(f ff.Filter) []string {
+// rescueTags are the tags of the leader's ff.rescue jobs.
+func rescueTags(f ff.Filter) []string {
 	return appendTags([]string{TagRescue}, TagValue(TagNamespacePrefix, f.Namespace))
 }
 
-// ScanTags are the tags of a scan of scanner over parts.
-func ScanTags(scanner string, f ff.Filter, parts []int16) []string {
+// scanTags are the tags of a scan of scanner over parts.
+func scanTags(scanner string, f ff.Filter, parts []int16) []string {
 	tags := TickTags(scanner, f)
 	for _, p := range parts {
 		tags = append(tags, TagPartitionPrefix+strconv.Itoa(int(p)))

@@ -76,7 +76,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 			if len(parts) > 1 {
 				a.Partitions = parts[1:]
 			}
-			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), ScanTags(s.Name(), filter, parts))})
+			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, parts))})
 		}
 		// Partitions with less than a batch due share scans of at most a
 		// batch of due items: a scan job costs a River round (insert, fetch,
