@@ -350,7 +350,7 @@ func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, 
 	}
 	var n int64
 	err = sp.QueryRow(ctx, schema.SQL(fmt.Sprintf(`WITH d AS (SELECT xact_id, event_id, occurred_at_ms FROM {S}%s),
-	`+TrimRecordSQL("$1")+`
+	`+trimRecordSQL("$1")+`
 	SELECT coalesce(sum(events), 0)::bigint FROM runs`, ident(name))), table).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "outbox partitions: recording what "+name+" holds")
@@ -376,7 +376,7 @@ func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, 
 	return n, nil
 }
 
-// TrimRecordSQL returns the common table expressions that record the
+// trimRecordSQL returns the common table expressions that record the
 // removed rows of d (a preceding CTE with their xact_id, event_id and
 // occurred_at_ms) in ff_outbox_trim, under the stream named by the
 // parameter stream ("$1"): one row per run of their transaction ids that
@@ -385,7 +385,7 @@ func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, 
 // inside a run gets a gap error. The last, runs, has a row per run with
 // its events: SELECT coalesce(sum(events), 0) FROM runs counts d. With {S}
 // for the schema.
-func TrimRecordSQL(stream string) string {
+func trimRecordSQL(stream string) string {
 	// A row's run is the number of running transactions below its own
 	// (which is not running: its row is visible), found by a binary search
 	// of the sorted list (width_bucket; the 0 keeps the list non-empty),

@@ -61,7 +61,7 @@ func Trim(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, p TrimParams) (i
 			LIMIT $4 FOR UPDATE SKIP LOCKED) d
 		WHERE e.event_id = d.event_id
 		RETURNING e.xact_id, e.event_id, e.occurred_at_ms),
-	`+TrimRecordSQL("$5")+`
+	`+trimRecordSQL("$5")+`
 	SELECT coalesce(sum(events), 0)::bigint FROM runs`), p.CutoffMs, p.Namespace, p.InstanceTag, p.Limit, table, p.NowMs).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "trimming "+table+" events")
