@@ -20,7 +20,7 @@ func (f *fixture) action(fn func(tx pgx.Tx) (actions.Outcome, error)) actions.Ou
 func inTxValue[T any](f *fixture, what string, fn func(tx pgx.Tx) (T, error)) T {
 	f.t.Helper()
 	var out T
-	err := f.inTx(func(tx pgx.Tx) error {
+	err := f.InTx(func(tx pgx.Tx) error {
 		var err error
 		out, err = fn(tx)
 		return err
@@ -39,8 +39,8 @@ func (f *fixture) expireAttempt(id ff.ExecutionID, attempt int32) actions.Outcom
 func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 3}, Namespace: "n"})
-	l := f.claimOne("lane-a", time.Second)
+	id := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 3}, Namespace: "n"})
+	l := f.ClaimOne("lane-a", time.Second)
 	if got := f.expireAttempt(id, 0); got != actions.NoOp {
 		t.Fatalf("expire before the lease expired = %q, want no_op", got)
 	}
@@ -48,7 +48,7 @@ func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 	if got := f.expireAttempt(id, 0); got != actions.Processed {
 		t.Fatalf("expire = %q, want processed", got)
 	}
-	e := f.wantState(id, stRetry)
+	e := f.WantState(id, stRetry)
 	if e.AttemptIndex != 1 || e.LastFailureMessage != "attempt_timeout" {
 		t.Fatalf("after expiry: %+v", e)
 	}
@@ -60,8 +60,8 @@ func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 	if outcome != "interrupted" || epoch != 2 {
 		t.Errorf("attempt 0 = %s epoch %d, want interrupted epoch 2", outcome, epoch)
 	}
-	f.wantEvents(id, []string{"acquired", "expired"}, nil)
-	ev := f.leaseEvents(id)
+	f.WantEvents(id, []string{"acquired", "expired"}, nil)
+	ev := f.LeaseEvents(id)
 	if ev[1].Namespace != "n" || ev[1].Epoch != 1 || ev[1].AtMs != t0+3600_000 {
 		t.Errorf("expired event = %+v", ev[1])
 	}
@@ -71,20 +71,20 @@ func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
 	if got := f.expireAttempt(id, 0); got != actions.NoOp {
 		t.Fatalf("second expire = %q, want no_op", got)
 	}
-	f.wantEvents(id, []string{"acquired", "expired"}, nil)
+	f.WantEvents(id, []string{"acquired", "expired"}, nil)
 }
 
 func TestExpireAttemptTerminalWhenRetriesExhausted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	f.claimOne("lane-a", time.Second)
+	id := f.Create(executions.CreateParams{})
+	f.ClaimOne("lane-a", time.Second)
 	f.clock.Advance(2 * time.Second)
 	if got := f.expireAttempt(id, 0); got != actions.Processed {
 		t.Fatalf("expire = %q", got)
 	}
-	f.wantState(id, stExpired)
-	f.wantEvents(id, []string{"acquired", "expired"}, []string{"expired"})
+	f.WantState(id, stExpired)
+	f.WantEvents(id, []string{"acquired", "expired"}, []string{"expired"})
 	if got := f.expireAttempt(ff.NewExecutionID(id.Partition), 0); got != actions.Orphaned {
 		t.Fatalf("expire of a missing execution = %q, want orphaned", got)
 	}
@@ -93,8 +93,8 @@ func TestExpireAttemptTerminalWhenRetriesExhausted(t *testing.T) {
 func TestExpireAttemptSkipsLockedRow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	f.claimOne("lane-a", time.Second)
+	id := f.Create(executions.CreateParams{})
+	f.ClaimOne("lane-a", time.Second)
 	f.clock.Advance(2 * time.Second)
 	blocker, err := f.db.Pool.Begin(f.ctx)
 	if err != nil {
@@ -107,7 +107,7 @@ func TestExpireAttemptSkipsLockedRow(t *testing.T) {
 	if got := f.expireAttempt(id, 0); got != actions.SkippedLocked {
 		t.Fatalf("expire of a locked row = %q, want skipped_locked", got)
 	}
-	f.wantState(id, stActive)
+	f.WantState(id, stActive)
 	if err := blocker.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -119,28 +119,28 @@ func TestExpireAttemptSkipsLockedRow(t *testing.T) {
 func TestPromoteDelayed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
+	id := f.Create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
 	promote(t, f, id, actions.NoOp)
 	f.clock.Advance(time.Second)
 	promote(t, f, id, actions.Processed)
-	e := f.wantState(id, stWaiting)
+	e := f.WantState(id, stWaiting)
 	if e.DelayUntilMs != nil || e.BlockingReason != nil {
 		t.Fatalf("promoted: delay_until %v blocking %v", e.DelayUntilMs, e.BlockingReason)
 	}
 	promote(t, f, id, actions.NoOp)
-	f.wantEvents(id, nil, nil)
-	f.claimOne("lane-a", time.Second)
+	f.WantEvents(id, nil, nil)
+	f.ClaimOne("lane-a", time.Second)
 }
 
 func TestExpireDeadline(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	deadline := time.UnixMilli(t0 + 10_000)
-	leased := f.create(executions.CreateParams{Deadline: deadline, RetryPolicy: executions.RetryPolicy{MaxRetries: 5}})
-	l := f.claimOne("lane-a", time.Hour)
-	waiting := f.create(executions.CreateParams{Lane: "b", Deadline: deadline})
-	done := f.create(executions.CreateParams{Lane: "c", Deadline: deadline})
-	if err := f.st.Complete(f.ctx, f.claimOne("c", time.Hour), nil); err != nil {
+	leased := f.Create(executions.CreateParams{Deadline: deadline, RetryPolicy: executions.RetryPolicy{MaxRetries: 5}})
+	l := f.ClaimOne("lane-a", time.Hour)
+	waiting := f.Create(executions.CreateParams{Lane: "b", Deadline: deadline})
+	done := f.Create(executions.CreateParams{Lane: "c", Deadline: deadline})
+	if err := f.st.Complete(f.ctx, f.ClaimOne("c", time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
 	expire := func(id ff.ExecutionID) actions.Outcome {
@@ -154,7 +154,7 @@ func TestExpireDeadline(t *testing.T) {
 		if got := expire(id); got != actions.Processed {
 			t.Fatalf("expire deadline of %s = %q", id, got)
 		}
-		e := f.wantState(id, stExpired)
+		e := f.WantState(id, stExpired)
 		if e.LastFailureMessage != "execution_deadline" {
 			t.Errorf("message = %q", e.LastFailureMessage)
 		}
@@ -162,16 +162,16 @@ func TestExpireDeadline(t *testing.T) {
 	if got := expire(done); got != actions.NoOp {
 		t.Fatalf("expire of a completed execution = %q", got)
 	}
-	f.wantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
-	f.wantEvents(waiting, nil, []string{"expired"})
+	f.WantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
+	f.WantEvents(waiting, nil, []string{"expired"})
 	wantErr(t, f.st.Complete(f.ctx, l, nil), ff.ErrStaleLease)
 }
 
 func TestCancelSibling(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	f.claimOne("lane-a", time.Hour)
+	id := f.Create(executions.CreateParams{})
+	f.ClaimOne("lane-a", time.Hour)
 	cancel := func() actions.Outcome {
 		return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
 			return executions.CancelSibling(f.ctx, f.st, tx, id, "sibling_quorum_satisfied")
@@ -180,12 +180,12 @@ func TestCancelSibling(t *testing.T) {
 	if got := cancel(); got != actions.Processed {
 		t.Fatalf("cancel sibling = %q", got)
 	}
-	e := f.wantState(id, stCanceled)
+	e := f.WantState(id, stCanceled)
 	if *e.CancellationReason != "sibling_quorum_satisfied" || *e.CancelledBy != "engine" {
 		t.Fatalf("cancelled sibling = %+v", e)
 	}
 	if got := cancel(); got != actions.NoOp {
 		t.Fatalf("second cancel = %q", got)
 	}
-	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"cancelled"})
+	f.WantEvents(id, []string{"acquired", "revoked"}, []string{"cancelled"})
 }

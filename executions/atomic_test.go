@@ -17,10 +17,10 @@ import (
 func TestTxVariantRollsBackWithTheCaller(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	errAbort := errors.New("caller aborts")
-	err := f.inTx(func(tx pgx.Tx) error {
+	err := f.InTx(func(tx pgx.Tx) error {
 		if err := f.st.CompleteTx(f.ctx, tx, l, []byte("r")); err != nil {
 			return err
 		}
@@ -29,13 +29,13 @@ func TestTxVariantRollsBackWithTheCaller(t *testing.T) {
 	if !errors.Is(err, errAbort) {
 		t.Fatalf("err = %v", err)
 	}
-	f.wantState(id, stActive)
-	f.wantEvents(id, []string{"acquired"}, nil)
+	f.WantState(id, stActive)
+	f.WantEvents(id, []string{"acquired"}, nil)
 	// The same lease still completes afterwards.
 	if err := f.st.Complete(f.ctx, l, nil); err != nil {
 		t.Fatal(err)
 	}
-	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
+	f.WantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
 }
 
 // A failure in the middle of an operation (here: the completion event's
@@ -44,8 +44,8 @@ func TestTxVariantRollsBackWithTheCaller(t *testing.T) {
 func TestMidOperationFailureLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	if _, err := f.db.Pool.Exec(f.ctx, `
 		CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
 		CREATE TRIGGER boom BEFORE INSERT ON ff_completion_event FOR EACH ROW EXECUTE FUNCTION boom();`); err != nil {
@@ -55,20 +55,20 @@ func TestMidOperationFailureLeavesNothingBehind(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "injected failure") {
 		t.Fatalf("Complete err = %v, want the injected failure", err)
 	}
-	e := f.wantState(id, stActive)
+	e := f.WantState(id, stActive)
 	if e.Attempt.Outcome != nil || e.Attempt.LeaseExpiresAtMs == nil || e.Result != nil {
 		t.Fatalf("attempt changed: %+v", e.Attempt)
 	}
-	f.wantEvents(id, []string{"acquired"}, nil)
+	f.WantEvents(id, []string{"acquired"}, nil)
 	// Cancel (lease fenced + two events) is just as atomic.
 	if err := f.st.Cancel(f.ctx, id, executions.CancelParams{}); err == nil {
 		t.Fatal("Cancel succeeded despite the failing completion insert")
 	}
-	f.wantState(id, stActive)
-	if f.get(id).Attempt.Epoch != 1 {
+	f.WantState(id, stActive)
+	if f.Get(id).Attempt.Epoch != 1 {
 		t.Fatal("the epoch moved although Cancel failed")
 	}
-	f.wantEvents(id, []string{"acquired"}, nil)
+	f.WantEvents(id, []string{"acquired"}, nil)
 }
 
 // Rows written by plain SQL, the way upstream engines and operators write
@@ -107,18 +107,18 @@ func TestCompatibilityInserts(t *testing.T) {
 		t.Fatalf("seed completion event insert: %v", err)
 	}
 	id := ff.MustParseExecutionID("{fp:" + strconv.Itoa(int(part)) + "}:" + u)
-	l := f.claimOne("legacy", time.Minute)
+	l := f.ClaimOne("legacy", time.Minute)
 	if l.ID != id || l.Epoch != 1 {
 		t.Fatalf("claimed %+v, want %s", l, id)
 	}
-	ev := f.leaseEvents(id)
+	ev := f.LeaseEvents(id)
 	if last := ev[len(ev)-1]; last.Type != "acquired" || last.Namespace != "ns-x" || last.InstanceTag != "i-9" {
 		t.Fatalf("acquired event = %+v: namespace and tag must be copied from the plain row", last)
 	}
 	if res, err := f.st.Fail(f.ctx, l, executions.FailParams{}); err != nil || !res.Retried {
 		t.Fatalf("fail of a plain row = %+v, %v; want a retry (max_retries 2)", res, err)
 	}
-	d := f.get(ff.ExecutionID{Partition: part, UUID: ff.MustParseExecutionID("{fp:0}:" + delayed).UUID})
+	d := f.Get(ff.ExecutionID{Partition: part, UUID: ff.MustParseExecutionID("{fp:0}:" + delayed).UUID})
 	if d.DelayUntilMs == nil || *d.DelayUntilMs != t0+500 || d.DeadlineAtMs != nil {
 		t.Fatalf("legacy delayed row: delay_until %v deadline %v; want the delay moved to delay_until_ms", d.DelayUntilMs, d.DeadlineAtMs)
 	}
@@ -127,8 +127,8 @@ func TestCompatibilityInserts(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	cases := []struct {
 		name string
 		err  error
@@ -159,8 +159,8 @@ func TestBadInput(t *testing.T) {
 	if err := claimErr(f, executions.ClaimParams{Lane: "nope", LeaseTTL: time.Second}); !errors.As(err, &verr) || verr.Field != "lane" || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("unknown lane error = %v; want it to name the lane", err)
 	}
-	f.wantState(id, stActive)
-	f.wantEvents(id, []string{"acquired"}, nil)
+	f.WantState(id, stActive)
+	f.WantEvents(id, []string{"acquired"}, nil)
 }
 
 func claimErr(f *fixture, p executions.ClaimParams) error {

@@ -71,7 +71,7 @@ func (g *groupFixture) flag(k actions.GroupKey) (bool, []string) {
 func (g *groupFixture) dispatch(k actions.GroupKey) actions.GroupResult {
 	g.t.Helper()
 	var r actions.GroupResult
-	if err := g.inTx(func(tx pgx.Tx) error {
+	if err := g.InTx(func(tx pgx.Tx) error {
 		var err error
 		r, err = g.st.Pipeline().DispatchCancelGroup(g.ctx, tx, k)
 		return err
@@ -84,7 +84,7 @@ func (g *groupFixture) dispatch(k actions.GroupKey) actions.GroupResult {
 func (g *groupFixture) reconcile(k actions.GroupKey) actions.GroupResult {
 	g.t.Helper()
 	var r actions.GroupResult
-	if err := g.inTx(func(tx pgx.Tx) error {
+	if err := g.InTx(func(tx pgx.Tx) error {
 		var err error
 		r, err = g.st.Pipeline().ReconcileCancelGroup(g.ctx, tx, k)
 		return err
@@ -95,7 +95,7 @@ func (g *groupFixture) reconcile(k actions.GroupKey) actions.GroupResult {
 }
 
 func (g *groupFixture) member(lane string) ff.ExecutionID {
-	return g.create(executions.CreateParams{Lane: lane, FlowID: g.flow})
+	return g.Create(executions.CreateParams{Lane: lane, FlowID: g.flow})
 }
 
 var cancelledState = state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
@@ -104,7 +104,7 @@ func TestDispatchCancelGroup(t *testing.T) {
 	t.Parallel()
 	g := newGroupFixture(t)
 	leased := g.member("a")
-	lease := g.claimOne("a", time.Hour)
+	lease := g.ClaimOne("a", time.Hour)
 	waiting := g.member("b")
 	done := g.member("c")
 	if err := g.st.Cancel(g.ctx, done, executions.CancelParams{}); err != nil {
@@ -117,14 +117,14 @@ func TestDispatchCancelGroup(t *testing.T) {
 	if r != want {
 		t.Fatalf("dispatch = %+v, want %+v", r, want)
 	}
-	e := g.wantState(leased, cancelledState)
+	e := g.WantState(leased, cancelledState)
 	if *e.CancellationReason != "sibling_quorum_satisfied" || *e.CancelledBy != "engine" {
 		t.Errorf("reason %q by %q", *e.CancellationReason, *e.CancelledBy)
 	}
-	g.wantState(waiting, cancelledState)
-	g.wantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
-	g.wantEvents(waiting, nil, []string{"cancelled"})
-	g.wantEvents(done, nil, []string{"cancelled"})
+	g.WantState(waiting, cancelledState)
+	g.WantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
+	g.WantEvents(waiting, nil, []string{"cancelled"})
+	g.WantEvents(done, nil, []string{"cancelled"})
 	if flag, members := g.flag(k); flag || len(members) != 0 || g.pendingCount() != 0 {
 		t.Errorf("after dispatch: flag %v members %v pending %d", flag, members, g.pendingCount())
 	}
@@ -134,7 +134,7 @@ func TestDispatchCancelGroup(t *testing.T) {
 	if r := g.dispatch(k); r.Outcome != actions.NoOp {
 		t.Errorf("second dispatch = %+v", r)
 	}
-	g.wantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
+	g.WantEvents(leased, []string{"acquired", "revoked"}, []string{"cancelled"})
 }
 
 func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
@@ -167,12 +167,12 @@ func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
 	if r := g.reconcile(k); r.Outcome != actions.NoOp {
 		t.Errorf("reconcile while locked: %+v", r)
 	}
-	g.wantState(m, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
+	g.WantState(m, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
 	_ = blocker.Rollback(g.ctx)
 	if r := g.dispatch(k); r.Outcome != actions.Processed || r.Cancelled != 1 {
 		t.Errorf("after unlock: %+v", r)
 	}
-	g.wantEvents(m, nil, []string{"cancelled"})
+	g.WantEvents(m, nil, []string{"cancelled"})
 
 	if _, err := g.st.Pipeline().DispatchCancelGroup(context.Background(), nil, actions.GroupKey{Partition: 9999}); err == nil {
 		t.Error("partition outside the schema accepted")
@@ -208,7 +208,7 @@ func TestReconcileCancelGroup(t *testing.T) {
 	if flag, members := g.flag(busy); !flag || !slices.Equal(members, []string{running.UUID.String(), done.UUID.String()}) {
 		t.Errorf("reconciler touched a group the dispatcher owns: %v %v", flag, members)
 	}
-	g.wantState(running, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
+	g.WantState(running, state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"})
 
 	drained := g.group(true, done.UUID.String())
 	if r := g.reconcile(drained); r.Outcome != actions.CompletedDrain || r.AlreadyTerminal != 1 {
@@ -229,5 +229,5 @@ func TestReconcileCancelGroup(t *testing.T) {
 	if r := g.reconcile(drained); r.Outcome != actions.NoOp {
 		t.Errorf("second run: %+v", r)
 	}
-	g.wantEvents(done, nil, []string{"cancelled"})
+	g.WantEvents(done, nil, []string{"cancelled"})
 }

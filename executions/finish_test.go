@@ -16,10 +16,10 @@ import (
 func TestFinishManyFencesEachItem(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	done := f.create(executions.CreateParams{})
-	retried := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
-	failed := f.create(executions.CreateParams{})
-	stale := f.create(executions.CreateParams{})
+	done := f.Create(executions.CreateParams{})
+	retried := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
+	failed := f.Create(executions.CreateParams{})
+	stale := f.Create(executions.CreateParams{})
 	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute, Max: 4})
 	if err != nil || len(leases) != 4 {
 		t.Fatalf("Claim = %d leases, %v", len(leases), err)
@@ -49,17 +49,17 @@ func TestFinishManyFencesEachItem(t *testing.T) {
 	if !outs[1].Fail.Retried || outs[1].Fail.NextAttempt != 1 || outs[3].Fail.Retried {
 		t.Errorf("fail results = %+v, %+v", outs[1].Fail, outs[3].Fail)
 	}
-	if e := f.wantState(done, stDone); string(e.Result) != "ok" || *e.TerminalAtMs != t0+1000 {
+	if e := f.WantState(done, stDone); string(e.Result) != "ok" || *e.TerminalAtMs != t0+1000 {
 		t.Errorf("completed: result %q at %d", e.Result, *e.TerminalAtMs)
 	}
-	f.wantState(retried, stRetry)
-	f.wantState(failed, stFailed)
-	f.wantEvents(done, []string{"acquired", "revoked"}, []string{"success"})
-	f.wantEvents(retried, []string{"acquired", "revoked"}, nil)
-	f.wantEvents(failed, []string{"acquired", "revoked"}, []string{"failed"})
+	f.WantState(retried, stRetry)
+	f.WantState(failed, stFailed)
+	f.WantEvents(done, []string{"acquired", "revoked"}, []string{"success"})
+	f.WantEvents(retried, []string{"acquired", "revoked"}, nil)
+	f.WantEvents(failed, []string{"acquired", "revoked"}, []string{"failed"})
 	// The stale item: the operator's revoke only, no completion.
-	f.wantEvents(stale, []string{"acquired", "revoked"}, nil)
-	if e := f.get(stale); e.PublicState == "completed" || string(e.Result) == "late" {
+	f.WantEvents(stale, []string{"acquired", "revoked"}, nil)
+	if e := f.Get(stale); e.PublicState == "completed" || string(e.Result) == "late" {
 		t.Errorf("the stale lease completed its execution: %+v", e)
 	}
 }
@@ -69,8 +69,8 @@ func TestFinishManyFencesEachItem(t *testing.T) {
 func TestFinishManySameExecutionTwice(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	outs, err := f.st.FinishMany(f.ctx, []executions.Finish{{Lease: l, Result: []byte("1")}, {Lease: l, Result: []byte("2")}})
 	if err != nil {
 		t.Fatal(err)
@@ -78,10 +78,10 @@ func TestFinishManySameExecutionTwice(t *testing.T) {
 	if outs[0].Err != nil || !errors.Is(outs[1].Err, ff.ErrNotActive) {
 		t.Fatalf("outcomes = %v, %v; want nil, ErrNotActive", outs[0].Err, outs[1].Err)
 	}
-	if e := f.wantState(id, stDone); string(e.Result) != "1" {
+	if e := f.WantState(id, stDone); string(e.Result) != "1" {
 		t.Errorf("result = %q, want the first item's", e.Result)
 	}
-	f.wantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
+	f.WantEvents(id, []string{"acquired", "revoked"}, []string{"success"})
 }
 
 // Bad items fail alone: an id outside the schema's partitions, an unknown
@@ -89,8 +89,8 @@ func TestFinishManySameExecutionTwice(t *testing.T) {
 func TestFinishManyBadItemsFailAlone(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	unknown := l
 	unknown.ID.UUID[0] ^= 0xff
 	outside := l
@@ -107,7 +107,7 @@ func TestFinishManyBadItemsFailAlone(t *testing.T) {
 	if outs[3].Err != nil {
 		t.Fatalf("the good item: %v", outs[3].Err)
 	}
-	f.wantState(id, stDone)
+	f.WantState(id, stDone)
 }
 
 // A batch that waits behind a transaction handing one of its executions to
@@ -116,10 +116,10 @@ func TestFinishManyBadItemsFailAlone(t *testing.T) {
 func TestFinishManyWaitsAndFencesAfterHandOver(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	a := f.create(executions.CreateParams{Lane: "lane-b"})
-	b := f.create(executions.CreateParams{})
-	la := f.claimOne("lane-b", time.Minute)
-	lb := f.claimOne("lane-a", time.Minute)
+	a := f.Create(executions.CreateParams{Lane: "lane-b"})
+	b := f.Create(executions.CreateParams{})
+	la := f.ClaimOne("lane-b", time.Minute)
+	lb := f.ClaimOne("lane-a", time.Minute)
 	h := f.hold(func(tx pgx.Tx) error {
 		if err := f.st.RevokeTx(f.ctx, tx, b, "hand over"); err != nil {
 			return err
@@ -143,8 +143,8 @@ func TestFinishManyWaitsAndFencesAfterHandOver(t *testing.T) {
 	if outs[0].Err != nil || !errors.Is(outs[1].Err, ff.ErrStaleLease) {
 		t.Fatalf("outcomes = %v, %v; want nil, ErrStaleLease", outs[0].Err, outs[1].Err)
 	}
-	f.wantState(a, stDone)
-	f.wantState(b, stActive)
+	f.WantState(a, stDone)
+	f.WantState(b, stActive)
 	f.wantLeaseEvents(b, "acquired@1", "revoked@1", "acquired@3")
 }
 
@@ -155,7 +155,7 @@ func TestFinishManyCompletesWriteWhatCompleteWrites(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for i := range 3 {
-		f.create(executions.CreateParams{Namespace: "ns-" + string(rune('a'+i)),
+		f.Create(executions.CreateParams{Namespace: "ns-" + string(rune('a'+i)),
 			Tags: map[string]string{"cairn.instance_id": "i-" + string(rune('a'+i))}})
 	}
 	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Minute, Max: 3})
@@ -176,14 +176,14 @@ func TestFinishManyCompletesWriteWhatCompleteWrites(t *testing.T) {
 		if outs[i].Err != nil {
 			t.Fatalf("item %d: %v", i, outs[i].Err)
 		}
-		e := f.wantState(l.ID, stDone)
+		e := f.WantState(l.ID, stDone)
 		if want := items[i].Result; string(e.Result) != string(want) || (want == nil) != (e.Result == nil) {
 			t.Errorf("%s: result %q, want %q", l.ID, e.Result, want)
 		}
 		if *e.TerminalAtMs != t0+1000 || *e.Attempt.Outcome != "success" || e.Attempt.LeaseExpiresAtMs != nil || e.Attempt.Epoch != 1 {
 			t.Errorf("%s: terminal %d, attempt %+v", l.ID, *e.TerminalAtMs, e.Attempt)
 		}
-		evs := f.leaseEvents(l.ID)
+		evs := f.LeaseEvents(l.ID)
 		if len(evs) != 2 || evs[1].Type != "revoked" || evs[1].Epoch != 1 || evs[1].Attempt != 0 || evs[1].AtMs != t0+1000 ||
 			evs[1].Namespace != evs[0].Namespace || evs[1].InstanceTag != evs[0].InstanceTag || evs[1].Namespace == "" || evs[1].InstanceTag == "" {
 			t.Errorf("%s: lease events %+v", l.ID, evs)
@@ -208,7 +208,7 @@ func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for range 3 {
-		f.create(executions.CreateParams{})
+		f.Create(executions.CreateParams{})
 	}
 	leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Minute, Max: 3})
 	if err != nil || len(leases) != 3 {
@@ -243,7 +243,7 @@ func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
 		}
 	}
 	for _, l := range leases {
-		f.wantState(l.ID, stDone)
+		f.WantState(l.ID, stDone)
 	}
 }
 
@@ -255,8 +255,8 @@ func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
 func TestCompleteRefusedByAGuardWritesNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	if _, err := f.db.Pool.Exec(f.ctx, `
 		CREATE FUNCTION drop_core_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 		CREATE TRIGGER drop_core_updates_trg BEFORE UPDATE ON ff_exec_core FOR EACH ROW EXECUTE FUNCTION drop_core_updates();`); err != nil {
@@ -266,10 +266,10 @@ func TestCompleteRefusedByAGuardWritesNothing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no longer hold what was read under their locks") {
 		t.Fatalf("Complete with the execution's update dropped = %v; want the guard's error", err)
 	}
-	f.wantState(id, stActive)
-	e := f.get(id)
+	f.WantState(id, stActive)
+	e := f.Get(id)
 	if e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || e.Attempt.Outcome != nil {
 		t.Fatalf("attempt after the refused Complete = %+v; want it open under its lease", e.Attempt)
 	}
-	f.wantEvents(id, []string{"acquired"}, nil)
+	f.WantEvents(id, []string{"acquired"}, nil)
 }

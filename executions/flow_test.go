@@ -10,8 +10,8 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/actions"
-	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -46,14 +46,9 @@ type flowFixture struct {
 
 func newFlowFixture(t *testing.T) *flowFixture {
 	t.Helper()
-	db := testdb.New(t, nil)
-	clock := ff.NewManualClock(t0)
 	q := &hopQueue{}
-	st, err := executions.Open(context.Background(), db.Pool, executions.Config{Schema: db.Schema, Clock: clock, Cascader: q})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &flowFixture{fixture: &fixture{t: t, ctx: context.Background(), db: db, st: st, clock: clock}, q: q}
+	k := fftest.New(t, &fftest.KitOptions{Config: executions.Config{Cascader: q}})
+	return &flowFixture{fixture: kitFixture(t, k), q: q}
 }
 
 // drain applies enqueued hops (and the hops they cause) until none remain,
@@ -81,14 +76,14 @@ func (f *flowFixture) advance(h actions.Hop) actions.Outcome {
 func (f *flowFixture) members(flow uuid.UUID, lanes ...string) []ff.ExecutionID {
 	var ids []ff.ExecutionID
 	for _, l := range lanes {
-		ids = append(ids, f.create(executions.CreateParams{FlowID: flow, Lane: l}))
+		ids = append(ids, f.Create(executions.CreateParams{FlowID: flow, Lane: l}))
 	}
 	return ids
 }
 
 func (f *flowFixture) finish(lane string, ok bool) {
 	f.t.Helper()
-	l := f.claimOne(lane, time.Minute)
+	l := f.ClaimOne(lane, time.Minute)
 	if ok {
 		if err := f.st.Complete(f.ctx, l, nil); err != nil {
 			f.t.Fatal(err)
@@ -116,13 +111,13 @@ var stBlocked = state{"runnable", "unowned", "blocked_by_dependencies", "pending
 func TestFlowAllOf(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "u1", "u2", "u3")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
 		t.Fatal(err)
 	}
-	f.wantState(down, stBlocked)
+	f.WantState(down, stBlocked)
 	if leases, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: "down", LeaseTTL: time.Second}); err != nil || len(leases) != 0 {
 		t.Fatalf("a blocked downstream was claimable: %v %v", leases, err)
 	}
@@ -132,14 +127,14 @@ func TestFlowAllOf(t *testing.T) {
 			t.Fatalf("hop %d outcomes = %v", i, got)
 		}
 		if i < 2 {
-			f.wantState(down, stBlocked)
+			f.WantState(down, stBlocked)
 		}
 	}
-	f.wantState(down, stWaiting)
+	f.WantState(down, stWaiting)
 	if st, flag, _, pending := f.group(flow, down); st != "satisfied" || flag || pending != 0 {
 		t.Fatalf("group = %s flag %v pending %d", st, flag, pending)
 	}
-	f.claimOne("down", time.Minute)
+	f.ClaimOne("down", time.Minute)
 	// Every upstream completion was dispatched by the cascade itself.
 	var undispatched int
 	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`).Scan(&undispatched); err != nil || undispatched != 0 {
@@ -150,17 +145,17 @@ func TestFlowAllOf(t *testing.T) {
 func TestFlowAnyOfCancelRemainingFlagsSiblings(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b", "c")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
 		Policy: executions.AnyOf(executions.CancelRemaining)}); err != nil {
 		t.Fatal(err)
 	}
-	f.claimOne("c", time.Minute) // c is running when a wins
+	f.ClaimOne("c", time.Minute) // c is running when a wins
 	f.finish("a", true)
 	f.drain()
-	f.wantState(down, stWaiting)
+	f.WantState(down, stWaiting)
 	st, flag, members, pending := f.group(flow, down)
 	want := []string{ups[1].UUID.String(), ups[2].UUID.String()}
 	slices.Sort(want)
@@ -178,9 +173,9 @@ func TestFlowAnyOfCancelRemainingFlagsSiblings(t *testing.T) {
 func TestFlowQuorumLetRun(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b", "c")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
 		Policy: executions.Quorum(2, executions.LetRun)}); err != nil {
 		t.Fatal(err)
@@ -188,10 +183,10 @@ func TestFlowQuorumLetRun(t *testing.T) {
 	f.finish("a", true)
 	f.finish("b", false)
 	f.drain()
-	f.wantState(down, stBlocked)
+	f.WantState(down, stBlocked)
 	f.finish("c", true)
 	f.drain()
-	f.wantState(down, stWaiting)
+	f.WantState(down, stWaiting)
 	if st, flag, _, pending := f.group(flow, down); st != "satisfied" || flag || pending != 0 {
 		t.Fatalf("group = %s flag %v pending %d", st, flag, pending)
 	}
@@ -201,11 +196,11 @@ func TestFlowQuorumLetRun(t *testing.T) {
 func TestFlowImpossibleSkipCascadesThreeHops(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b", "c")
-	d1 := f.create(executions.CreateParams{FlowID: flow, Lane: "d1"})
-	d2 := f.create(executions.CreateParams{FlowID: flow, Lane: "d2"})
-	d3 := f.create(executions.CreateParams{FlowID: flow, Lane: "d3"})
+	d1 := f.Create(executions.CreateParams{FlowID: flow, Lane: "d1"})
+	d2 := f.Create(executions.CreateParams{FlowID: flow, Lane: "d2"})
+	d3 := f.Create(executions.CreateParams{FlowID: flow, Lane: "d3"})
 	add := func(down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) {
 		if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p}); err != nil {
 			t.Fatal(err)
@@ -216,28 +211,28 @@ func TestFlowImpossibleSkipCascadesThreeHops(t *testing.T) {
 	add(d3, []ff.ExecutionID{d2}, executions.AllOf())
 	f.finish("a", false)
 	f.drain()
-	f.wantState(d1, stBlocked)
+	f.WantState(d1, stBlocked)
 	f.finish("b", false) // 2 of 3 failed: k=2 is out of reach
 	if got := f.drain(); len(got) != 3 {
 		t.Fatalf("cascade outcomes = %v, want three hops", got)
 	}
 	stSkipped := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"}
 	for _, d := range []ff.ExecutionID{d1, d2, d3} {
-		f.wantState(d, stSkipped)
-		f.wantEvents(d, nil, []string{"skipped"})
+		f.WantState(d, stSkipped)
+		f.WantEvents(d, nil, []string{"skipped"})
 	}
 	// c's later success is counted but changes nothing.
 	f.finish("c", true)
 	f.drain()
-	f.wantState(d1, stSkipped)
+	f.WantState(d1, stSkipped)
 }
 
 func TestFlowReplayedHopIsNoOp(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,10 +258,10 @@ func TestFlowReplayedHopIsNoOp(t *testing.T) {
 func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	lanes := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	ups := f.members(flow, lanes...)
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
 		Policy: executions.Quorum(3, executions.CancelRemaining)}); err != nil {
 		t.Fatal(err)
@@ -305,31 +300,31 @@ func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
 	if _, flag, _, pending := f.group(flow, down); flag || pending != 0 {
 		t.Fatalf("flag %v pending %d with no running sibling", flag, pending)
 	}
-	f.wantState(down, stWaiting)
+	f.WantState(down, stWaiting)
 }
 
 func TestFlowDependenciesOnFinishedUpstreams(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b")
 	f.finish("a", true)
 	f.finish("b", true)
 	f.drain()
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
 		t.Fatal(err)
 	}
-	f.wantState(down, stWaiting)
+	f.WantState(down, stWaiting)
 }
 
 func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ids := f.members(flow, "a", "b", "c")
-	other := f.create(executions.CreateParams{FlowID: f.flow(), Lane: "x"})
-	solo := f.create(executions.CreateParams{Lane: "solo"})
+	other := f.Create(executions.CreateParams{FlowID: f.Flow(), Lane: "x"})
+	solo := f.Create(executions.CreateParams{Lane: "solo"})
 	add := func(down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) error {
 		return f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p})
 	}
@@ -362,7 +357,7 @@ func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", c.name, c.err, c.want)
 		}
 	}
-	f.wantState(ids[0], stWaiting)
+	f.WantState(ids[0], stWaiting)
 	var edges int
 	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM ff_edge`).Scan(&edges); err != nil || edges != 2 {
 		t.Fatalf("edges = %d, %v; want the 2 valid ones", edges, err)
@@ -377,9 +372,9 @@ func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 func TestDispatchUndispatchedCompletion(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +402,7 @@ func TestDispatchUndispatchedCompletion(t *testing.T) {
 	if got := f.drain(); !slices.Equal(got, []actions.Outcome{actions.Processed}) {
 		t.Fatalf("hops = %v", got)
 	}
-	f.wantState(down, stWaiting)
+	f.WantState(down, stWaiting)
 }
 
 // A hop whose group row is locked elsewhere fails fast with a transient
@@ -416,10 +411,10 @@ func TestDispatchUndispatchedCompletion(t *testing.T) {
 func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	up := f.members(flow, "up")
-	d1 := f.create(executions.CreateParams{FlowID: flow, Lane: "d1"})
-	d2 := f.create(executions.CreateParams{FlowID: flow, Lane: "d2"})
+	d1 := f.Create(executions.CreateParams{FlowID: flow, Lane: "d1"})
+	d2 := f.Create(executions.CreateParams{FlowID: flow, Lane: "d2"})
 	for _, d := range []ff.ExecutionID{d1, d2} {
 		if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: d, Upstreams: up}); err != nil {
 			t.Fatal(err)
@@ -439,7 +434,7 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range hops {
-		err := f.inTx(func(tx pgx.Tx) error {
+		err := f.InTx(func(tx pgx.Tx) error {
 			_, err := f.st.Pipeline().Advance(f.ctx, tx, h)
 			return err
 		})
@@ -454,8 +449,8 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 			}
 		}
 	}
-	f.wantState(d2, stWaiting)
-	f.wantState(d1, stBlocked)
+	f.WantState(d2, stWaiting)
+	f.WantState(d1, stBlocked)
 	if err := blocker.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +461,7 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 			}
 		}
 	}
-	f.wantState(d1, stWaiting)
+	f.WantState(d1, stWaiting)
 }
 
 // A 50-way fan-out: each hop is its own short transaction, and none leaves
@@ -474,11 +469,11 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 func TestFlowFanOutLeavesNoLocks(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	up := f.members(flow, "up")
 	var downs []ff.ExecutionID
 	for range 50 {
-		d := f.create(executions.CreateParams{FlowID: flow, Lane: "fan"})
+		d := f.Create(executions.CreateParams{FlowID: flow, Lane: "fan"})
 		if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: d, Upstreams: up}); err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +484,7 @@ func TestFlowFanOutLeavesNoLocks(t *testing.T) {
 		t.Fatalf("hops applied = %d, want 50", len(got))
 	}
 	for _, d := range downs {
-		f.wantState(d, stWaiting)
+		f.WantState(d, stWaiting)
 	}
 	var locks int
 	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
@@ -509,10 +504,10 @@ func TestFlowFanOutLeavesNoLocks(t *testing.T) {
 func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b", "c")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
-	orphan := f.create(executions.CreateParams{FlowID: flow, Lane: "orphan"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	orphan := f.Create(executions.CreateParams{FlowID: flow, Lane: "orphan"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups[:2]}); err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +549,7 @@ func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 	if got := f.advance(actions.Hop{Upstream: ups[1], FlowID: flow, Downstream: down.UUID, Outcome: actions.OutcomeOf("failed")}); got != actions.Processed {
 		t.Fatalf("b's hop = %q", got)
 	}
-	f.wantState(down, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"})
+	f.WantState(down, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"})
 
 	// The orphan's group is deleted by hand: its hop records the outcome
 	// and reports orphaned.
@@ -576,9 +571,9 @@ func TestFlowEdgesOfTerminalUpstreamsAreDue(t *testing.T) {
 func TestHandInsertedEdgeOfTerminalUpstreamIsDue(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	f.finish("a", true)
 	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid)
 		VALUES ($1, $2, gen_random_uuid(), $3, $4)`, down.Partition, flow, ups[0].UUID, down.UUID); err != nil {

@@ -16,15 +16,15 @@ import (
 func TestListFilters(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	flow := f.flow()
-	a := f.create(executions.CreateParams{Lane: "l1", Namespace: "ns-a"})
+	flow := f.Flow()
+	a := f.Create(executions.CreateParams{Lane: "l1", Namespace: "ns-a"})
 	f.clock.Advance(time.Millisecond)
-	b := f.create(executions.CreateParams{Lane: "l2", Namespace: "ns-a", FlowID: flow})
+	b := f.Create(executions.CreateParams{Lane: "l2", Namespace: "ns-a", FlowID: flow})
 	f.clock.Advance(time.Millisecond)
-	c := f.create(executions.CreateParams{Lane: "l1", Namespace: "ns-b", DelayUntil: time.UnixMilli(t0 + time.Hour.Milliseconds())})
+	c := f.Create(executions.CreateParams{Lane: "l1", Namespace: "ns-b", DelayUntil: time.UnixMilli(t0 + time.Hour.Milliseconds())})
 	f.clock.Advance(time.Millisecond)
-	d := f.create(executions.CreateParams{Lane: "l1", Namespace: "ns-b"})
-	f.claimOne("l1", time.Minute) // a: the oldest eligible on l1
+	d := f.Create(executions.CreateParams{Lane: "l1", Namespace: "ns-b"})
+	f.ClaimOne("l1", time.Minute) // a: the oldest eligible on l1
 
 	list := func(p executions.ListParams) []ff.ExecutionID {
 		t.Helper()
@@ -95,7 +95,7 @@ func TestListPagesThroughTies(t *testing.T) {
 	f := newFixture(t)
 	want := map[ff.ExecutionID]bool{}
 	for i := range 7 {
-		want[f.create(executions.CreateParams{Lane: fmt.Sprintf("lane-%d", i)})] = true
+		want[f.Create(executions.CreateParams{Lane: fmt.Sprintf("lane-%d", i)})] = true
 	}
 	var after *executions.ListCursor
 	seen := map[ff.ExecutionID]bool{}
@@ -152,9 +152,9 @@ func equalIDs(a, b []ff.ExecutionID) bool {
 func TestHistory(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	other := f.create(executions.CreateParams{Lane: "lane-b"})
-	l := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	other := f.Create(executions.CreateParams{Lane: "lane-b"})
+	l := f.ClaimOne("lane-a", time.Minute)
 	if l.ID != id {
 		t.Fatalf("claimed %s, want %s", l.ID, id)
 	}
@@ -218,11 +218,11 @@ func TestHistory(t *testing.T) {
 func TestHistoryAcrossClocks(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	behind, err := executions.Open(f.ctx, f.db.Pool, executions.Config{Schema: f.db.Schema, Clock: ff.NewManualClock(t0 - 120_000)})
+	behind, err := executions.Open(f.ctx, f.db.Pool, executions.Config{Schema: f.db.Name, Clock: ff.NewManualClock(t0 - 120_000)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := f.create(executions.CreateParams{})
+	id := f.Create(executions.CreateParams{})
 	leases, err := behind.Claim(f.ctx, executions.ClaimParams{Lane: "lane-a", WorkerInstanceID: "slow", LeaseTTL: time.Hour})
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("claim: %v, %d", err, len(leases))

@@ -18,15 +18,15 @@ import (
 func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	retry := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}, Namespace: "n"})
-	f.claimOne("lane-a", time.Second)
-	final := f.create(executions.CreateParams{Namespace: "n"})
-	f.claimOne("lane-a", time.Second)
-	lockedElsewhere := f.create(executions.CreateParams{})
-	f.claimOne("lane-a", time.Second)
+	retry := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}, Namespace: "n"})
+	f.ClaimOne("lane-a", time.Second)
+	final := f.Create(executions.CreateParams{Namespace: "n"})
+	f.ClaimOne("lane-a", time.Second)
+	lockedElsewhere := f.Create(executions.CreateParams{})
+	f.ClaimOne("lane-a", time.Second)
 	f.clock.Advance(2 * time.Second)
-	notDue := f.create(executions.CreateParams{})
-	f.claimOne("lane-a", time.Hour)
+	notDue := f.Create(executions.CreateParams{})
+	f.ClaimOne("lane-a", time.Hour)
 	missing := ff.NewExecutionID(retry.Partition)
 
 	blocker, err := f.db.Pool.Begin(f.ctx)
@@ -48,7 +48,7 @@ func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 		{ID: retry, AttemptIndex: 1}, // the retry's next attempt was never leased: nothing to expire
 	}
 	var got []actions.Outcome
-	if err := f.inTx(func(tx pgx.Tx) error {
+	if err := f.InTx(func(tx pgx.Tx) error {
 		var err error
 		got, err = f.st.Pipeline().ExpireAttemptMany(f.ctx, tx, refs)
 		return err
@@ -60,13 +60,13 @@ func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("outcomes = %v, want %v", got, want)
 	}
-	f.wantState(final, stExpired)
-	f.wantEvents(final, []string{"acquired", "expired"}, []string{"expired"})
-	f.wantState(retry, stRetry)
-	f.wantEvents(retry, []string{"acquired", "expired"}, nil)
-	f.wantState(lockedElsewhere, stActive)
-	f.wantEvents(lockedElsewhere, []string{"acquired"}, nil)
-	f.wantState(notDue, stActive)
+	f.WantState(final, stExpired)
+	f.WantEvents(final, []string{"acquired", "expired"}, []string{"expired"})
+	f.WantState(retry, stRetry)
+	f.WantEvents(retry, []string{"acquired", "expired"}, nil)
+	f.WantState(lockedElsewhere, stActive)
+	f.WantEvents(lockedElsewhere, []string{"acquired"}, nil)
+	f.WantState(notDue, stActive)
 	if err := blocker.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +80,10 @@ func TestExpireAttemptsTxMixedGroup(t *testing.T) {
 func TestGroupActionRejectsBadID(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
+	id := f.Create(executions.CreateParams{DelayUntil: time.UnixMilli(t0 + 1000)})
 	f.clock.Advance(time.Second)
 	bad := ff.ExecutionID{Partition: id.Partition}
-	err := f.inTx(func(tx pgx.Tx) error {
+	err := f.InTx(func(tx pgx.Tx) error {
 		_, err := f.st.Pipeline().PromoteDelayedMany(f.ctx, tx, []ff.ExecutionID{id, bad})
 		return err
 	})
@@ -96,13 +96,13 @@ func TestExpireDeadlinesTx(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	deadline := time.UnixMilli(t0 + 1000)
-	leased := f.create(executions.CreateParams{Deadline: deadline})
-	f.claimOne("lane-a", time.Hour)
-	waiting := f.create(executions.CreateParams{Deadline: deadline})
-	later := f.create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 60_000)})
+	leased := f.Create(executions.CreateParams{Deadline: deadline})
+	f.ClaimOne("lane-a", time.Hour)
+	waiting := f.Create(executions.CreateParams{Deadline: deadline})
+	later := f.Create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 60_000)})
 	f.clock.Advance(2 * time.Second)
 	var got []actions.Outcome
-	if err := f.inTx(func(tx pgx.Tx) error {
+	if err := f.InTx(func(tx pgx.Tx) error {
 		var err error
 		got, err = f.st.Pipeline().ExpireDeadlineMany(f.ctx, tx, []ff.ExecutionID{leased, waiting, later})
 		return err
@@ -112,11 +112,11 @@ func TestExpireDeadlinesTx(t *testing.T) {
 	if want := []actions.Outcome{actions.Processed, actions.Processed, actions.NoOp}; !slices.Equal(got, want) {
 		t.Fatalf("outcomes = %v, want %v", got, want)
 	}
-	f.wantState(leased, stExpired)
-	f.wantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
-	f.wantState(waiting, stExpired)
-	f.wantEvents(waiting, nil, []string{"expired"})
-	f.wantState(later, stWaiting)
+	f.WantState(leased, stExpired)
+	f.WantEvents(leased, []string{"acquired", "expired"}, []string{"expired"})
+	f.WantState(waiting, stExpired)
+	f.WantEvents(waiting, nil, []string{"expired"})
+	f.WantState(later, stWaiting)
 }
 
 // Events written under an execution's lock copy its namespace, instance tag
@@ -125,13 +125,13 @@ func TestExpireDeadlinesTx(t *testing.T) {
 func TestEventsCarryTheLockedRowsSource(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	flow := f.flow()
-	id := f.create(executions.CreateParams{FlowID: flow, Namespace: "ns-1", Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
-	plain := f.create(executions.CreateParams{Lane: "lane-b"})
-	if err := f.st.Complete(f.ctx, f.claimOne("lane-a", time.Minute), nil); err != nil {
+	flow := f.Flow()
+	id := f.Create(executions.CreateParams{FlowID: flow, Namespace: "ns-1", Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
+	plain := f.Create(executions.CreateParams{Lane: "lane-b"})
+	if err := f.st.Complete(f.ctx, f.ClaimOne("lane-a", time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.st.Complete(f.ctx, f.claimOne("lane-b", time.Minute), nil); err != nil {
+	if err := f.st.Complete(f.ctx, f.ClaimOne("lane-b", time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
 	type src struct {

@@ -95,7 +95,7 @@ func (f *fixture) lockWaiters() int {
 	var n int
 	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`,
-		`"`+f.db.Schema+`".`).Scan(&n); err != nil {
+		`"`+f.db.Name+`".`).Scan(&n); err != nil {
 		f.t.Fatal(err)
 	}
 	return n
@@ -132,10 +132,20 @@ func (f *fixture) attemptRow(id ff.ExecutionID, idx int32) (epoch int64, expires
 }
 
 // wantLeaseEvents checks id's lease events as type@epoch, in order.
+// leaseTypes returns the types of id's lease events in order.
+func (f *fixture) leaseTypes(id ff.ExecutionID) []string {
+	f.t.Helper()
+	var out []string
+	for _, e := range f.LeaseEvents(id) {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
 func (f *fixture) wantLeaseEvents(id ff.ExecutionID, want ...string) {
 	f.t.Helper()
 	var got []string
-	for _, e := range f.leaseEvents(id) {
+	for _, e := range f.LeaseEvents(id) {
 		got = append(got, e.Type+"@"+strconv.FormatInt(e.Epoch, 10))
 	}
 	if !slices.Equal(got, want) {
@@ -149,8 +159,8 @@ func (f *fixture) wantLeaseEvents(id ff.ExecutionID, want ...string) {
 func TestHandOverRevokeClaimThenStaleComplete(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
-	old := f.claimOne("lane-a", time.Minute)
+	id := f.Create(executions.CreateParams{})
+	old := f.ClaimOne("lane-a", time.Minute)
 	var fresh executions.Lease
 	h := f.hold(func(tx pgx.Tx) error {
 		if err := f.st.RevokeTx(f.ctx, tx, id, "hand over"); err != nil {
@@ -170,11 +180,11 @@ func TestHandOverRevokeClaimThenStaleComplete(t *testing.T) {
 	if err := f.st.Complete(f.ctx, fresh, []byte("worker 2")); err != nil {
 		t.Fatalf("worker 2's Complete: %v", err)
 	}
-	if e := f.wantState(id, stDone); string(e.Result) != "worker 2" {
+	if e := f.WantState(id, stDone); string(e.Result) != "worker 2" {
 		t.Errorf("result = %q, want worker 2's", e.Result)
 	}
 	f.wantLeaseEvents(id, "acquired@1", "revoked@1", "acquired@3", "revoked@3")
-	f.wantEvents(id, f.leaseTypes(id), []string{"success"})
+	f.WantEvents(id, f.leaseTypes(id), []string{"success"})
 }
 
 // A Reclaim that arrives just after the lease's first expiry waits behind
@@ -182,8 +192,8 @@ func TestHandOverRevokeClaimThenStaleComplete(t *testing.T) {
 func TestHandOverRenewThenReclaimBacksOff(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 2}})
-	lease := f.claimOne("lane-a", 10*time.Second)
+	id := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 2}})
+	lease := f.ClaimOne("lane-a", 10*time.Second)
 	f.clock.Set(t0 + 9000)
 	var renewed executions.Lease
 	h := f.hold(func(tx pgx.Tx) error {
@@ -202,7 +212,7 @@ func TestHandOverRenewThenReclaimBacksOff(t *testing.T) {
 	if _, err := f.st.Renew(f.ctx, renewed, 10*time.Second); err != nil {
 		t.Fatalf("the worker's next Renew: %v", err)
 	}
-	f.wantState(id, stActive)
+	f.WantState(id, stActive)
 	f.wantLeaseEvents(id, "acquired@1", "renewed@1", "renewed@1")
 }
 
@@ -212,20 +222,20 @@ func TestHandOverRenewThenReclaimBacksOff(t *testing.T) {
 func TestHandOverClaimThenCancelFencesTheLease(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
+	id := f.Create(executions.CreateParams{})
 	h, lease := f.holdClaim()
 	done := f.waiting(1, func() error { return f.st.Cancel(f.ctx, id, executions.CancelParams{Reason: "stop"}) })
 	h.commit()
 	if err := f.result(done); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	f.wantState(id, stCanceled)
+	f.WantState(id, stCanceled)
 	epoch, expires, outcome := f.attemptRow(id, 0)
 	if epoch != 2 || expires != nil || outcome == nil || *outcome != "cancelled" {
 		t.Errorf("attempt after the cancel: epoch %d, lease expiry %v, outcome %v; want 2, none, cancelled", epoch, expires, outcome)
 	}
 	f.wantLeaseEvents(id, "acquired@1", "revoked@1")
-	f.wantEvents(id, f.leaseTypes(id), []string{"cancelled"})
+	f.WantEvents(id, f.leaseTypes(id), []string{"cancelled"})
 	wantErr(t, f.st.Complete(f.ctx, lease, nil), ff.ErrStaleLease)
 }
 
@@ -234,14 +244,14 @@ func TestHandOverClaimThenCancelFencesTheLease(t *testing.T) {
 func TestHandOverClaimThenRevoke(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
+	id := f.Create(executions.CreateParams{})
 	h, lease := f.holdClaim()
 	done := f.waiting(1, func() error { return f.st.Revoke(f.ctx, id, "operator") })
 	h.commit()
 	if err := f.result(done); err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
-	f.wantState(id, state{"runnable", "unowned", "eligible_now", "attempt_interrupted", "waiting"})
+	f.WantState(id, state{"runnable", "unowned", "eligible_now", "attempt_interrupted", "waiting"})
 	f.wantLeaseEvents(id, "acquired@1", "revoked@1")
 	_, err := f.st.Renew(f.ctx, lease, time.Minute)
 	wantErr(t, err, ff.ErrStaleLease)
@@ -252,11 +262,11 @@ func TestHandOverClaimThenRevoke(t *testing.T) {
 func TestHandOverClaimThenSiblingCancel(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{})
+	id := f.Create(executions.CreateParams{})
 	h, _ := f.holdClaim()
 	var out actions.Outcome
 	done := f.waiting(1, func() error {
-		return f.inTx(func(tx pgx.Tx) error {
+		return f.InTx(func(tx pgx.Tx) error {
 			var err error
 			out, err = executions.CancelSibling(f.ctx, f.st, tx, id, executions.SiblingCancelReason)
 			return err
@@ -278,8 +288,8 @@ func TestHandOverClaimThenSiblingCancel(t *testing.T) {
 func TestHandOverReclaimThenStaleRenew(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 2}})
-	old := f.claimOne("lane-a", time.Second)
+	id := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 2}})
+	old := f.ClaimOne("lane-a", time.Second)
 	f.clock.Set(t0 + 5000)
 	var fresh executions.Lease
 	h := f.hold(func(tx pgx.Tx) error {
@@ -306,12 +316,12 @@ func TestHandOverReclaimThenStaleRenew(t *testing.T) {
 func TestHandOverClaimThenDeadline(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 1000)})
+	id := f.Create(executions.CreateParams{Deadline: time.UnixMilli(t0 + 1000)})
 	h, lease := f.holdClaim()
 	f.clock.Set(t0 + 2000)
 	deadline := func() actions.Outcome {
 		var out actions.Outcome
-		if err := f.inTx(func(tx pgx.Tx) error {
+		if err := f.InTx(func(tx pgx.Tx) error {
 			var err error
 			out, err = f.st.Pipeline().ExpireDeadline(f.ctx, tx, id)
 			return err
@@ -327,7 +337,7 @@ func TestHandOverClaimThenDeadline(t *testing.T) {
 	if out := deadline(); out != actions.Processed {
 		t.Fatalf("deadline after the claim = %s, want processed", out)
 	}
-	f.wantState(id, stExpired)
+	f.WantState(id, stExpired)
 	f.wantLeaseEvents(id, "acquired@1", "expired@1")
 	wantErr(t, f.st.Complete(f.ctx, lease, nil), ff.ErrStaleLease)
 }
@@ -346,8 +356,8 @@ func TestAddDependenciesAndDispatcherDoNotDeadlock(t *testing.T) {
 	if strings.Compare(lo.String(), hi.String()) > 0 {
 		lo, hi = hi, lo
 	}
-	up := f.create(executions.CreateParams{ID: lo, FlowID: g.flow})
-	down := f.create(executions.CreateParams{ID: hi, FlowID: g.flow})
+	up := f.Create(executions.CreateParams{ID: lo, FlowID: g.flow})
+	down := f.Create(executions.CreateParams{ID: hi, FlowID: g.flow})
 	k := g.group(true, up.UUID.String(), down.UUID.String())
 
 	// Something else holds the downstream for a moment (a worker's
@@ -362,7 +372,7 @@ func TestAddDependenciesAndDispatcherDoNotDeadlock(t *testing.T) {
 	})
 	var res actions.GroupResult
 	dispatchDone := f.waiting(2, func() error {
-		return f.inTx(func(tx pgx.Tx) error {
+		return f.InTx(func(tx pgx.Tx) error {
 			var err error
 			res, err = f.st.Pipeline().DispatchCancelGroup(f.ctx, tx, k)
 			return err

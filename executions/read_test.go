@@ -15,16 +15,16 @@ import (
 func TestAttempts(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	id := f.create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
+	id := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}})
 	if as, err := f.st.Attempts(f.ctx, id); err != nil || len(as) != 0 {
 		t.Fatalf("before a claim: %+v, %v; want none", as, err)
 	}
-	l := f.claimOne("lane-a", time.Minute)
+	l := f.ClaimOne("lane-a", time.Minute)
 	if _, err := f.st.Fail(f.ctx, l, executions.FailParams{Message: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Advance(time.Hour) // past any backoff
-	f.claimOne("lane-a", time.Minute)
+	f.ClaimOne("lane-a", time.Minute)
 	as, err := f.st.Attempts(f.ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -49,14 +49,14 @@ func TestAttempts(t *testing.T) {
 func TestGetFlow(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
-	flow := f.flow()
+	flow := f.Flow()
 	ups := f.members(flow, "a", "b")
-	down := f.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	down := f.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups,
 		Policy: executions.AnyOf(executions.CancelRemaining)}); err != nil {
 		t.Fatal(err)
 	}
-	f.claimOne("b", time.Minute)
+	f.ClaimOne("b", time.Minute)
 	f.finish("a", true)
 	f.drain()
 

@@ -31,7 +31,7 @@ func (f *fixture) cancel(id ff.ExecutionID) {
 // with args.
 func (f *fixture) countWhere(table, where string, args ...any) int {
 	f.t.Helper()
-	return f.count(`SELECT count(*) FROM `+table+` WHERE `+where, args...)
+	return f.Count(`SELECT count(*) FROM `+table+` WHERE `+where, args...)
 }
 
 func (f *fixture) exists(id ff.ExecutionID) bool {
@@ -55,9 +55,9 @@ func (f *fixture) wantRemoved(id ff.ExecutionID, public string, terminalAtMs int
 // flowOf creates a flow of two members in lane, down depending on up.
 func (f *fixture) flowOf() (flow uuid.UUID, up, down ff.ExecutionID) {
 	f.t.Helper()
-	flow = f.flow()
-	up = f.create(executions.CreateParams{FlowID: flow})
-	down = f.create(executions.CreateParams{FlowID: flow})
+	flow = f.Flow()
+	up = f.Create(executions.CreateParams{FlowID: flow})
+	down = f.Create(executions.CreateParams{FlowID: flow})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: []ff.ExecutionID{up}}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -79,13 +79,13 @@ func (f *fixture) flowRows(part int16, flow uuid.UUID) (rows [5]int) {
 func TestRemoveExecutions(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	old := f.create(executions.CreateParams{})
-	l := f.claimOne("lane-a", time.Minute)
+	old := f.Create(executions.CreateParams{})
+	l := f.ClaimOne("lane-a", time.Minute)
 	if err := f.st.Complete(f.ctx, l, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
-	live := f.create(executions.CreateParams{})
-	recent := f.create(executions.CreateParams{})
+	live := f.Create(executions.CreateParams{})
+	recent := f.Create(executions.CreateParams{})
 	partly, partlyUp, partlyDown := f.flowOf()
 	whole, wholeUp, wholeDown := f.flowOf()
 	f.cancel(partlyUp)
@@ -124,7 +124,7 @@ func TestRemoveExecutions(t *testing.T) {
 	f.wantRemoved(wholeUp, ff.PublicCancelled, t0)
 	f.wantRemoved(wholeDown, ff.PublicCancelled, t0)
 	// Events outlive their execution: outbox retention is separate.
-	if got := f.completionOutcomes(old); len(got) != 1 {
+	if got := f.CompletionEvents(old); len(got) != 1 {
 		t.Fatalf("completion events of the removed execution = %v, want its one event kept", got)
 	}
 	// An unknown id is plain not found.
@@ -156,7 +156,7 @@ func TestRemoveExecutions(t *testing.T) {
 func TestRemoveExecutionsSkipsLocked(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	solo := f.create(executions.CreateParams{})
+	solo := f.Create(executions.CreateParams{})
 	flow, up, down := f.flowOf()
 	for _, id := range []ff.ExecutionID{solo, up, down} {
 		f.cancel(id)
@@ -200,12 +200,12 @@ func TestRemoveExecutionsSkipsLocked(t *testing.T) {
 func TestRemoveExecutionsFilter(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	mine := f.create(executions.CreateParams{Namespace: "a", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
-	otherNS := f.create(executions.CreateParams{Namespace: "b", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
-	otherTag := f.create(executions.CreateParams{Namespace: "a", Tags: map[string]string{ff.InstanceTagKey: "i2"}})
-	flow := f.flow()
-	m1 := f.create(executions.CreateParams{FlowID: flow, Namespace: "a", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
-	m2 := f.create(executions.CreateParams{FlowID: flow, Namespace: "b", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
+	mine := f.Create(executions.CreateParams{Namespace: "a", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
+	otherNS := f.Create(executions.CreateParams{Namespace: "b", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
+	otherTag := f.Create(executions.CreateParams{Namespace: "a", Tags: map[string]string{ff.InstanceTagKey: "i2"}})
+	flow := f.Flow()
+	m1 := f.Create(executions.CreateParams{FlowID: flow, Namespace: "a", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
+	m2 := f.Create(executions.CreateParams{FlowID: flow, Namespace: "b", Tags: map[string]string{ff.InstanceTagKey: "i1"}})
 	for _, id := range []ff.ExecutionID{mine, otherNS, otherTag, m1, m2} {
 		f.cancel(id)
 	}
@@ -237,7 +237,7 @@ func TestRemoveExecutionsBatches(t *testing.T) {
 	f := newFixture(t)
 	var ids []ff.ExecutionID
 	for range 5 {
-		id := f.create(executions.CreateParams{})
+		id := f.Create(executions.CreateParams{})
 		f.cancel(id)
 		ids = append(ids, id)
 		f.clock.Advance(time.Millisecond)

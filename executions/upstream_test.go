@@ -78,10 +78,10 @@ func TestUpstreamCreateWithAndWithoutPolicy(t *testing.T) {
 	f := newFixture(t)
 	plain := f.upstreamExec("up-create", nil)
 	withPolicy := f.upstreamExec("up-create", []byte(`{"priority": 0, "retry_policy": {"max_retries": 2, "backoff": {"type": "fixed", "delay_ms": 10}}}`))
-	if e := f.get(plain); e.Policy.RetryPolicy.MaxRetries != 0 || e.LifecyclePhase != ff.PhaseRunnable {
+	if e := f.Get(plain); e.Policy.RetryPolicy.MaxRetries != 0 || e.LifecyclePhase != ff.PhaseRunnable {
 		t.Errorf("no policy: %+v in %s, want no retries", e.Policy, e.LifecyclePhase)
 	}
-	if e := f.get(withPolicy); e.Policy.RetryPolicy.MaxRetries != 2 {
+	if e := f.Get(withPolicy); e.Policy.RetryPolicy.MaxRetries != 2 {
 		t.Errorf("with policy: %+v, want 2 retries", e.Policy)
 	}
 	// Its create's own shape (submitted, attempt_state "pending") is taken
@@ -90,7 +90,7 @@ func TestUpstreamCreateWithAndWithoutPolicy(t *testing.T) {
 	if err := upstream.Create(f.ctx, f.db.Pool, upstream.Exec{ID: upID(sub), Lane: "up-create"}, f.clock.NowMs()); err != nil {
 		t.Fatalf("upstream create: %v", err)
 	}
-	f.wantState(sub, state{ff.PhaseSubmitted, ff.OwnershipUnowned, ff.EligibleNow, "pending", ff.PublicWaiting})
+	f.WantState(sub, state{ff.PhaseSubmitted, ff.OwnershipUnowned, ff.EligibleNow, "pending", ff.PublicWaiting})
 }
 
 // Upstream's scheduler writes claim grants and its typed claim consumes
@@ -110,19 +110,10 @@ func TestUpstreamClaimGrant(t *testing.T) {
 	if h.Epoch != 1 {
 		t.Errorf("epoch %d, want 1", h.Epoch)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_claim_grant`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_claim_grant`); n != 0 {
 		t.Errorf("%d grants left, want the one consumed", n)
 	}
-	f.wantState(id, state{ff.PhaseActive, ff.OwnershipLeased, ff.EligibleNotApplicable, ff.AttemptRunning, ff.PublicActive})
-}
-
-func (f *fixture) count(q string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.db.Pool.QueryRow(f.ctx, q, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", q, err)
-	}
-	return n
+	f.WantState(id, state{ff.PhaseActive, ff.OwnershipLeased, ff.EligibleNotApplicable, ff.AttemptRunning, ff.PublicActive})
 }
 
 // claimUp claims id the upstream way: handle-based, or typed through a
@@ -157,7 +148,7 @@ func (f *fixture) claimUp(id ff.ExecutionID, lane string, typed bool, ttl time.D
 // apply runs fn in a transaction and fails the test on an error.
 func (f *fixture) apply(what string, fn func(tx pgx.Tx) error) {
 	f.t.Helper()
-	if err := f.inTx(fn); err != nil {
+	if err := f.InTx(fn); err != nil {
 		f.t.Fatalf("%s: %v", what, err)
 	}
 }
@@ -189,7 +180,7 @@ func TestUpstreamDelaysArePromotedNotExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []ff.ExecutionID{handle, typed} {
-		e := f.wantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNotUntilTime, f.get(id).AttemptState, ff.PublicDelayed})
+		e := f.WantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNotUntilTime, f.Get(id).AttemptState, ff.PublicDelayed})
 		if e.DelayUntilMs == nil || *e.DelayUntilMs != now+5000 || e.DeadlineAtMs == nil || *e.DeadlineAtMs != deadline {
 			t.Errorf("%s: delay %v, deadline %v; want %d and %d", id, ptrVal(e.DelayUntilMs), ptrVal(e.DeadlineAtMs), now+5000, deadline)
 		}
@@ -209,7 +200,7 @@ func TestUpstreamDelaysArePromotedNotExpired(t *testing.T) {
 			}
 			return err
 		})
-		f.wantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, f.get(id).AttemptState, ff.PublicWaiting})
+		f.WantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, f.Get(id).AttemptState, ff.PublicWaiting})
 	}
 }
 
@@ -253,17 +244,17 @@ func TestUpstreamTypedClaimLeaseExpires(t *testing.T) {
 		}
 	}
 	f.claimUp(id, lane, true, time.Second)
-	if e := f.get(id); e.AttemptIndex != 0 || e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil {
+	if e := f.Get(id); e.AttemptIndex != 0 || e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil {
 		t.Fatalf("after the typed claim: attempt_index %d, attempt %+v; want 0 holding the lease", e.AttemptIndex, e.Attempt)
 	}
 	expire(0)
-	if e := f.wantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, ff.AttemptPendingRetry, ff.PublicWaiting}); e.AttemptIndex != 1 {
+	if e := f.WantState(id, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, ff.AttemptPendingRetry, ff.PublicWaiting}); e.AttemptIndex != 1 {
 		t.Errorf("retry at attempt %d, want 1", e.AttemptIndex)
 	}
 	f.claimUp(id, lane, true, time.Second)
 	expire(1)
-	f.wantState(id, state{ff.PhaseTerminal, ff.OwnershipUnowned, ff.EligibleNotApplicable, ff.AttemptTerminal, ff.PublicExpired})
-	f.wantEvents(id, []string{"acquired", "expired", "acquired", "expired"}, []string{"expired"})
+	f.WantState(id, state{ff.PhaseTerminal, ff.OwnershipUnowned, ff.EligibleNotApplicable, ff.AttemptTerminal, ff.PublicExpired})
+	f.WantEvents(id, []string{"acquired", "expired", "acquired", "expired"}, []string{"expired"})
 
 	// A typed fail with a retry left moves to the next attempt.
 	other := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 1}}`))
@@ -271,7 +262,7 @@ func TestUpstreamTypedClaimLeaseExpires(t *testing.T) {
 	if err := upstream.FailTyped(f.ctx, f.db.Pool, h, 1, 0, f.clock.NowMs()); err != nil {
 		t.Fatal(err)
 	}
-	if e := f.get(other); e.AttemptIndex != 1 {
+	if e := f.Get(other); e.AttemptIndex != 1 {
 		t.Errorf("typed retry at attempt %d, want 1", e.AttemptIndex)
 	}
 }
@@ -338,7 +329,7 @@ func (f *fixture) eventOf(id ff.ExecutionID) int64 {
 
 func (f *fixture) successes(flow uuid.UUID, down ff.ExecutionID) int {
 	f.t.Helper()
-	return f.count(`SELECT success_count FROM ff_edge_group WHERE flow_id = $1 AND downstream_eid = $2`, flow, down.UUID)
+	return f.Count(`SELECT success_count FROM ff_edge_group WHERE flow_id = $1 AND downstream_eid = $2`, flow, down.UUID)
 }
 
 // A flow member completed by upstream's handle-based complete (terminal,
@@ -381,7 +372,7 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	if n := f.successes(flow, down); n != 1 {
 		t.Errorf("success counted %d times, want once", n)
 	}
-	f.wantState(down, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, ff.AttemptPendingFirst, ff.PublicWaiting})
+	f.WantState(down, state{ff.PhaseRunnable, ff.OwnershipUnowned, ff.EligibleNow, ff.AttemptPendingFirst, ff.PublicWaiting})
 
 	// Upstream first: its dispatch counts the success, releases the
 	// downstream and flags the siblings; ffriver's hop records the edge
@@ -403,10 +394,10 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	if n := f.successes(flow, down); n != 1 {
 		t.Errorf("success counted %d times, want once", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND upstream_outcome IS NULL AND upstream_terminal_at_ms IS NOT NULL`, flow); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND upstream_outcome IS NULL AND upstream_terminal_at_ms IS NOT NULL`, flow); n != 0 {
 		t.Errorf("%d hops still due", n)
 	}
-	if n := f.count(`SELECT cardinality(cancel_siblings_pending_members) FROM ff_edge_group WHERE flow_id = $1`, flow); n != 2 {
+	if n := f.Count(`SELECT cardinality(cancel_siblings_pending_members) FROM ff_edge_group WHERE flow_id = $1`, flow); n != 2 {
 		t.Errorf("%d siblings flagged, want 2", n)
 	}
 
@@ -431,7 +422,7 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	if len(un) != 1 || un[0].Reason != "terminal upstream whose outcome is recorded nowhere" || un[0].Count != 1 {
 		t.Errorf("unprocessable %+v, want the one hop of unknown outcome", un)
 	}
-	if n := f.successes(flow, down) + f.count(`SELECT fail_count FROM ff_edge_group WHERE flow_id = $1`, flow); n != 0 {
+	if n := f.successes(flow, down) + f.Count(`SELECT fail_count FROM ff_edge_group WHERE flow_id = $1`, flow); n != 0 {
 		t.Errorf("%d outcomes counted, want none", n)
 	}
 }
