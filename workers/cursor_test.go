@@ -25,16 +25,16 @@ func TestScanCursorsSkipWorkInFlightAndSweepLostJobs(t *testing.T) {
 	first := h.expiredLeases(20)
 	h.client(true, scanOnly)
 	items := func() int {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = $1`, jobs.KindExpireAttempt)
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = $1`, jobs.KindExpireAttempt)
 	}
-	h.await("an item job per expired lease", func() bool { return items() == len(first) })
+	h.Await("an item job per expired lease", func() bool { return items() == len(first) })
 	scans := func() int {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, jobs.KindScan)
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, jobs.KindScan)
 	}
 	// Ticks keep scanning the partitions with due (queued) items.
 	done := scans()
-	h.await("ten more scans", func() bool { return scans() >= done+10 })
-	if n := h.count(`SELECT COALESCE(sum((metadata->'output'->>'items_in_flight')::int), 0) FROM river_job WHERE kind = $1`, jobs.KindScan); n != 0 {
+	h.Await("ten more scans", func() bool { return scans() >= done+10 })
+	if n := h.Count(`SELECT COALESCE(sum((metadata->'output'->>'items_in_flight')::int), 0) FROM river_job WHERE kind = $1`, jobs.KindScan); n != 0 {
 		t.Errorf("scans re-read %d items whose jobs were queued; want 0 with cursors", n)
 	}
 	if n := items(); n != len(first) {
@@ -43,31 +43,31 @@ func TestScanCursorsSkipWorkInFlightAndSweepLostJobs(t *testing.T) {
 
 	// New leases expire after the cursor: found by the next scans.
 	second := h.expiredLeases(5)
-	h.await("the new leases' items", func() bool { return items() == len(first)+len(second) })
+	h.Await("the new leases' items", func() bool { return items() == len(first)+len(second) })
 
 	// Jobs that vanish (deleted, cancelled in River UI) are not rescanned
 	// before a sweep...
-	h.exec(`DELETE FROM river_job WHERE id IN (SELECT id FROM river_job WHERE kind = $1 ORDER BY id LIMIT 3)`, jobs.KindExpireAttempt)
-	h.exec(`UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id IN (
+	h.Exec(`DELETE FROM river_job WHERE id IN (SELECT id FROM river_job WHERE kind = $1 ORDER BY id LIMIT 3)`, jobs.KindExpireAttempt)
+	h.Exec(`UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id IN (
 		SELECT id FROM river_job WHERE kind = $1 AND state = 'available' ORDER BY id LIMIT 2)`, jobs.KindExpireAttempt)
 	done = scans()
-	h.await("ten more scans", func() bool { return scans() >= done+10 })
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'available'`, jobs.KindExpireAttempt); n != 20 {
+	h.Await("ten more scans", func() bool { return scans() >= done+10 })
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'available'`, jobs.KindExpireAttempt); n != 20 {
 		t.Fatalf("%d queued items before the sweep, want 20", n)
 	}
 	// ... which finds them again: the next scan of each partition sweeps.
-	h.exec(`UPDATE ff_scan_cursor SET swept_at_ms = 0`)
-	h.await("the vanished items re-queued", func() bool {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'available'`, jobs.KindExpireAttempt) == 25
+	h.Exec(`UPDATE ff_scan_cursor SET swept_at_ms = 0`)
+	h.Await("the vanished items re-queued", func() bool {
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'available'`, jobs.KindExpireAttempt) == 25
 	})
 
 	// Worked, every lease expires once.
 	h.client(false, nil)
 	for _, id := range append(first, second...) {
-		h.awaitState(id, terminalExpired)
+		h.AwaitState(id, terminalExpired)
 	}
-	h.await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt) })
+	h.Await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt) })
 	for _, id := range append(first, second...) {
-		h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+		h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 	}
 }

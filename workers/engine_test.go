@@ -22,8 +22,8 @@ func (h *harness) expiredLeases(n int) []ff.ExecutionID {
 	var ids []ff.ExecutionID
 	for i := range n {
 		lane := fmt.Sprintf("lane-%d", i)
-		h.create(executions.CreateParams{Lane: lane})
-		ids = append(ids, h.claim(lane, time.Second).ID)
+		h.Create(executions.CreateParams{Lane: lane})
+		ids = append(ids, h.ClaimOne(lane, time.Second).ID)
 	}
 	h.clock.Advance(2 * time.Second)
 	return ids
@@ -49,19 +49,19 @@ func TestGroupApplyThroughRiver(t *testing.T) {
 	if _, err := c.InsertMany(h.ctx, params); err != nil {
 		t.Fatal(err)
 	}
-	h.await("every item job completed", func() bool {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, jobs.KindExpireAttempt) == n
+	h.Await("every item job completed", func() bool {
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, jobs.KindExpireAttempt) == n
 	})
 	for _, id := range ids {
-		h.wantState(id, terminalExpired)
-		h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+		h.WantState(id, terminalExpired)
+		h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 	}
 	if got := h.outcomes(jobs.KindExpireAttempt); len(got) != n || got[0] != "processed" || got[n-1] != "processed" {
 		t.Fatalf("outcomes: %d recorded, first %q, last %q; want %d processed", len(got), got[0], got[len(got)-1], n)
 	}
 	// Transactions that wrote the expired events: fewer than the items, or
 	// nothing was grouped.
-	if tx := h.count(`SELECT count(DISTINCT xact_id) FROM ff_lease_event WHERE event_type = 'expired'`); tx >= n {
+	if tx := h.Count(`SELECT count(DISTINCT xact_id) FROM ff_lease_event WHERE event_type = 'expired'`); tx >= n {
 		t.Errorf("%d transactions for %d items: no group formed", tx, n)
 	}
 }
@@ -80,8 +80,8 @@ func TestItemRerunAfterCommitIsNoOp(t *testing.T) {
 	}
 	// As if the completion had never landed and the rescuer made the job
 	// available again.
-	h.exec(`UPDATE river_job SET state = 'available', finalized_at = NULL, scheduled_at = now() WHERE id = $1`, row.ID)
-	h.await("the re-run to finish", func() bool {
+	h.Exec(`UPDATE river_job SET state = 'available', finalized_at = NULL, scheduled_at = now() WHERE id = $1`, row.ID)
+	h.Await("the re-run to finish", func() bool {
 		r, err := c.JobGet(h.ctx, row.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -92,8 +92,8 @@ func TestItemRerunAfterCommitIsNoOp(t *testing.T) {
 	if got := outcomeOf(t, row); got != "no_op" {
 		t.Errorf("re-run: %s, want no_op", got)
 	}
-	h.wantState(id, terminalExpired)
-	h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+	h.WantState(id, terminalExpired)
+	h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 }
 
 // An item job left running by a process that died is re-queued by ff.rescue
@@ -110,10 +110,10 @@ func TestDeadProcessItemRescuedEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Fetched by a process that then died.
-	h.exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{dead-process}' WHERE id = $1`, res.Job.ID)
+	h.Exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{dead-process}' WHERE id = $1`, res.Job.ID)
 	start := time.Now()
 	c := h.client(true, func(rc *river.Config) { rc.RescueStuckJobsAfter = time.Hour })
-	h.await("the rescued item to complete", func() bool {
+	h.Await("the rescued item to complete", func() bool {
 		row, err := c.JobGet(h.ctx, res.Job.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -123,12 +123,12 @@ func TestDeadProcessItemRescuedEarly(t *testing.T) {
 	if took := time.Since(start); took > time.Second+workers.RescueGrace+2*workers.RescueInterval+5*time.Second {
 		t.Errorf("rescued after %s", took)
 	}
-	h.wantState(id, terminalExpired)
-	h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
-	if n := h.count(`SELECT count(*) FROM river_job WHERE id = $1 AND array_length(errors, 1) = 1 AND errors[1]->>'error' LIKE '%ff.rescue%'`, res.Job.ID); n != 1 {
+	h.WantState(id, terminalExpired)
+	h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE id = $1 AND array_length(errors, 1) = 1 AND errors[1]->>'error' LIKE '%ff.rescue%'`, res.Job.ID); n != 1 {
 		t.Error("the rescued job does not say who re-queued it")
 	}
-	if tags := h.strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = 'ff.rescue' ORDER BY 1`); !slices.Equal(tags, []string{workers.TagRescue}) {
+	if tags := h.Strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = 'ff.rescue' ORDER BY 1`); !slices.Equal(tags, []string{workers.TagRescue}) {
 		t.Errorf("ff.rescue tags %q, want %q", tags, workers.TagRescue)
 	}
 }

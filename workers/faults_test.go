@@ -39,7 +39,7 @@ func (h *harness) insertItem(c *river.Client[pgx.Tx], args river.JobArgs) *river
 		h.t.Fatalf("insert %s: %v", args.Kind(), err)
 	}
 	var row *rivertype.JobRow
-	h.await(args.Kind()+" to finish", func() bool {
+	h.Await(args.Kind()+" to finish", func() bool {
 		row, err = c.JobGet(h.ctx, res.Job.ID)
 		if err != nil {
 			h.t.Fatal(err)
@@ -66,14 +66,14 @@ func TestItemOutcomes(t *testing.T) {
 	h := newHarness(t, ffriver.Config{Scanners: disabled()})
 	c := h.client(true, nil)
 
-	live := h.create(executions.CreateParams{Lane: "l1"})
-	h.claim("l1", time.Hour)
+	live := h.Create(executions.CreateParams{Lane: "l1"})
+	h.ClaimOne("l1", time.Hour)
 	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: live})); got != "no_op" {
 		t.Errorf("not due: %s", got)
 	}
 
-	exp := h.create(executions.CreateParams{Lane: "l2"})
-	h.claim("l2", time.Second)
+	exp := h.Create(executions.CreateParams{Lane: "l2"})
+	h.ClaimOne("l2", time.Second)
 	h.clock.Advance(2 * time.Second)
 	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp, AttemptIndex: 7})); got != "no_op" {
 		t.Errorf("other attempt: %s", got)
@@ -99,7 +99,7 @@ func TestItemOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.await("the locked item to snooze", func() bool {
+	h.Await("the locked item to snooze", func() bool {
 		row, err := c.JobGet(h.ctx, res.Job.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -108,12 +108,12 @@ func TestItemOutcomes(t *testing.T) {
 		return row.FinalizedAt == nil && row.State != rivertype.JobStateRunning && len(row.Output()) > 0 &&
 			outcomeOf(t, row) == "skipped_locked" && row.Attempt == 0
 	})
-	h.wantEvents(exp, []string{"acquired///1"}, nil)
+	h.WantEventStrings(exp, []string{"acquired///1"}, nil)
 	if err := blocker.Rollback(h.ctx); err != nil {
 		t.Fatal(err)
 	}
 	var row *rivertype.JobRow
-	h.await("the snoozed item to finish", func() bool {
+	h.Await("the snoozed item to finish", func() bool {
 		row, err = c.JobGet(h.ctx, res.Job.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -127,8 +127,8 @@ func TestItemOutcomes(t *testing.T) {
 	if got := outcomeOf(t, h.insertItem(c, jobs.ExpireAttemptArgs{ID: exp})); got != "no_op" {
 		t.Errorf("second run: %s", got)
 	}
-	h.wantState(exp, terminalExpired)
-	h.wantEvents(exp, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+	h.WantState(exp, terminalExpired)
+	h.WantEventStrings(exp, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 
 	// An id outside the schema's partitions is a validation error: the job
 	// is cancelled after one attempt instead of burning retries.
@@ -150,7 +150,7 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 	var ids []ff.ExecutionID
 	for i := range 40 {
 		lane := "lane-" + string(rune('a'+i%20))
-		ids = append(ids, h.create(executions.CreateParams{Lane: lane}))
+		ids = append(ids, h.Create(executions.CreateParams{Lane: lane}))
 	}
 	for i := range 20 {
 		ls, err := h.st.Claim(h.ctx, executions.ClaimParams{Lane: "lane-" + string(rune('a'+i)), WorkerInstanceID: "w", LeaseTTL: time.Second, Max: 2})
@@ -161,7 +161,7 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 	h.clock.Advance(2 * time.Second)
 
 	// A client without unique enforcement inserts the duplicates.
-	dupCfg := &river.Config{Schema: h.db.Schema, Test: river.TestConfig{DisableUniqueEnforcement: true}, SkipUnknownJobCheck: true}
+	dupCfg := &river.Config{Schema: h.db.Name, Test: river.TestConfig{DisableUniqueEnforcement: true}, SkipUnknownJobCheck: true}
 	dup, err := river.NewClient(riverpgxv5.New(h.db.Pool), dupCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -186,11 +186,11 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 	h.client(true, nil)
 	h.client(false, nil)
 	for _, id := range ids {
-		h.awaitState(id, terminalExpired)
+		h.AwaitState(id, terminalExpired)
 	}
-	h.await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt, jobs.KindScan) })
+	h.Await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt, jobs.KindScan) })
 	for _, id := range ids {
-		h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+		h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 	}
 	processed := 0
 	for _, o := range h.outcomes(jobs.KindExpireAttempt) {
@@ -212,38 +212,38 @@ func TestEdgeCancelPipeline(t *testing.T) {
 	h := newHarness(t, ffriver.Config{})
 	flow := uuid.New()
 	p := h.st.Partitions().ForFlow(flow)
-	h.exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
-	leased := h.create(executions.CreateParams{Lane: "fl", FlowID: flow, Namespace: "ns"})
-	h.claim("fl", time.Hour)
-	waiting := h.create(executions.CreateParams{Lane: "fl2", FlowID: flow})
-	done := h.create(executions.CreateParams{Lane: "fl3", FlowID: flow})
+	h.Exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
+	leased := h.Create(executions.CreateParams{Lane: "fl", FlowID: flow, Namespace: "ns"})
+	h.ClaimOne("fl", time.Hour)
+	waiting := h.Create(executions.CreateParams{Lane: "fl2", FlowID: flow})
+	done := h.Create(executions.CreateParams{Lane: "fl3", FlowID: flow})
 	if err := h.st.Cancel(h.ctx, done, executions.CancelParams{}); err != nil {
 		t.Fatal(err)
 	}
 	down, stale, orphan := uuid.New(), uuid.New(), uuid.New()
-	h.exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+	h.Exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
 		VALUES ($1, $2, $3, true, $4), ($1, $2, $5, false, '{}')`,
 		p, flow, down, []string{leased.UUID.String(), waiting.UUID.String(), done.UUID.String(), "not-a-uuid"}, stale)
-	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3), ($1, $2, $4), ($1, $2, $5)`,
+	h.Exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3), ($1, $2, $4), ($1, $2, $5)`,
 		p, flow, down, stale, orphan)
 
 	h.client(true, nil)
-	h.await("pending rows drained", func() bool { return h.count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0 })
-	h.await("settled", func() bool { return h.jobsSettled(jobs.KindCancelGroup, jobs.KindReconcileGroup, jobs.KindScan) })
+	h.Await("pending rows drained", func() bool { return h.Count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0 })
+	h.Await("settled", func() bool { return h.jobsSettled(jobs.KindCancelGroup, jobs.KindReconcileGroup, jobs.KindScan) })
 
 	cancelled := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
-	h.wantState(leased, cancelled)
-	h.wantState(waiting, cancelled)
-	h.wantEvents(leased, []string{"acquired/ns//1", "revoked/ns//1"}, []string{"cancelled/ns/"})
-	h.wantEvents(waiting, nil, []string{"cancelled//"})
-	h.wantEvents(done, nil, []string{"cancelled//"}) // from the operator cancel only
+	h.WantState(leased, cancelled)
+	h.WantState(waiting, cancelled)
+	h.WantEventStrings(leased, []string{"acquired/ns//1", "revoked/ns//1"}, []string{"cancelled/ns/"})
+	h.WantEventStrings(waiting, nil, []string{"cancelled//"})
+	h.WantEventStrings(done, nil, []string{"cancelled//"}) // from the operator cancel only
 	for _, id := range []ff.ExecutionID{leased, waiting} {
-		e := h.get(id)
+		e := h.Get(id)
 		if e.CancellationReason == nil || *e.CancellationReason != executions.SiblingCancelReason || e.CancelledBy == nil || *e.CancelledBy != "engine" {
 			t.Errorf("%s: reason %v by %v", id, e.CancellationReason, e.CancelledBy)
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM ff_edge_group WHERE cancel_siblings_pending_flag OR cardinality(cancel_siblings_pending_members) > 0`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM ff_edge_group WHERE cancel_siblings_pending_flag OR cardinality(cancel_siblings_pending_members) > 0`); n != 0 {
 		t.Errorf("%d groups still flagged", n)
 	}
 	got := append(h.outcomes(jobs.KindCancelGroup), h.outcomes(jobs.KindReconcileGroup)...)
@@ -260,24 +260,24 @@ func TestOutboxRetention(t *testing.T) {
 	h := newHarness(t, ffriver.Config{OutboxRetention: time.Hour, Scanners: map[string]scanners.Settings{
 		scanners.OutboxRetention: {Interval: time.Hour, Batch: 3}}})
 	old, recent := t0-2*time.Hour.Milliseconds(), t0-time.Minute.Milliseconds()
-	h.exec(`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
+	h.Exec(`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
 		SELECT gen_random_uuid()::text, 'acquired', CASE WHEN i <= 8 THEN $1::bigint ELSE $2::bigint END, 0 FROM generate_series(1, 10) i`, old, recent)
-	h.exec(`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
+	h.Exec(`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
 		SELECT 0, gen_random_uuid(), 'success', CASE WHEN i <= 4 THEN $1::bigint ELSE $2::bigint END FROM generate_series(1, 6) i`, old, recent)
 	h.client(true, nil)
-	h.await("old events deleted", func() bool {
-		return h.count(`SELECT count(*) FROM ff_lease_event`) == 2 && h.count(`SELECT count(*) FROM ff_completion_event`) == 2
+	h.Await("old events deleted", func() bool {
+		return h.Count(`SELECT count(*) FROM ff_lease_event`) == 2 && h.Count(`SELECT count(*) FROM ff_completion_event`) == 2
 	})
-	h.await("settled", func() bool { return h.jobsSettled(jobs.KindTrimOutbox, jobs.KindScan) })
-	if n := h.count(`SELECT count(*) FROM ff_lease_event WHERE occurred_at_ms = $1`, recent); n != 2 {
+	h.Await("settled", func() bool { return h.jobsSettled(jobs.KindTrimOutbox, jobs.KindScan) })
+	if n := h.Count(`SELECT count(*) FROM ff_lease_event WHERE occurred_at_ms = $1`, recent); n != 2 {
 		t.Errorf("%d recent lease events kept, want 2", n)
 	}
 	// lease: 3+3+2 → two full batches continued; completion: 3+1 → one.
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND (metadata->'output'->'detail'->>'continued')::bool`); n != 3 {
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND (metadata->'output'->'detail'->>'continued')::bool`); n != 3 {
 		t.Errorf("%d trims continued, want 3", n)
 	}
 	// A continuation keeps the tags of the trim it continues.
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND NOT ('item' = ANY(tags) AND 'scanner-outbox_retention' = ANY(tags))`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.trim_outbox' AND NOT ('item' = ANY(tags) AND 'scanner-outbox_retention' = ANY(tags))`); n != 0 {
 		t.Errorf("%d trim jobs without the item and scanner tags", n)
 	}
 }
@@ -292,14 +292,14 @@ func TestExecutionRetention(t *testing.T) {
 		scanners.ExecutionRetention: {Interval: time.Hour, Batch: 2}}})
 	var old []ff.ExecutionID
 	for range 5 {
-		id := h.create(executions.CreateParams{Lane: "solo"})
-		if err := h.st.Complete(h.ctx, h.claim("solo", time.Hour), nil); err != nil {
+		id := h.Create(executions.CreateParams{Lane: "solo"})
+		if err := h.st.Complete(h.ctx, h.ClaimOne("solo", time.Hour), nil); err != nil {
 			t.Fatal(err)
 		}
 		old = append(old, id)
 	}
 	member := func(f uuid.UUID, cancel bool) ff.ExecutionID {
-		id := h.create(executions.CreateParams{FlowID: f, Lane: "member"})
+		id := h.Create(executions.CreateParams{FlowID: f, Lane: "member"})
 		if cancel {
 			if err := h.st.Cancel(h.ctx, id, executions.CancelParams{}); err != nil {
 				t.Fatal(err)
@@ -307,16 +307,16 @@ func TestExecutionRetention(t *testing.T) {
 		}
 		return id
 	}
-	gone := h.flow()
+	gone := h.Flow()
 	old = append(old, member(gone, true), member(gone, true))
-	running := h.flow()
+	running := h.Flow()
 	runningOld, runningLive := member(running, true), member(running, false)
-	partly := h.flow()
+	partly := h.Flow()
 	partlyOld := member(partly, true)
-	live := h.create(executions.CreateParams{Lane: "live"})
+	live := h.Create(executions.CreateParams{Lane: "live"})
 	h.clock.Advance(2 * time.Hour)
 	partlyRecent := member(partly, true)
-	recent := h.create(executions.CreateParams{Lane: "solo"})
+	recent := h.Create(executions.CreateParams{Lane: "solo"})
 	if err := h.st.Cancel(h.ctx, recent, executions.CancelParams{}); err != nil {
 		t.Fatal(err)
 	}
@@ -335,30 +335,30 @@ func TestExecutionRetention(t *testing.T) {
 		t.Errorf("due %d (%+v), want %d", n, due, len(old))
 	}
 	h.client(true, nil)
-	h.await("old executions removed", func() bool {
-		return h.count(`SELECT count(*) FROM ff_exec_removed`) == len(old)
+	h.Await("old executions removed", func() bool {
+		return h.Count(`SELECT count(*) FROM ff_exec_removed`) == len(old)
 	})
-	h.await("settled", func() bool { return h.jobsSettled(jobs.KindRemoveExecutions, jobs.KindScan) })
+	h.Await("settled", func() bool { return h.jobsSettled(jobs.KindRemoveExecutions, jobs.KindScan) })
 	for _, id := range old {
 		if _, err := h.st.Get(h.ctx, id); !errors.As(err, new(*ff.RemovedError)) {
 			t.Errorf("Get(%s) = %v, want removed by retention", id, err)
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = ANY($1)`, ids(old)); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = ANY($1)`, ids(old)); n != 0 {
 		t.Errorf("%d attempts of removed executions left", n)
 	}
 	for _, id := range []ff.ExecutionID{runningOld, runningLive, partlyOld, partlyRecent, live, recent} {
-		h.get(id)
+		h.Get(id)
 	}
-	if n := h.count(`SELECT count(*) FROM ff_flow_core WHERE flow_id = ANY($1)`, []uuid.UUID{gone, running, partly}); n != 2 {
+	if n := h.Count(`SELECT count(*) FROM ff_flow_core WHERE flow_id = ANY($1)`, []uuid.UUID{gone, running, partly}); n != 2 {
 		t.Errorf("%d of the three flow rows left, want the two not removable", n)
 	}
 	// The five solo ones share a partition: batches of 2, 2, 1.
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.remove_executions' AND (args->>'partition')::int = $1
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.remove_executions' AND (args->>'partition')::int = $1
 		AND (metadata->'output'->'detail'->>'continued')::bool`, old[0].Partition); n < 2 {
 		t.Errorf("%d removals of the solo partition continued, want at least 2", n)
 	}
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.remove_executions' AND NOT ('item' = ANY(tags) AND 'scanner-execution_retention' = ANY(tags))`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.remove_executions' AND NOT ('item' = ANY(tags) AND 'scanner-execution_retention' = ANY(tags))`); n != 0 {
 		t.Errorf("%d removal jobs without the item and scanner tags", n)
 	}
 }
@@ -381,7 +381,7 @@ func TestTickWithoutScannerIsCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.await("tick finalized", func() bool {
+	h.Await("tick finalized", func() bool {
 		row, err := c.JobGet(h.ctx, res.Job.ID)
 		return err == nil && row.State == rivertype.JobStateCancelled
 	})
@@ -407,13 +407,13 @@ func TestItemKilledMidTransactionLeavesNothing(t *testing.T) {
 	c := h.client(true, nil)
 	flow := uuid.New()
 	p := h.st.Partitions().ForFlow(flow)
-	h.exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
-	first := h.create(executions.CreateParams{Lane: "a", FlowID: flow})
-	second := h.create(executions.CreateParams{Lane: "b", FlowID: flow})
+	h.Exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
+	first := h.Create(executions.CreateParams{Lane: "a", FlowID: flow})
+	second := h.Create(executions.CreateParams{Lane: "b", FlowID: flow})
 	down := uuid.New()
-	h.exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+	h.Exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
 		VALUES ($1, $2, $3, true, $4)`, p, flow, down, []string{first.UUID.String(), second.UUID.String()})
-	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`, p, flow, down)
+	h.Exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`, p, flow, down)
 
 	blocker, err := h.db.Pool.Begin(h.ctx)
 	if err != nil {
@@ -426,25 +426,25 @@ func TestItemKilledMidTransactionLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.await("the first attempt to fail", func() bool {
+	h.Await("the first attempt to fail", func() bool {
 		row, err := c.JobGet(h.ctx, res.Job.ID)
 		return err == nil && len(row.Errors) > 0
 	})
 	waiting := state{"runnable", "unowned", "eligible_now", "pending_first_attempt", "waiting"}
-	h.wantState(first, waiting) // cancelled inside the rolled-back transaction only
-	h.wantEvents(first, nil, nil)
-	if n := h.count(`SELECT count(*) FROM ff_pending_cancel_groups`); n != 1 {
+	h.WantState(first, waiting) // cancelled inside the rolled-back transaction only
+	h.WantEventStrings(first, nil, nil)
+	if n := h.Count(`SELECT count(*) FROM ff_pending_cancel_groups`); n != 1 {
 		t.Fatalf("%d pending rows after the failed attempt", n)
 	}
 	_ = blocker.Rollback(h.ctx)
 
-	h.await("the retry to complete", func() bool {
+	h.Await("the retry to complete", func() bool {
 		row, err := c.JobGet(h.ctx, res.Job.ID)
 		return err == nil && row.State == rivertype.JobStateCompleted
 	})
 	cancelled := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "cancelled"}
-	h.wantState(first, cancelled)
-	h.wantState(second, cancelled)
-	h.wantEvents(first, nil, []string{"cancelled//"})
-	h.wantEvents(second, nil, []string{"cancelled//"})
+	h.WantState(first, cancelled)
+	h.WantState(second, cancelled)
+	h.WantEventStrings(first, nil, []string{"cancelled//"})
+	h.WantEventStrings(second, nil, []string{"cancelled//"})
 }

@@ -18,15 +18,6 @@ var (
 	stSkipped   = state{"terminal", "unowned", "not_applicable", "attempt_terminal", "skipped"}
 )
 
-func (h *harness) flow() uuid.UUID {
-	h.t.Helper()
-	f, err := h.st.CreateFlow(h.ctx, uuid.Nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return f
-}
-
 func (h *harness) depend(flow uuid.UUID, down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) {
 	h.t.Helper()
 	if err := h.st.AddDependencies(h.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p}); err != nil {
@@ -41,44 +32,44 @@ func (h *harness) depend(flow uuid.UUID, down ff.ExecutionID, ups []ff.Execution
 func TestFlowAnyOfCancelsSiblingsThroughRiver(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
-	flow := h.flow()
-	a := h.create(executions.CreateParams{FlowID: flow, Lane: "a", Namespace: "ns"})
-	b := h.create(executions.CreateParams{FlowID: flow, Lane: "b", Namespace: "ns"})
-	c := h.create(executions.CreateParams{FlowID: flow, Lane: "c", Namespace: "ns"})
-	merge := h.create(executions.CreateParams{FlowID: flow, Lane: "merge"})
+	flow := h.Flow()
+	a := h.Create(executions.CreateParams{FlowID: flow, Lane: "a", Namespace: "ns"})
+	b := h.Create(executions.CreateParams{FlowID: flow, Lane: "b", Namespace: "ns"})
+	c := h.Create(executions.CreateParams{FlowID: flow, Lane: "c", Namespace: "ns"})
+	merge := h.Create(executions.CreateParams{FlowID: flow, Lane: "merge"})
 	// c also feeds an AllOf step, which c's cancellation must skip.
-	after := h.create(executions.CreateParams{FlowID: flow, Lane: "after"})
+	after := h.Create(executions.CreateParams{FlowID: flow, Lane: "after"})
 	h.depend(flow, merge, []ff.ExecutionID{a, b, c}, executions.AnyOf(executions.CancelRemaining))
 	h.depend(flow, after, []ff.ExecutionID{c}, executions.AllOf())
 
-	cLease := h.claim("c", time.Hour)
-	aLease := h.claim("a", time.Hour)
+	cLease := h.ClaimOne("c", time.Hour)
+	aLease := h.ClaimOne("a", time.Hour)
 	if err := h.st.Complete(h.ctx, aLease, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance'`); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance'`); n != 1 {
 		t.Fatalf("advance jobs after the completion = %d, want 1 (inserted with it)", n)
 	}
 	h.client(true, nil)
-	h.awaitState(b, stCancelled)
-	h.awaitState(c, stCancelled)
-	h.wantState(merge, stWaiting)
-	h.awaitState(after, stSkipped)
-	h.wantEvents(c, []string{"acquired/ns//1", "revoked/ns//1"}, []string{"cancelled/ns/"})
-	h.wantEvents(b, nil, []string{"cancelled/ns/"})
-	h.wantEvents(after, nil, []string{"skipped//"})
+	h.AwaitState(b, stCancelled)
+	h.AwaitState(c, stCancelled)
+	h.WantState(merge, stWaiting)
+	h.AwaitState(after, stSkipped)
+	h.WantEventStrings(c, []string{"acquired/ns//1", "revoked/ns//1"}, []string{"cancelled/ns/"})
+	h.WantEventStrings(b, nil, []string{"cancelled/ns/"})
+	h.WantEventStrings(after, nil, []string{"skipped//"})
 	if _, err := h.st.Renew(h.ctx, cLease, time.Minute); err == nil {
 		t.Fatal("the cancelled sibling's worker could still renew")
 	}
-	e := h.get(c)
+	e := h.Get(c)
 	if *e.CancellationReason != "sibling_quorum_satisfied" {
 		t.Errorf("reason = %q", *e.CancellationReason)
 	}
-	h.await("the pending group to be drained", func() bool {
-		return h.count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0
+	h.Await("the pending group to be drained", func() bool {
+		return h.Count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0
 	})
 	// Every completion was dispatched; nothing is left for the dependency scanner.
-	if n := h.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`); n != 0 {
 		t.Fatalf("%d completion events left undispatched", n)
 	}
 }
@@ -90,25 +81,25 @@ func TestFlowAnyOfCancelsSiblingsThroughRiver(t *testing.T) {
 func TestDependencyScannerAdvancesPlainSQLCompletions(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
-	flow := h.flow()
-	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
-	up2 := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
-	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	flow := h.Flow()
+	up := h.Create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	up2 := h.Create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	down := h.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	h.depend(flow, down, []ff.ExecutionID{up, up2}, executions.AllOf())
-	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = ANY($1)`, []uuid.UUID{up.UUID, up2.UUID})
-	h.exec(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+	h.Exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = ANY($1)`, []uuid.UUID{up.UUID, up2.UUID})
+	h.Exec(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
 		VALUES ($1, $2, $3, 'success', NULL, NULL, $4)`, up.Partition, up.UUID, flow, time.Now().UnixMilli())
 	// Not yet stale by the scanner's clock (the trigger marked the edges
 	// with the database's clock): a tick runs and leaves them alone.
 	h.clock.Set(time.Now().UnixMilli())
 	h.client(true, nil)
-	h.await("a dependency tick", func() bool {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed' AND args->>'scanner' = 'dependency'`) > 0
+	h.Await("a dependency tick", func() bool {
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed' AND args->>'scanner' = 'dependency'`) > 0
 	})
-	h.wantState(down, stBlocked)
+	h.WantState(down, stBlocked)
 	h.clock.Set(time.Now().Add(time.Minute).UnixMilli())
-	h.awaitState(down, stWaiting)
-	h.await("jobs to settle", func() bool { return h.jobsSettled() })
+	h.AwaitState(down, stWaiting)
+	h.Await("jobs to settle", func() bool { return h.jobsSettled() })
 	if got := h.outcomes("ff.advance"); !slices.Equal(got, []string{"processed", "processed"}) {
 		t.Fatalf("advance outcomes = %v, want two processed", got)
 	}
@@ -121,9 +112,9 @@ func TestDependencyScannerAdvancesPlainSQLCompletions(t *testing.T) {
 func TestFlowHopWaitingOnALockSnoozes(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ffriver.Config{})
-	flow := h.flow()
-	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
-	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down"})
+	flow := h.Flow()
+	up := h.Create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	down := h.Create(executions.CreateParams{FlowID: flow, Lane: "down"})
 	h.depend(flow, down, []ff.ExecutionID{up}, executions.AllOf())
 	blocker, err := h.db.Pool.Begin(h.ctx)
 	if err != nil {
@@ -133,22 +124,22 @@ func TestFlowHopWaitingOnALockSnoozes(t *testing.T) {
 	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_edge_group WHERE downstream_eid = $1 FOR UPDATE`, down.UUID); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.Complete(h.ctx, h.claim("up", time.Hour), nil); err != nil {
+	if err := h.st.Complete(h.ctx, h.ClaimOne("up", time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
 	h.client(true, nil)
-	h.await("the hop to snooze twice on the lock", func() bool {
-		return h.count(`SELECT COALESCE(max((metadata->>'snoozes')::int), 0) FROM river_job WHERE kind = 'ff.advance'`) >= 2
+	h.Await("the hop to snooze twice on the lock", func() bool {
+		return h.Count(`SELECT COALESCE(max((metadata->>'snoozes')::int), 0) FROM river_job WHERE kind = 'ff.advance'`) >= 2
 	})
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND (cardinality(errors) > 0 OR state IN ('discarded', 'cancelled'))`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND (cardinality(errors) > 0 OR state IN ('discarded', 'cancelled'))`); n != 0 {
 		t.Fatalf("%d ff.advance jobs spent attempts while waiting on the lock", n)
 	}
-	h.wantState(down, stBlocked)
+	h.WantState(down, stBlocked)
 	if err := blocker.Rollback(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.awaitState(down, stWaiting)
-	h.await("jobs to settle", func() bool { return h.jobsSettled() })
+	h.AwaitState(down, stWaiting)
+	h.Await("jobs to settle", func() bool { return h.jobsSettled() })
 	h.wantCounted(down, 1)
 	if got := h.outcomes("ff.advance"); !slices.Equal(got, []string{"processed"}) {
 		t.Fatalf("advance outcomes = %v, want one processed", got)

@@ -38,14 +38,14 @@ func (h *harness) lose(c *river.Client[pgx.Tx], mode string, id int64) {
 	h.t.Helper()
 	switch mode {
 	case "discard":
-		h.exec(`UPDATE river_job SET state = 'discarded', finalized_at = now(), attempt = max_attempts,
+		h.Exec(`UPDATE river_job SET state = 'discarded', finalized_at = now(), attempt = max_attempts,
 			errors = ARRAY['{"at":"2026-01-01T00:00:00Z","attempt":1,"error":"test: discarded"}'::jsonb] WHERE id = $1`, id)
 	case "cancel":
 		if _, err := c.JobCancel(h.ctx, id); err != nil {
 			h.t.Fatalf("JobCancel(%d): %v", id, err)
 		}
 	case "delete":
-		h.exec(`DELETE FROM river_job WHERE id = $1`, id)
+		h.Exec(`DELETE FROM river_job WHERE id = $1`, id)
 	default:
 		h.t.Fatalf("lose: mode %q", mode)
 	}
@@ -70,7 +70,7 @@ func (h *harness) loseEach(args river.JobArgs, opts *river.InsertOpts) {
 		}
 		h.lose(c, mode, res.Job.ID)
 	}
-	if n := h.count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state NOT IN ('discarded', 'cancelled')`, args.Kind()); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state NOT IN ('discarded', 'cancelled')`, args.Kind()); n != 0 {
 		h.t.Fatalf("%d %s jobs left in flight", n, args.Kind())
 	}
 }
@@ -85,8 +85,8 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 	scan := workers.ScanInsertOpts(ff.Filter{})
 	// expiredLease is an execution whose lease ran out (by the manual clock).
 	expiredLease := func(h *harness) ff.ExecutionID {
-		id := h.create(executions.CreateParams{Lane: "l"})
-		h.claim("l", time.Second)
+		id := h.Create(executions.CreateParams{Lane: "l"})
+		h.ClaimOne("l", time.Second)
 		h.clock.Advance(2 * time.Second)
 		return id
 	}
@@ -94,12 +94,12 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 	// completed and been counted (its hop applied by hand): the group is
 	// flagged and its running sibling waits for the dispatcher.
 	satisfiedFlow := func(h *harness) (sibling ff.ExecutionID, key jobs.GroupKey) {
-		flow := h.flow()
-		a := h.create(executions.CreateParams{FlowID: flow, Lane: "a"})
-		b := h.create(executions.CreateParams{FlowID: flow, Lane: "b"})
-		merge := h.create(executions.CreateParams{FlowID: flow, Lane: "merge"})
+		flow := h.Flow()
+		a := h.Create(executions.CreateParams{FlowID: flow, Lane: "a"})
+		b := h.Create(executions.CreateParams{FlowID: flow, Lane: "b"})
+		merge := h.Create(executions.CreateParams{FlowID: flow, Lane: "merge"})
 		h.depend(flow, merge, []ff.ExecutionID{a, b}, executions.AnyOf(executions.CancelRemaining))
-		if err := h.st.Complete(h.ctx, h.claim("a", time.Hour), nil); err != nil {
+		if err := h.st.Complete(h.ctx, h.ClaimOne("a", time.Hour), nil); err != nil {
 			h.t.Fatal(err)
 		}
 		tx, err := h.db.Pool.Begin(h.ctx)
@@ -118,11 +118,11 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 	// chain is up → down (AllOf), with up completed through the store: the
 	// Cascader inserted up's ff.advance job in the completion's transaction.
 	chain := func(h *harness) (up, down ff.ExecutionID, flow uuid.UUID) {
-		f := h.flow()
-		up = h.create(executions.CreateParams{FlowID: f, Lane: "up"})
-		down = h.create(executions.CreateParams{FlowID: f, Lane: "down"})
+		f := h.Flow()
+		up = h.Create(executions.CreateParams{FlowID: f, Lane: "up"})
+		down = h.Create(executions.CreateParams{FlowID: f, Lane: "down"})
 		h.depend(f, down, []ff.ExecutionID{up}, executions.AllOf())
-		if err := h.st.Complete(h.ctx, h.claim("up", time.Hour), nil); err != nil {
+		if err := h.st.Complete(h.ctx, h.ClaimOne("up", time.Hour), nil); err != nil {
 			h.t.Fatal(err)
 		}
 		return up, down, f
@@ -141,59 +141,59 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 				h.t.Fatal(err)
 			}
 			h.loseEach(args, h.ff.Pipeline().TickInsertOpts())
-			return func() { h.awaitState(id, terminalExpired) }
+			return func() { h.AwaitState(id, terminalExpired) }
 		}},
 		{jobs.KindScan, func(h *harness) func() {
 			id := expiredLease(h)
 			h.loseEach(jobs.ScanArgs{Scanner: scanners.AttemptTimeout, Partition: id.Partition, Batch: 1000}, scan)
-			return func() { h.awaitState(id, terminalExpired) }
+			return func() { h.AwaitState(id, terminalExpired) }
 		}},
 		{jobs.KindExpireAttempt, func(h *harness) func() {
 			id := expiredLease(h)
 			h.loseEach(jobs.ExpireAttemptArgs{ID: id}, item)
 			return func() {
-				h.awaitState(id, terminalExpired)
-				h.wantEvents(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+				h.AwaitState(id, terminalExpired)
+				h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
 			}
 		}},
 		{jobs.KindPromoteDelayed, func(h *harness) func() {
-			id := h.create(executions.CreateParams{Lane: "l", DelayUntil: time.UnixMilli(t0).Add(time.Second)})
+			id := h.Create(executions.CreateParams{Lane: "l", DelayUntil: time.UnixMilli(t0).Add(time.Second)})
 			h.clock.Advance(2 * time.Second)
 			h.loseEach(jobs.PromoteDelayedArgs{ID: id}, item)
-			return func() { h.awaitState(id, stWaiting) }
+			return func() { h.AwaitState(id, stWaiting) }
 		}},
 		{jobs.KindExpireDeadline, func(h *harness) func() {
-			id := h.create(executions.CreateParams{Lane: "l", Deadline: time.UnixMilli(t0).Add(time.Second)})
+			id := h.Create(executions.CreateParams{Lane: "l", Deadline: time.UnixMilli(t0).Add(time.Second)})
 			h.clock.Advance(2 * time.Second)
 			h.loseEach(jobs.ExpireDeadlineArgs{ID: id}, item)
 			return func() {
-				h.awaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
-				h.wantEvents(id, nil, []string{"expired//"})
+				h.AwaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
+				h.WantEventStrings(id, nil, []string{"expired//"})
 			}
 		}},
 		{jobs.KindCancelGroup, func(h *harness) func() {
 			sibling, key := satisfiedFlow(h)
 			h.loseEach(jobs.CancelGroupArgs{GroupKey: key}, item)
 			return func() {
-				h.awaitState(sibling, stCancelled)
-				h.wantEvents(sibling, nil, []string{"cancelled//"})
+				h.AwaitState(sibling, stCancelled)
+				h.WantEventStrings(sibling, nil, []string{"cancelled//"})
 			}
 		}},
 		{jobs.KindReconcileGroup, func(h *harness) func() {
 			// A pending row whose group's flag is cleared: stale, only the
 			// reconciler removes it.
 			_, key := satisfiedFlow(h)
-			h.exec(`UPDATE ff_edge_group SET cancel_siblings_pending_flag = false WHERE downstream_eid = $1`, key.DownstreamEID)
+			h.Exec(`UPDATE ff_edge_group SET cancel_siblings_pending_flag = false WHERE downstream_eid = $1`, key.DownstreamEID)
 			h.loseEach(jobs.ReconcileGroupArgs{GroupKey: key}, item)
 			return func() {
-				h.await("the stale pending group to be removed", func() bool {
-					return h.count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0
+				h.Await("the stale pending group to be removed", func() bool {
+					return h.Count(`SELECT count(*) FROM ff_pending_cancel_groups`) == 0
 				})
 			}
 		}},
 		{jobs.KindTrimOutbox, func(h *harness) func() {
-			h.create(executions.CreateParams{Lane: "l2"})
-			if err := h.st.Complete(h.ctx, h.claim("l2", time.Hour), nil); err != nil {
+			h.Create(executions.CreateParams{Lane: "l2"})
+			if err := h.st.Complete(h.ctx, h.ClaimOne("l2", time.Hour), nil); err != nil {
 				h.t.Fatal(err)
 			}
 			h.clock.Advance(8 * 24 * time.Hour)
@@ -204,16 +204,16 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxLease, CutoffMs: cutoff, Limit: 1000, PartitionMs: width}, item)
 			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxCompletion, CutoffMs: cutoff, Limit: 1000, PartitionMs: width}, item)
 			return func() {
-				h.await("the old events to be trimmed", func() bool {
-					return h.count(`SELECT (SELECT count(*) FROM ff_lease_event) + (SELECT count(*) FROM ff_completion_event)`) == 0
+				h.Await("the old events to be trimmed", func() bool {
+					return h.Count(`SELECT (SELECT count(*) FROM ff_lease_event) + (SELECT count(*) FROM ff_completion_event)`) == 0
 				})
-				h.await("both outboxes' partitions to be created ahead", func() bool {
-					return h.count(`SELECT count(DISTINCT stream) FROM ff_outbox_partition WHERE lo_ms IS NOT NULL`) == 2
+				h.Await("both outboxes' partitions to be created ahead", func() bool {
+					return h.Count(`SELECT count(DISTINCT stream) FROM ff_outbox_partition WHERE lo_ms IS NOT NULL`) == 2
 				})
 			}
 		}},
 		{jobs.KindRemoveExecutions, func(h *harness) func() {
-			id := h.create(executions.CreateParams{Lane: "l3"})
+			id := h.Create(executions.CreateParams{Lane: "l3"})
 			if err := h.st.Cancel(h.ctx, id, executions.CancelParams{}); err != nil {
 				h.t.Fatal(err)
 			}
@@ -221,8 +221,8 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			cutoff := h.clock.NowMs() - scanners.DefaultExecutionRetention.Milliseconds()
 			h.loseEach(jobs.RemoveExecutionsArgs{Partition: id.Partition, CutoffMs: cutoff, Limit: 1000}, item)
 			return func() {
-				h.await("the old execution to be removed", func() bool {
-					return h.count(`SELECT count(*) FROM ff_exec_core`) == 0
+				h.Await("the old execution to be removed", func() bool {
+					return h.Count(`SELECT count(*) FROM ff_exec_core`) == 0
 				})
 				if _, err := h.st.Get(h.ctx, id); !errors.As(err, new(*ff.RemovedError)) {
 					h.t.Errorf("Get of the removed execution: %v, want removed by retention", err)
@@ -232,11 +232,11 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 		{jobs.KindDispatchCompletion, func(h *harness) func() {
 			// An upstream engine's writer: the upstream made terminal and its
 			// completion event inserted by plain SQL, nothing enqueued.
-			f := h.flow()
-			up := h.create(executions.CreateParams{FlowID: f, Lane: "up"})
-			down := h.create(executions.CreateParams{FlowID: f, Lane: "down"})
+			f := h.Flow()
+			up := h.Create(executions.CreateParams{FlowID: f, Lane: "up"})
+			down := h.Create(executions.CreateParams{FlowID: f, Lane: "down"})
 			h.depend(f, down, []ff.ExecutionID{up}, executions.AllOf())
-			h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = $1`, up.UUID)
+			h.Exec(`UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed' WHERE execution_id = $1`, up.UUID)
 			var event int64
 			if err := h.db.Pool.QueryRow(h.ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
 				VALUES ($1, $2, $3, 'success', $4) RETURNING event_id`, up.Partition, up.UUID, f, h.clock.NowMs()).Scan(&event); err != nil {
@@ -244,7 +244,7 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			}
 			h.loseEach(jobs.DispatchCompletionArgs{EventID: event}, item)
 			return func() {
-				h.awaitState(down, stWaiting)
+				h.AwaitState(down, stWaiting)
 				h.wantCounted(down, 1)
 			}
 		}},
@@ -261,7 +261,7 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			h.loseEach(hop, item)
 			h.clock.Advance(time.Minute) // past the dependency scanner's staleness threshold
 			return func() {
-				h.awaitState(down, stWaiting)
+				h.AwaitState(down, stWaiting)
 				h.wantCounted(down, 1)
 			}
 		}},
@@ -272,7 +272,7 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			check := tc.run(h)
 			h.client(true, nil)
 			check()
-			h.await("jobs to settle", func() bool { return h.jobsSettled() })
+			h.Await("jobs to settle", func() bool { return h.jobsSettled() })
 		})
 	}
 }
@@ -281,8 +281,8 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 // each once.
 func (h *harness) wantCounted(down ff.ExecutionID, n int) {
 	h.t.Helper()
-	got := h.count(`SELECT success_count + fail_count + skip_count FROM ff_edge_group WHERE downstream_eid = $1`, down.UUID)
-	edges := h.count(`SELECT count(*) FROM ff_edge WHERE downstream_eid = $1 AND upstream_outcome IS NOT NULL`, down.UUID)
+	got := h.Count(`SELECT success_count + fail_count + skip_count FROM ff_edge_group WHERE downstream_eid = $1`, down.UUID)
+	edges := h.Count(`SELECT count(*) FROM ff_edge WHERE downstream_eid = $1 AND upstream_outcome IS NOT NULL`, down.UUID)
 	if got != n || edges != n {
 		h.t.Fatalf("%s's group counted %d outcomes over %d edges, want %d", down, got, edges, n)
 	}

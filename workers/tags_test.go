@@ -22,15 +22,15 @@ func TestJobTags(t *testing.T) {
 	settings := disabled()
 	settings[scanners.AttemptTimeout] = scanners.Settings{Interval: 50 * time.Millisecond, Batch: 1000}
 	h := newHarness(t, ffriver.Config{Scanners: settings})
-	h.create(executions.CreateParams{Lane: "tags", Namespace: "tenant.a b"})
-	id := h.claim("tags", time.Second).ID
+	h.Create(executions.CreateParams{Lane: "tags", Namespace: "tenant.a b"})
+	id := h.ClaimOne("tags", time.Second).ID
 	h.clock.Advance(2 * time.Second)
 	h.client(true, scanOnly)
-	h.await("the item job", func() bool {
-		return h.count(`SELECT count(*) FROM river_job WHERE kind = $1`, jobs.KindExpireAttempt) == 1
+	h.Await("the item job", func() bool {
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = $1`, jobs.KindExpireAttempt) == 1
 	})
 	tags := func(kind string) []string {
-		return h.strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = $1 ORDER BY 1`, kind)
+		return h.Strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = $1 ORDER BY 1`, kind)
 	}
 	part := fmt.Sprintf("partition-%d", id.Partition)
 	if got, want := tags(jobs.KindExpireAttempt), []string{"item", "ns-tenant_a_b", part, "scanner-attempt_timeout"}; !slices.Equal(got, want) {

@@ -26,7 +26,7 @@ func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inserter, err := river.NewClient(riverpgxv5.New(h.db.Pool), &river.Config{Schema: h.db.Schema})
+	inserter, err := river.NewClient(riverpgxv5.New(h.db.Pool), &river.Config{Schema: h.db.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +34,14 @@ func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{dead-process}' WHERE id = $1`, res.Job.ID)
+	h.Exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{dead-process}' WHERE id = $1`, res.Job.ID)
 
-	id := h.create(executions.CreateParams{})
-	h.claim("lane-a", time.Millisecond)
+	id := h.Create(executions.CreateParams{})
+	h.ClaimOne("lane-a", time.Millisecond)
 	h.clock.Advance(time.Second)
 	h.client(true, func(rc *river.Config) { rc.RescueStuckJobsAfter = time.Hour })
-	h.awaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
-	if n := h.count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'running'`, res.Job.ID); n != 1 {
+	h.AwaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'running'`, res.Job.ID); n != 1 {
 		t.Fatalf("the stuck tick was rescued (%d running); the test proves nothing", n)
 	}
 }
@@ -59,8 +59,8 @@ func TestTickCountsUpToItsBatch(t *testing.T) {
 	var ids []ff.ExecutionID
 	for lane, n := range map[string]int{"full": 12, "few": 3} {
 		for range n {
-			h.create(executions.CreateParams{Lane: lane})
-			ids = append(ids, h.claim(lane, time.Second).ID)
+			h.Create(executions.CreateParams{Lane: lane})
+			ids = append(ids, h.ClaimOne(lane, time.Second).ID)
 		}
 	}
 	if ids[0].Partition == ids[len(ids)-1].Partition {
@@ -68,8 +68,8 @@ func TestTickCountsUpToItsBatch(t *testing.T) {
 	}
 	h.clock.Advance(2 * time.Second)
 	h.client(true, nil)
-	h.await("every lease expired", func() bool {
-		return h.count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired'`) == len(ids)
+	h.Await("every lease expired", func() bool {
+		return h.Count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired'`) == len(ids)
 	})
 	var first bool
 	for _, o := range h.outputs("ff.tick") {

@@ -28,44 +28,44 @@ func (h *harness) poison() {
 	h.t.Helper()
 	now := h.clock.NowMs()
 	// Due, processable: an expired lease, a delay and a deadline come due.
-	h.create(executions.CreateParams{Lane: "ok"})
-	h.claim("ok", time.Second)
-	h.create(executions.CreateParams{Lane: "delayed", DelayUntil: time.UnixMilli(now + 500)})
-	h.create(executions.CreateParams{Lane: "deadline", Deadline: time.UnixMilli(now + 500)})
+	h.Create(executions.CreateParams{Lane: "ok"})
+	h.ClaimOne("ok", time.Second)
+	h.Create(executions.CreateParams{Lane: "delayed", DelayUntil: time.UnixMilli(now + 500)})
+	h.Create(executions.CreateParams{Lane: "deadline", Deadline: time.UnixMilli(now + 500)})
 
 	// An attempt with no execution.
-	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, $2)`, uuid.New(), now)
+	h.Exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, $2)`, uuid.New(), now)
 	// An execution in a foreign lifecycle_phase, with an expired lease.
-	odd := h.create(executions.CreateParams{Lane: "odd"})
-	h.claim("odd", time.Second)
-	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
+	odd := h.Create(executions.CreateParams{Lane: "odd"})
+	h.ClaimOne("odd", time.Second)
+	h.Exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
 	// A lease left on an attempt its execution has moved past.
-	stale := h.create(executions.CreateParams{Lane: "stale"})
-	h.claim("stale", time.Second)
-	h.exec(`UPDATE ff_exec_core SET attempt_index = 3 WHERE execution_id = $1`, stale.UUID)
+	stale := h.Create(executions.CreateParams{Lane: "stale"})
+	h.ClaimOne("stale", time.Second)
+	h.Exec(`UPDATE ff_exec_core SET attempt_index = 3 WHERE execution_id = $1`, stale.UUID)
 	// A delay come due on an execution in an unknown eligibility_state.
-	elig := h.create(executions.CreateParams{Lane: "elig", DelayUntil: time.UnixMilli(now + 500)})
-	h.exec(`UPDATE ff_exec_core SET eligibility_state = 'later' WHERE execution_id = $1`, elig.UUID)
+	elig := h.Create(executions.CreateParams{Lane: "elig", DelayUntil: time.UnixMilli(now + 500)})
+	h.Exec(`UPDATE ff_exec_core SET eligibility_state = 'later' WHERE execution_id = $1`, elig.UUID)
 	// Not eligible until a time it records nowhere: neither in
 	// delay_until_ms nor where upstream writes one.
-	nodue := h.create(executions.CreateParams{Lane: "nodue"})
-	h.exec(`UPDATE ff_exec_core SET eligibility_state = 'not_eligible_until_time', public_state = 'delayed' WHERE execution_id = $1`, nodue.UUID)
+	nodue := h.Create(executions.CreateParams{Lane: "nodue"})
+	h.Exec(`UPDATE ff_exec_core SET eligibility_state = 'not_eligible_until_time', public_state = 'delayed' WHERE execution_id = $1`, nodue.UUID)
 	// A delay come due on an execution waiting for its flow: not due, and
 	// not unprocessable either (its flow releases it).
-	flow := h.flow()
-	up := h.create(executions.CreateParams{FlowID: flow, Lane: "up"})
-	down := h.create(executions.CreateParams{FlowID: flow, Lane: "down", DelayUntil: time.UnixMilli(now + 500)})
+	flow := h.Flow()
+	up := h.Create(executions.CreateParams{FlowID: flow, Lane: "up"})
+	down := h.Create(executions.CreateParams{FlowID: flow, Lane: "down", DelayUntil: time.UnixMilli(now + 500)})
 	h.depend(flow, down, []ff.ExecutionID{up}, executions.AllOf())
 	// A pending cancel group whose flag is cleared: the reconciler's, not
 	// the dispatcher's.
-	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES ($1, $2, $3, $4)`,
+	h.Exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES ($1, $2, $3, $4)`,
 		down.Partition, flow, down.UUID, now)
 	// Rows in a partition outside the schema's count.
-	h.exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+	h.Exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
 		public_state, attempt_state, delay_until_ms, deadline_at_ms)
 		VALUES (300, $1, 'far', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', $2, $2)`, uuid.New(), now)
-	h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, $2)`, uuid.New(), now)
-	h.exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES (300, $1, $2, $3)`, uuid.New(), uuid.New(), now)
+	h.Exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, $2)`, uuid.New(), now)
+	h.Exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES (300, $1, $2, $3)`, uuid.New(), uuid.New(), now)
 	h.clock.Advance(2 * time.Second)
 }
 
@@ -122,7 +122,7 @@ func TestDueAndScanAgreeUnprocessableApart(t *testing.T) {
 		for _, u := range b.Unprocessable {
 			got[b.Scanner] = append(got[b.Scanner], u.Reason)
 			// The listing query lists exactly the rows counted.
-			if n := h.count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count {
+			if n := h.Count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count {
 				t.Errorf("%s: %q counts %d, its query lists %d: %s", b.Scanner, u.Reason, u.Count, n, u.List)
 			}
 			if u.Count != 1 {
@@ -214,18 +214,18 @@ func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
 			over[scanners.AttemptTimeout] = fast(1000)
 			h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
 			h.ff.Pipeline().Env().UnprocessableReportInterval = tc.every
-			h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
-			h.exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
+			h.Exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
+			h.Exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
 			h.client(true, nil)
-			h.await("20 attempt_timeout ticks", func() bool {
-				return h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
+			h.Await("20 attempt_timeout ticks", func() bool {
+				return h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) >= 20
 			})
 			got := logs.of(scanners.AttemptTimeout)
 			if len(got) != tc.want {
 				t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want %d: %q", len(got), tc.want, got)
 			}
 			// Nothing was scanned for them: no scan, no item.
-			if n := h.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
+			if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
 				t.Fatalf("%d scan or item jobs for rows no scan can process", n)
 			}
 			for _, o := range h.outputs("ff.tick") {
@@ -250,10 +250,10 @@ func TestUnprocessableHonoursTheFilter(t *testing.T) {
 	// The tenant's own unprocessable rows: an execution in a foreign
 	// lifecycle_phase with an expired lease, and one in a partition
 	// outside the schema's count whose delay and deadline came due.
-	odd := h.create(executions.CreateParams{Lane: "tenant-odd", Namespace: ns})
-	h.claim("tenant-odd", time.Second)
-	h.exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
-	h.exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, raw_fields, lifecycle_phase, ownership_state,
+	odd := h.Create(executions.CreateParams{Lane: "tenant-odd", Namespace: ns})
+	h.ClaimOne("tenant-odd", time.Second)
+	h.Exec(`UPDATE ff_exec_core SET lifecycle_phase = 'Active' WHERE execution_id = $1`, odd.UUID)
+	h.Exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, raw_fields, lifecycle_phase, ownership_state,
 		eligibility_state, public_state, attempt_state, delay_until_ms, deadline_at_ms)
 		VALUES (301, $1, 'far', jsonb_build_object('namespace', $3::text), 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
 		'pending_first_attempt', $2, $2)`, uuid.New(), now, ns)
@@ -282,7 +282,7 @@ func TestUnprocessableHonoursTheFilter(t *testing.T) {
 			var got []string
 			for _, u := range sets {
 				got = append(got, u.Reason)
-				if n := h.count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count || u.Count != 1 {
+				if n := h.Count(`SELECT count(*) FROM (` + u.List + `) x`); int64(n) != u.Count || u.Count != 1 {
 					t.Errorf("%s, filter %+v: %q counts %d, its query lists %d (want 1): %s", s.Name(), f, u.Reason, u.Count, n, u.List)
 				}
 			}
