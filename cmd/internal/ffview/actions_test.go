@@ -18,7 +18,7 @@ import (
 func TestCancelAction(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	id := e.create(executions.CreateParams{Lane: "lane-c"})
+	id := e.Create(executions.CreateParams{Lane: "lane-c"})
 	e.leaseOn("lane-c", "wk", time.Minute)
 	page := execPath(id)
 
@@ -65,7 +65,7 @@ func TestCancelAction(t *testing.T) {
 func TestRevokeAction(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	id := e.create(executions.CreateParams{Lane: "lane-r"})
+	id := e.Create(executions.CreateParams{Lane: "lane-r"})
 	e.leaseOn("lane-r", "wk", time.Minute)
 	page := execPath(id)
 	r := e.post(page+"/revoke", url.Values{"confirm": {"yes"}, "reason": {"rebalancing"}})
@@ -84,7 +84,7 @@ func TestRevokeAction(t *testing.T) {
 func TestActionsBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	id := e.create(executions.CreateParams{})
+	id := e.Create(executions.CreateParams{})
 	unknown := execPath(ff.ExecutionID{Partition: id.Partition, UUID: uuid.New()})
 	yes := url.Values{"confirm": {"yes"}}
 	e.post("/ff/executions/nonsense/cancel", yes).want(t, http.StatusBadRequest, "want the form {fp:N}")

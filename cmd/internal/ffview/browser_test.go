@@ -23,7 +23,6 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/google/uuid"
 )
 
@@ -31,17 +30,18 @@ import (
 // process (River leader with scan and apply workers, so leases expire and
 // flows cascade) and River UI with the view on one listener.
 type browserSite struct {
-	t     *testing.T
-	store *executions.Store
-	url   string // River UI's root; the view is under ff/
+	*fftest.Kit // on the service's store, its Await methods waiting 30 s
+	t           *testing.T
+	store       *executions.Store
+	url         string // River UI's root; the view is under ff/
 }
 
 func startBrowserSite(t *testing.T) *browserSite {
 	t.Helper()
 	ctx := t.Context()
-	db := testdb.New(t, &testdb.Options{MaxConns: 12})
+	s := fftest.NewSchema(t, &fftest.Options{MaxConns: 12})
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema})
+	svc, err := ffriver.New(ctx, s.Pool, ffriver.Config{Schema: s.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,34 +63,15 @@ func startBrowserSite(t *testing.T) *browserSite {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	return &browserSite{t: t, store: svc.Store(), url: srv.URL}
-}
-
-func (s *browserSite) create(p executions.CreateParams) ff.ExecutionID {
-	s.t.Helper()
-	id, err := s.store.Create(s.t.Context(), p)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return id
+	k := fftest.On(t, s, svc.Store(), nil)
+	k.Within = 30 * time.Second
+	return &browserSite{Kit: k, t: t, store: svc.Store(), url: srv.URL}
 }
 
 // claim leases the one execution waiting on lane.
 func (s *browserSite) claim(lane, worker string, ttl time.Duration) executions.Lease {
 	s.t.Helper()
-	ls, err := s.store.Claim(s.t.Context(), executions.ClaimParams{Lane: lane, WorkerID: worker, WorkerInstanceID: worker, LeaseTTL: ttl})
-	if err != nil || len(ls) != 1 {
-		s.t.Fatalf("claim on %s: %v, %d leases", lane, err, len(ls))
-	}
-	return ls[0]
-}
-
-func (s *browserSite) awaitState(id ff.ExecutionID, state string) {
-	s.t.Helper()
-	fftest.Await(s.t, 30*time.Second, id.String()+" "+state, func() bool {
-		e, err := s.store.Get(s.t.Context(), id)
-		return err == nil && e.PublicState == state
-	})
+	return s.ClaimOneWith(executions.ClaimParams{Lane: lane, WorkerID: worker, WorkerInstanceID: worker, LeaseTTL: ttl})
 }
 
 // seeded are the executions the browser test looks at.
@@ -107,9 +88,9 @@ type seeded struct {
 func (s *browserSite) seed() seeded {
 	t, ctx := s.t, s.t.Context()
 	var d seeded
-	d.expired = s.create(executions.CreateParams{Namespace: "billing", Lane: "invoices"})
+	d.expired = s.Create(executions.CreateParams{Namespace: "billing", Lane: "invoices"})
 	s.claim("invoices", "invoicer-1", time.Second)
-	d.done = s.create(executions.CreateParams{Namespace: "billing", Lane: "receipts"})
+	d.done = s.Create(executions.CreateParams{Namespace: "billing", Lane: "receipts"})
 	l := s.claim("receipts", "mailer-2", time.Minute)
 	l, err := s.store.Renew(ctx, l, time.Minute)
 	if err != nil {
@@ -120,23 +101,23 @@ func (s *browserSite) seed() seeded {
 	}
 	d.billing = 2
 	for i := range 4 {
-		s.create(executions.CreateParams{Namespace: "billing", Lane: "invoices", Priority: int32(i)})
+		s.Create(executions.CreateParams{Namespace: "billing", Lane: "invoices", Priority: int32(i)})
 		d.billing++
 	}
 	for i := range 6 {
-		s.create(executions.CreateParams{Namespace: "ops", Lane: "reports-" + strconv.Itoa(i%2)})
+		s.Create(executions.CreateParams{Namespace: "ops", Lane: "reports-" + strconv.Itoa(i%2)})
 	}
-	d.victim = s.create(executions.CreateParams{Namespace: "ops", Lane: "cleanup"})
+	d.victim = s.Create(executions.CreateParams{Namespace: "ops", Lane: "cleanup"})
 
 	if d.flow, err = s.store.CreateFlow(ctx, uuid.Nil); err != nil {
 		t.Fatal(err)
 	}
 	var ups []ff.ExecutionID
 	for i := range 3 {
-		ups = append(ups, s.create(executions.CreateParams{FlowID: d.flow, Namespace: "search", Lane: fmt.Sprintf("search-%d", i)}))
+		ups = append(ups, s.Create(executions.CreateParams{FlowID: d.flow, Namespace: "search", Lane: fmt.Sprintf("search-%d", i)}))
 	}
 	d.first, d.sibling = ups[0], ups[1]
-	d.merge = s.create(executions.CreateParams{FlowID: d.flow, Namespace: "search", Lane: "merge"})
+	d.merge = s.Create(executions.CreateParams{FlowID: d.flow, Namespace: "search", Lane: "merge"})
 	if err := s.store.AddDependencies(ctx, executions.DependencyParams{FlowID: d.flow, Downstream: d.merge, Upstreams: ups,
 		Policy: executions.AnyOf(executions.CancelRemaining)}); err != nil {
 		t.Fatal(err)
@@ -145,9 +126,9 @@ func (s *browserSite) seed() seeded {
 	if err := s.store.Complete(ctx, l, nil); err != nil {
 		t.Fatal(err)
 	}
-	s.awaitState(d.expired, ff.PublicExpired)
-	s.awaitState(d.sibling, ff.PublicCancelled)
-	s.awaitState(d.merge, ff.PublicWaiting)
+	s.AwaitPublicState(d.expired, ff.PublicExpired)
+	s.AwaitPublicState(d.sibling, ff.PublicCancelled)
+	s.AwaitPublicState(d.merge, ff.PublicWaiting)
 	return d
 }
 
@@ -230,7 +211,7 @@ func TestBrowser(t *testing.T) {
 	b.Run("open the live page",
 		chromedp.Navigate(view+"live"),
 		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "open" && document.querySelector("#live-completions").dataset.state === "open"`))
-	live := site.create(executions.CreateParams{Namespace: "live", Lane: "live"})
+	live := site.Create(executions.CreateParams{Namespace: "live", Lane: "live"})
 	l := site.claim("live", "live-worker", time.Minute)
 	if err := site.store.Complete(t.Context(), l, nil); err != nil {
 		t.Fatal(err)
@@ -247,14 +228,14 @@ func TestBrowser(t *testing.T) {
 	b.Run("open the live page through a proxy",
 		chromedp.Navigate(proxy.URL+"/ff/live"),
 		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "open"`))
-	before := site.create(executions.CreateParams{Namespace: "live", Lane: "live"})
+	before := site.Create(executions.CreateParams{Namespace: "live", Lane: "live"})
 	site.claim("live", "live-worker", time.Minute)
 	b.Run("a lease event arrives through the proxy",
 		chromedp.Poll[chromedp.Void](`document.querySelector('#live-leases tr[data-execution=`+jsString(before.String())+`]') !== null`))
 	proxy.CloseClientConnections()
 	b.Run("the page notices the lost connection",
 		chromedp.Poll[chromedp.Void](`Number(document.querySelector("#live-leases").dataset.reconnects) >= 1`))
-	during := site.create(executions.CreateParams{Namespace: "live", Lane: "live"})
+	during := site.Create(executions.CreateParams{Namespace: "live", Lane: "live"})
 	site.claim("live", "live-worker", time.Minute)
 	b.Run("the stream resumes after its last event",
 		chromedp.Poll[chromedp.Void](`document.querySelector("#live-leases").dataset.state === "open" && document.querySelector('#live-leases tr[data-execution=`+jsString(during.String())+`]') !== null`))
@@ -291,7 +272,7 @@ func TestBrowser(t *testing.T) {
 	// the frame's confirm button's place. The view refuses to be framed,
 	// so the frame holds the browser's error page and nothing is
 	// cancelled.
-	framed := site.create(executions.CreateParams{Namespace: "ops", Lane: "framed"})
+	framed := site.Create(executions.CreateParams{Namespace: "ops", Lane: "framed"})
 	confirmURL := view + "executions/" + framed.String() + "/cancel"
 	b.Run("open a cancel confirmation to find its button",
 		chromedp.Navigate(confirmURL),

@@ -38,10 +38,10 @@ func TestExecutionPage(t *testing.T) {
 
 	// A lease that runs out: the attempt_timeout scanner's ff.expire_attempt
 	// job expires it.
-	x := e.create(executions.CreateParams{Lane: "solo", Namespace: "ns-x", Payload: []byte(`{"to":"ada@example.com"}`)})
+	x := e.Create(executions.CreateParams{Lane: "solo", Namespace: "ns-x", Payload: []byte(`{"to":"ada@example.com"}`)})
 	e.leaseOn("solo", "mailer", time.Second)
 	e.clock.Advance(2 * time.Second)
-	e.await(x, ff.PublicExpired)
+	e.AwaitPublicState(x, ff.PublicExpired)
 	e.awaitJob(jobs.KindExpireAttempt)
 	r := e.get(execPath(x))
 	r.want(t, http.StatusOK, x.String(), `id="state" class="state state-expired"`, "ns-x", `{&#34;to&#34;:&#34;ada@example.com&#34;}`,
@@ -61,9 +61,9 @@ func TestExecutionPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := e.create(executions.CreateParams{Lane: "up-a", FlowID: flow})
-	b := e.create(executions.CreateParams{Lane: "up-b", FlowID: flow})
-	c := e.create(executions.CreateParams{Lane: "down", FlowID: flow})
+	a := e.Create(executions.CreateParams{Lane: "up-a", FlowID: flow})
+	b := e.Create(executions.CreateParams{Lane: "up-b", FlowID: flow})
+	c := e.Create(executions.CreateParams{Lane: "down", FlowID: flow})
 	if err := e.store.AddDependencies(e.ctx, executions.DependencyParams{FlowID: flow, Downstream: c, Upstreams: []ff.ExecutionID{a, b},
 		Policy: executions.AnyOf(executions.CancelRemaining)}); err != nil {
 		t.Fatal(err)
@@ -73,8 +73,8 @@ func TestExecutionPage(t *testing.T) {
 	if err := e.store.Complete(e.ctx, lb, []byte("done")); err != nil {
 		t.Fatal(err)
 	}
-	e.await(a, ff.PublicCancelled)
-	e.await(c, ff.PublicWaiting)
+	e.AwaitPublicState(a, ff.PublicCancelled)
+	e.AwaitPublicState(c, ff.PublicWaiting)
 	e.awaitJob(jobs.KindCancelGroup)
 
 	e.get(execPath(a)).want(t, http.StatusOK, `id="cancelled"`, executions.SiblingCancelReason, jobs.KindCancelGroup,
@@ -96,7 +96,7 @@ func TestExecutionPage(t *testing.T) {
 func TestExecutionPageBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	id := e.create(executions.CreateParams{})
+	id := e.Create(executions.CreateParams{})
 	e.get(execPath(id)).want(t, http.StatusOK, id.String(), "No attempt yet", "No event in the outbox", "No River job", `id="cancel"`)
 	for target, want := range map[string]struct {
 		code int

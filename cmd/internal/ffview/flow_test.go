@@ -31,17 +31,17 @@ func TestFlowPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	root := e.create(executions.CreateParams{Lane: "root", FlowID: flow})
+	root := e.Create(executions.CreateParams{Lane: "root", FlowID: flow})
 	var fan []ff.ExecutionID
 	for range 50 {
-		f := e.create(executions.CreateParams{Lane: "fan", FlowID: flow})
+		f := e.Create(executions.CreateParams{Lane: "fan", FlowID: flow})
 		dep(f, executions.AllOf(), root)
 		fan = append(fan, f)
 	}
-	join := e.create(executions.CreateParams{Lane: "join", FlowID: flow})
+	join := e.Create(executions.CreateParams{Lane: "join", FlowID: flow})
 	dep(join, executions.Quorum(2, executions.CancelRemaining), fan...)
-	doomed := e.create(executions.CreateParams{Lane: "doomed", FlowID: flow})
-	never := e.create(executions.CreateParams{Lane: "never", FlowID: flow})
+	doomed := e.Create(executions.CreateParams{Lane: "doomed", FlowID: flow})
+	never := e.Create(executions.CreateParams{Lane: "never", FlowID: flow})
 	dep(never, executions.AllOf(), doomed)
 
 	complete := func(lane string) {
@@ -52,15 +52,15 @@ func TestFlowPage(t *testing.T) {
 	}
 	complete("root")
 	for _, f := range fan {
-		e.await(f, ff.PublicWaiting)
+		e.AwaitPublicState(f, ff.PublicWaiting)
 	}
 	complete("fan")
 	complete("fan")
-	e.await(join, ff.PublicWaiting)
+	e.AwaitPublicState(join, ff.PublicWaiting)
 	if _, err := e.store.Fail(e.ctx, e.leaseOn("doomed", "wk", time.Hour), executions.FailParams{Message: "boom"}); err != nil {
 		t.Fatal(err)
 	}
-	e.await(never, ff.PublicSkipped)
+	e.AwaitPublicState(never, ff.PublicSkipped)
 	cancelled := 0
 	for _, f := range fan {
 		x, err := e.store.Get(e.ctx, f)
@@ -72,7 +72,7 @@ func TestFlowPage(t *testing.T) {
 		}
 	}
 	if cancelled == 0 {
-		e.await(fan[len(fan)-1], ff.PublicCancelled)
+		e.AwaitPublicState(fan[len(fan)-1], ff.PublicCancelled)
 	}
 
 	r := e.get("/ff/flows/" + flow.String())

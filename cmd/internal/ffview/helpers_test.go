@@ -15,18 +15,20 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
 )
 
 // t0 is the fixture clock's start: a fixed instant so timestamps are exact.
-const t0 = int64(1_800_000_000_000)
+const t0 = fftest.StartMs
 
-// env is one test's schema, store and view.
+// env is one test's kit (fftest.Kit: Create, AwaitPublicState, …, its
+// Await methods waiting 90 s) and a view on its store, with the short
+// names these tests use for the kit's parts.
 type env struct {
+	*fftest.Kit
 	t     *testing.T
 	ctx   context.Context
-	db    *testdb.DB
+	db    *fftest.Schema
 	store *executions.Store
 	clock *ff.ManualClock
 	view  *ffview.View
@@ -35,17 +37,18 @@ type env struct {
 // newEnv migrates a schema of its own and builds a View on it.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db := testdb.New(t, &testdb.Options{MaxConns: 4})
-	clock := ff.NewManualClock(t0)
-	st, err := executions.Open(t.Context(), db.Pool, executions.Config{Schema: db.Schema, Clock: clock})
+	k := fftest.New(t, &fftest.KitOptions{Schema: fftest.Options{MaxConns: 4}})
+	v, err := ffview.New(k.Store, ffview.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ffview.New(st, ffview.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ctx: t.Context(), db: db, store: st, clock: clock, view: v}
+	return envOf(t, k, v)
+}
+
+// envOf is the env of k and v.
+func envOf(t *testing.T, k *fftest.Kit, v *ffview.View) *env {
+	k.Within = 90 * time.Second
+	return &env{Kit: k, t: t, ctx: t.Context(), db: k.Schema, store: k.Store, clock: k.Clock, view: v}
 }
 
 // newPipelineEnv is newEnv with ffriver's whole pipeline running on the
@@ -54,7 +57,7 @@ func newEnv(t *testing.T) *env {
 // executions as in production.
 func newPipelineEnv(t *testing.T) *env {
 	t.Helper()
-	db := testdb.New(t, &testdb.Options{MaxConns: 12})
+	s := fftest.NewSchema(t, &fftest.Options{MaxConns: 12})
 	clock := ff.NewManualClock(t0)
 	// The manual clock never moves here, so a scanner's sweep (once per
 	// Sweep of the store's clock, which is how a due row behind a scan
@@ -67,7 +70,7 @@ func newPipelineEnv(t *testing.T) *env {
 	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
 		fast[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond, Sweep: scanners.NoSweep}
 	}
-	svc, err := ffriver.New(t.Context(), db.Pool, ffriver.Config{Schema: db.Schema, Clock: clock, Scanners: fast})
+	svc, err := ffriver.New(t.Context(), s.Pool, ffriver.Config{Schema: s.Name, Clock: clock, Scanners: fast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,39 +87,14 @@ func newPipelineEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: t.Context(), db: db, store: svc.Store(), clock: clock, view: v}
+	return envOf(t, fftest.On(t, s, svc.Store(), clock), v)
 }
 
-// leaseOn leases the one waiting execution of lane for worker.
+// leaseOn leases the one waiting execution of lane for worker (instance
+// worker-1).
 func (e *env) leaseOn(lane, worker string, ttl time.Duration) executions.Lease {
 	e.t.Helper()
-	leases, err := e.store.Claim(e.ctx, executions.ClaimParams{Lane: lane, WorkerID: worker, WorkerInstanceID: worker + "-1", LeaseTTL: ttl})
-	if err != nil || len(leases) != 1 {
-		e.t.Fatalf("claim on %s: %d leases, %v", lane, len(leases), err)
-	}
-	return leases[0]
-}
-
-// await waits until the execution is in state.
-func (e *env) await(id ff.ExecutionID, state string) {
-	e.t.Helper()
-	fftest.Await(e.t, 90*time.Second, id.String()+" "+state, func() bool {
-		x, err := e.store.Get(e.ctx, id)
-		return err == nil && x.PublicState == state
-	})
-}
-
-// create makes an execution (lane "lane-a" unless p says).
-func (e *env) create(p executions.CreateParams) ff.ExecutionID {
-	e.t.Helper()
-	if p.Lane == "" {
-		p.Lane = "lane-a"
-	}
-	id, err := e.store.Create(e.ctx, p)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return id
+	return e.ClaimOneWith(executions.ClaimParams{Lane: lane, WorkerID: worker, LeaseTTL: ttl})
 }
 
 // response is one answer of the view.

@@ -41,8 +41,8 @@ func TestRootRedirectsToExecutions(t *testing.T) {
 func TestExecutionsListFilters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a := e.create(executions.CreateParams{Lane: "lane-a", Namespace: "ns-one"})
-	b := e.create(executions.CreateParams{Lane: "lane-b", Namespace: "ns-two"})
+	a := e.Create(executions.CreateParams{Lane: "lane-a", Namespace: "ns-one"})
+	b := e.Create(executions.CreateParams{Lane: "lane-b", Namespace: "ns-two"})
 
 	r := e.get("/ff/executions")
 	r.want(t, http.StatusOK, a.String(), b.String(), `href="/ff/live"`, "River UI")
@@ -64,10 +64,10 @@ func TestExecutionsListIDAndPages(t *testing.T) {
 	e := newEnv(t)
 	var ids []ff.ExecutionID
 	for range 5 {
-		ids = append(ids, e.create(executions.CreateParams{Lane: "lane-p"}))
+		ids = append(ids, e.Create(executions.CreateParams{Lane: "lane-p"}))
 		e.clock.Advance(time.Millisecond)
 	}
-	other := e.create(executions.CreateParams{Lane: "lane-q"})
+	other := e.Create(executions.CreateParams{Lane: "lane-q"})
 
 	// By whole id and by the beginning of its UUID.
 	r := e.get("/ff/executions?id=" + url.QueryEscape(ids[2].String()))
@@ -143,7 +143,7 @@ func TestExecutionsListBadInput(t *testing.T) {
 func TestDatabaseUnavailable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	id := e.create(executions.CreateParams{})
+	id := e.Create(executions.CreateParams{})
 
 	// The view's own pool goes through a proxy the test then shuts.
 	cfg, err := pgxpool.ParseConfig(testdb.URL())
@@ -177,14 +177,14 @@ func TestDatabaseUnavailable(t *testing.T) {
 	}()
 	addr := ln.Addr().(*net.TCPAddr)
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(addr.Port)
-	cfg.ConnConfig.RuntimeParams["search_path"] = e.db.Schema
+	cfg.ConnConfig.RuntimeParams["search_path"] = e.db.Name
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st, err := executions.Open(e.ctx, pool, executions.Config{Schema: e.db.Schema})
+	st, err := executions.Open(e.ctx, pool, executions.Config{Schema: e.db.Name})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,11 +178,7 @@ func newLiveEnv(t *testing.T) (*env, *httptest.Server) {
 // claim takes a lease on id's lane as worker.
 func (e *env) claim(worker string) executions.Lease {
 	e.t.Helper()
-	ls, err := e.store.Claim(e.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: worker, WorkerInstanceID: worker, LeaseTTL: time.Minute})
-	if err != nil || len(ls) != 1 {
-		e.t.Fatalf("claim: %v, %d leases", err, len(ls))
-	}
-	return ls[0]
+	return e.ClaimOneWith(executions.ClaimParams{Lane: "lane-a", WorkerID: worker, WorkerInstanceID: worker, LeaseTTL: time.Minute})
 }
 
 // The lease stream delivers what the store does as it happens, each event
@@ -200,7 +196,7 @@ func TestLiveLeasesArriveAndResumeWithoutLoss(t *testing.T) {
 		t.Fatalf("first message %+v, want ready with the start cursor as id", ready)
 	}
 
-	id := e.create(executions.CreateParams{Namespace: "ns-live"})
+	id := e.Create(executions.CreateParams{Namespace: "ns-live"})
 	lease := e.claim("worker-1")
 	acq := first.next(10 * time.Second)
 	got := decodeLease(t, acq)
@@ -261,8 +257,8 @@ func TestLiveCompletions(t *testing.T) {
 	if r := c.next(10 * time.Second); r.Event != "ready" {
 		t.Fatalf("first message %+v, want ready", r)
 	}
-	other := e.create(executions.CreateParams{Namespace: "ns-a"})
-	id := e.create(executions.CreateParams{Namespace: "ns-b"})
+	other := e.Create(executions.CreateParams{Namespace: "ns-a"})
+	id := e.Create(executions.CreateParams{Namespace: "ns-b"})
 	for _, x := range []ff.ExecutionID{other, id} {
 		if err := e.store.Cancel(e.ctx, x, executions.CancelParams{}); err != nil {
 			t.Fatal(err)
@@ -351,7 +347,7 @@ func TestLiveStreamsAreBounded(t *testing.T) {
 func TestLiveBacklog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	svc, err := ffriver.New(e.ctx, e.db.Pool, ffriver.Config{Schema: e.db.Schema, Clock: e.clock})
+	svc, err := ffriver.New(e.ctx, e.db.Pool, ffriver.Config{Schema: e.db.Name, Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +355,7 @@ func TestLiveBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.create(executions.CreateParams{})
+	e.Create(executions.CreateParams{})
 	if _, err := e.store.Claim(e.ctx, executions.ClaimParams{Lane: "lane-a", WorkerID: "w", LeaseTTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +412,7 @@ func TestLiveGapSaysWhatWasLost(t *testing.T) {
 	e, srv := newLiveEnv(t)
 	c := openSSE(t, srv, "/ff/live/leases", "")
 	c.next(10 * time.Second) // ready
-	e.create(executions.CreateParams{})
+	e.Create(executions.CreateParams{})
 	lease := e.claim("w")
 	acquired := c.next(10 * time.Second)
 	decodeLease(t, acquired)
