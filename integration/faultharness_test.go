@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testproc"
 	"github.com/ffriver/ffriver/jobs"
@@ -98,8 +99,10 @@ var (
 	workerFaultFlags = []string{"--concurrency", "16", "--scan-concurrency", "1", "--job-timeout", "3s"}
 )
 
-// scenario is one run of the fault suite.
+// scenario is one run of the fault suite. Its DB (Count, Exec, …) runs
+// plain SQL on the schema, each statement bounded by 10 s as query's are.
 type scenario struct {
+	fftest.DB
 	t     *testing.T
 	ctx   context.Context
 	db    *testdb.DB
@@ -121,7 +124,7 @@ type scenario struct {
 }
 
 func newScenario(t *testing.T, bins faultBins, db *testdb.DB, url string) *scenario {
-	return &scenario{t: t, ctx: t.Context(), db: db, url: url, bins: bins, load: defaultFaultLoad, tails: map[string]*tailProc{}}
+	return &scenario{DB: fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool, Timeout: 10 * time.Second}, t: t, ctx: t.Context(), db: db, url: url, bins: bins, load: defaultFaultLoad, tails: map[string]*tailProc{}}
 }
 
 func (sc *scenario) dbFlags() []string {
@@ -176,15 +179,6 @@ func (sc *scenario) query(q string, args []any, dest ...any) error {
 	ctx, cancel := context.WithTimeout(sc.ctx, 10*time.Second)
 	defer cancel()
 	return sc.db.Pool.QueryRow(ctx, q, args...).Scan(dest...)
-}
-
-func (sc *scenario) count(q string, args ...any) int {
-	sc.t.Helper()
-	var n int
-	if err := sc.query(q, args, &n); err != nil {
-		sc.t.Fatalf("%s: %v", q, err)
-	}
-	return n
 }
 
 // await polls cond until it holds; errors inside cond are its business.

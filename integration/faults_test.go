@@ -69,7 +69,7 @@ func TestFaults(t *testing.T) {
 		done := sc.progress()
 		sc.startWorker("worker-2")
 		sc.drain(90 * time.Second)
-		rescued := sc.count(`SELECT count(*) FROM river_job WHERE 'victim' = ANY(attempted_by) AND attempt > 1`)
+		rescued := sc.Count(`SELECT count(*) FROM river_job WHERE 'victim' = ANY(attempted_by) AND attempt > 1`)
 		sc.note("SIGKILL to the only worker at %d/%d transitions, leaving running: %s; worker-2 started; "+
 			"%d of the victim's jobs retried after the kill; load done %s after the kill",
 			done, sc.load.transitions(), left, rescued, time.Since(killed).Round(100*time.Millisecond))
@@ -154,7 +154,7 @@ func TestFaults(t *testing.T) {
 			done := sc.awaitProgress(frac, 60*time.Second)
 			old := listeners()
 			printed := sc.tails["leases"].count() + sc.tails["completions"].count()
-			terminated := sc.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND pg_terminate_backend(pid)`, old)
+			terminated := sc.Count(`SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND pg_terminate_backend(pid)`, old)
 			took := sc.await("both tails listening again", 30*time.Second, func() (bool, string) {
 				ps := pids()
 				return len(ps) == 2 && !slices.Contains(ps, old[0]) && !slices.Contains(ps, old[1]), fmt.Sprintf("listeners %v, terminated %v", ps, old)
@@ -295,7 +295,7 @@ func TestFaults(t *testing.T) {
 					}
 					continue
 				}
-				if sc.count(`WITH d AS (DELETE FROM river_job WHERE id = $1 AND state IN ('available', 'scheduled') RETURNING 1) SELECT count(*) FROM d`, j.ID) == 1 {
+				if sc.Count(`WITH d AS (DELETE FROM river_job WHERE id = $1 AND state IN ('available', 'scheduled') RETURNING 1) SELECT count(*) FROM d`, j.ID) == 1 {
 					deleted++
 					kinds[j.Kind]++
 				}
@@ -346,7 +346,7 @@ func TestFaults(t *testing.T) {
 		// first. The completion stream has no consumer: its events go at
 		// the next trims. The lease events after the consumer's position
 		// stay, however many trims run.
-		leases := sc.count(`SELECT count(*) FROM ff_lease_event`)
+		leases := sc.Count(`SELECT count(*) FROM ff_lease_event`)
 		if code := sc.procs[0].signal(syscall.SIGTERM, 40*time.Second); code != 0 {
 			t.Errorf("ffscheduler exit %d after SIGTERM", code)
 		}
@@ -354,22 +354,22 @@ func TestFaults(t *testing.T) {
 		p := startProc(t, "sched-retention", bins.scheduler, slices.Concat(sc.dbFlags(), schedulerFaultFlags,
 			[]string{"--id", "sched-retention", "--outbox-retention", "1s", "--outbox-retention-interval", "200ms"})...)
 		sc.procs = append(sc.procs, p)
-		trims := func() int { return sc.count(`SELECT count(*) FROM ff_outbox_trim`) }
+		trims := func() int { return sc.Count(`SELECT count(*) FROM ff_outbox_trim`) }
 		sc.await("retention to delete every completion event (no consumer holds them)", 90*time.Second, func() (bool, string) {
-			n := sc.count(`SELECT count(*) FROM ff_completion_event`)
+			n := sc.Count(`SELECT count(*) FROM ff_completion_event`)
 			return n == 0, fmt.Sprintf("%d completion events left", n)
 		})
 		// Three more trimming ticks at least: the held events are still
 		// there after each of them.
 		ticks := func() int {
-			return sc.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed' AND args->>'scanner' = 'outbox_retention'`)
+			return sc.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed' AND args->>'scanner' = 'outbox_retention'`)
 		}
 		before := ticks()
 		sc.await("three more outbox_retention ticks", 60*time.Second, func() (bool, string) {
 			n := ticks()
 			return n >= before+3, fmt.Sprintf("%d ticks since", n-before)
 		})
-		held := sc.count(`SELECT count(*) FROM ff_lease_event`)
+		held := sc.Count(`SELECT count(*) FROM ff_lease_event`)
 		if held < leases-20 || held == 0 {
 			t.Errorf("%d of %d lease events kept while the abandoned consumer holds them; want all but its first batch", held, leases)
 		}
@@ -390,10 +390,10 @@ func TestFaults(t *testing.T) {
 		runFFCtl(t, bins.ffctl, nil, slices.Concat([]string{"consumer", "drop", "--stream", "leases"}, sc.dbFlags(), []string{"abandoned"})...).
 			want(t, 0, `dropped consumer "abandoned" of the leases stream`, "")
 		took := sc.await("retention to delete the lease events the consumer held", 90*time.Second, func() (bool, string) {
-			n := sc.count(`SELECT count(*) FROM ff_lease_event`)
+			n := sc.Count(`SELECT count(*) FROM ff_lease_event`)
 			return n == 0, fmt.Sprintf("%d lease events left", n)
 		})
-		if n := sc.count(`SELECT count(*) FROM ff_stream_consumer`); n != 0 {
+		if n := sc.Count(`SELECT count(*) FROM ff_stream_consumer`); n != 0 {
 			t.Errorf("%d consumers left after the drop", n)
 		}
 		// (Logged, not noted: the count table was printed by reconcile.)

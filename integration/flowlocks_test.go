@@ -101,7 +101,7 @@ func TestFaultsFlowCascadeUnderLongLocks(t *testing.T) {
 	// twice on a lock: the lock has outlasted two lock_timeouts.
 	awaitSnoozed := func(what string, downs []uuid.UUID) {
 		sc.await(what, 60*time.Second, func() (bool, string) {
-			n := sc.count(`SELECT count(DISTINCT args->>'downstream') FROM river_job WHERE kind = 'ff.advance'
+			n := sc.Count(`SELECT count(DISTINCT args->>'downstream') FROM river_job WHERE kind = 'ff.advance'
 				AND (args->>'downstream')::uuid = ANY($1) AND (metadata->>'snoozes')::int >= 2`, downs)
 			return n == len(downs), fmt.Sprintf("%d of %d", n, len(downs))
 		})
@@ -154,7 +154,7 @@ func TestFaultsFlowCascadeUnderLongLocks(t *testing.T) {
 	releaseFinals()
 
 	sc.await("every flow to finish", 90*time.Second, func() (bool, string) {
-		n := sc.count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal'`)
+		n := sc.Count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal'`)
 		return n == 5*flowLockFlows, fmt.Sprintf("%d of %d executions terminal", n, 5*flowLockFlows)
 	})
 
@@ -187,21 +187,21 @@ func TestFaultsFlowCascadeUnderLongLocks(t *testing.T) {
 		t.Errorf("end states %+v, want one per lane", ends)
 	}
 	// Every upstream counted exactly once by its downstream's group.
-	if n := sc.count(`SELECT count(*) FROM ff_edge WHERE upstream_outcome IS NULL`); n != 0 {
+	if n := sc.Count(`SELECT count(*) FROM ff_edge WHERE upstream_outcome IS NULL`); n != 0 {
 		t.Errorf("%d edges without their upstream's outcome", n)
 	}
-	if n := sc.count(`SELECT count(*) FROM ff_edge_group g WHERE g.success_count + g.fail_count + g.skip_count <>
+	if n := sc.Count(`SELECT count(*) FROM ff_edge_group g WHERE g.success_count + g.fail_count + g.skip_count <>
 		(SELECT count(*) FROM ff_edge e WHERE e.partition_key = g.partition_key AND e.flow_id = g.flow_id AND e.downstream_eid = g.downstream_eid)`); n != 0 {
 		t.Errorf("%d edge groups counted other than each upstream once", n)
 	}
-	if n := sc.count(`SELECT count(*) FROM ff_edge_group WHERE group_state = 'pending'`); n != 0 {
+	if n := sc.Count(`SELECT count(*) FROM ff_edge_group WHERE group_state = 'pending'`); n != 0 {
 		t.Errorf("%d edge groups still pending", n)
 	}
 	// Waiting never spent a hop.
-	if n := sc.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND state IN ('discarded', 'cancelled', 'retryable')`); n != 0 {
+	if n := sc.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND state IN ('discarded', 'cancelled', 'retryable')`); n != 0 {
 		t.Errorf("%d ff.advance jobs discarded, cancelled or failing", n)
 	}
-	snoozed := sc.count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND metadata ? 'snoozes'`)
+	snoozed := sc.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.advance' AND metadata ? 'snoozes'`)
 	sc.note("%d flows finished; %d ff.advance jobs snoozed on a lock, none failed", flowLockFlows, snoozed)
 	for _, n := range sc.notes {
 		t.Log(n)
