@@ -297,8 +297,10 @@ func (r *reader[E]) excluded(x int64) bool {
 // decodeError is a row of the outbox that did not decode.
 type decodeError struct{ err error }
 
+// Error is the decoding error's message.
 func (e *decodeError) Error() string { return e.err.Error() }
 
+// Unwrap returns the decoding error.
 func (e *decodeError) Unwrap() error { return e.err }
 
 // readRows runs a page query (heldSQL, rangeSQL or a skip variant) with

@@ -15,6 +15,7 @@ import (
 // stream has dealt with every row of the batch at or before it.
 type position struct{ xact, event int64 }
 
+// less reports whether p comes before q in (xact_id, event_id) order.
 func (p position) less(q position) bool {
 	return p.xact < q.xact || (p.xact == q.xact && p.event < q.event)
 }
@@ -344,6 +345,8 @@ func (r *reader[E]) finish() {
 	r.skip = false
 }
 
+// startErr wraps an error of working out the start position: an
+// undefined table says the schema is not migrated (ff.ErrNotMigrated).
 func (r *reader[E]) startErr(err error) error {
 	if dbutil.IsUndefinedTable(err) {
 		return fmt.Errorf("subscribe: schema %s: %w (run `ffctl migrate --schema %s`): %w", r.cfg.schema, ff.ErrNotMigrated, r.cfg.schema, err)

@@ -24,7 +24,10 @@ const (
 )
 
 // reader runs one stream: it owns the connections, the batch and the SQL,
-// and feeds the Stream's channel.
+// and feeds the Stream's channel. This file has its state, connections and
+// serve loop; page.go reads and delivers a page (readPage); position.go
+// keeps where the stream is: the ticks, the start point, the batches of a
+// run and the gap check.
 //
 // The stream is a chain of batches: a batch (from, to) is every row whose
 // writer is visible in snapshot to and was not in snapshot from. Its rows
@@ -118,6 +121,8 @@ type reader[E any] struct {
 	chunk int
 }
 
+// newReader returns the reader of stream t with the validated options cfg,
+// connecting with connCfg. start connects it.
 func newReader[E any](cfg config, t table[E], connCfg *pgx.ConnConfig) *reader[E] {
 	logger := cfg.logger.With("stream", t.name)
 	return &reader[E]{cfg: cfg, table: t, dec: t.newDecoder(logger), connCfg: connCfg, logger: logger,
@@ -129,6 +134,7 @@ type session struct {
 	q, l *pgx.Conn
 }
 
+// close closes both connections, giving them up to 2 s to say goodbye.
 func (s *session) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
