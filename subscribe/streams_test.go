@@ -270,23 +270,13 @@ func testGapAfterRetention(t *testing.T, openAt int) {
 		}
 		insertLease(t, db.Pool, row{atMs: at + int64(i)})
 	}
-	var first, last, held int64
-	if err := db.Pool.QueryRow(ctx, `SELECT min(xact_id), max(xact_id) FROM ff_lease_event`).Scan(&first, &last); err != nil {
-		t.Fatal(err)
-	}
+	var held int64
 	if other != nil {
 		if err := other.QueryRow(ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&held); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 2*time.Minute, "no other session's transaction open among the writers'", func() bool {
-		var open bool
-		if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) x
-			WHERE x::text::bigint BETWEEN $1 AND $2 AND x::text::bigint <> $3)`, first, last, held).Scan(&open); err != nil {
-			t.Fatal(err)
-		}
-		return !open
-	})
+	awaitWritersAlone(t, db, held)
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
 	if err != nil {
 		t.Fatal(err)
