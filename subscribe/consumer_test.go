@@ -15,6 +15,7 @@ import (
 // A named consumer resumes after what it acknowledged, holds retention back
 // until it has read the events, and only one stream at a time can be it.
 func TestNamedConsumer(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	st, err := executions.Open(ctx, db.Pool, executions.Config{})
@@ -85,6 +86,7 @@ func TestNamedConsumer(t *testing.T) {
 // A consumer whose position is older than its maximum lag no longer holds
 // retention back, and learns of the loss with a gap error.
 func TestNamedConsumerMaxLag(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	st, err := executions.Open(ctx, db.Pool, executions.Config{})

@@ -101,6 +101,7 @@ func (p *proxy) up() {
 // costs one DisconnectedError however many reconnects fail; afterwards the
 // stream delivers every event exactly once, in order.
 func TestServerOutage(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 

@@ -81,6 +81,7 @@ func (f *queryFault) state() (fired bool, sql string, err error) {
 // and slotted into a later batch of the run), both fewer and more than a
 // page of them.
 func TestConnectionLostAtEveryQuery(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	lease := func(q querier, n int) {

@@ -82,6 +82,7 @@ func readAll(t *testing.T, r *reader[LeaseEvent], sess *session) []int {
 // A filtered read moves past the rows the filter dropped, so they are
 // never read again: the batch ends and the next one starts above them.
 func TestFilteredRowsAdvancePosition(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	insertRows(t, db, 40, "other")
 	r, sess := newTestReader(t, db, Options{Start: StartBeginning, PageSize: 5, Filter: ff.Filter{Namespace: "mine"}})
@@ -104,6 +105,7 @@ func TestFilteredRowsAdvancePosition(t *testing.T) {
 }
 
 func TestBuildSQL(t *testing.T) {
+	t.Parallel()
 	cfg, err := Options{Schema: "s1", Partitions: []int16{4, 2, 4}, Start: StartAfter,
 		After:  ff.Cursor{EventID: 3, Legacy: true},
 		Filter: ff.Filter{Namespace: "n", InstanceTag: &ff.Tag{Key: "k", Value: "v"}}}.validate()
@@ -136,6 +138,7 @@ func TestBuildSQL(t *testing.T) {
 // (more than the range query takes) delivers what a reader that walked
 // the ticks one by one delivered, with the same cursors.
 func TestRunsWithExclusionsInTheReader(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t, nil)
 	ctx := context.Background()
 	live, lsess := newTestReader(t, db, Options{Start: StartBeginning})

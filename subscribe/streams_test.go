@@ -50,6 +50,7 @@ func openElsewhere(t *testing.T, cfg *pgx.ConnConfig) (xid int64, end func()) {
 // An idle transaction holding an xid in another database stalls nothing:
 // events written after it began arrive while it is still open.
 func TestIdleTransactionElsewhereDoesNotStall(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
@@ -88,6 +89,7 @@ func TestIdleTransactionElsewhereDoesNotStall(t *testing.T) {
 // committing out of order each arrive exactly once; and resuming after any
 // cursor of the run yields exactly the events that followed it.
 func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	live, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning, PageSize: 3}))
@@ -241,6 +243,7 @@ func trim(t *testing.T, st *executions.Store, pool interface {
 // before the stream reads, the test waits until no such transaction is
 // open, other than the one it holds itself.
 func TestGapAfterRetention(t *testing.T) {
+	t.Parallel()
 	t.Run("alone", func(t *testing.T) { testGapAfterRetention(t, -1) })
 	t.Run("beside a transaction open meanwhile", func(t *testing.T) { testGapAfterRetention(t, 20) })
 }
@@ -333,6 +336,7 @@ func testGapAfterRetention(t *testing.T, openAt int) {
 // A running stream that falls behind retention stops with the gap error
 // instead of skipping what was deleted under it.
 func TestGapUnderARunningStream(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	st, err := executions.Open(ctx, db.Pool, executions.Config{})
@@ -391,6 +395,7 @@ func TestGapUnderARunningStream(t *testing.T) {
 // A cursor naming transactions this server has not reached (a restored
 // copy, another server) fails at subscribe time and says so.
 func TestForeignCursor(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	var xmax int64
@@ -413,6 +418,7 @@ func TestForeignCursor(t *testing.T) {
 // A stream says which open writer of its outbox it waits for, and when
 // that writer ends.
 func TestOnWaitNamesTheOpenWriter(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	waits := make(chan subscribe.Wait, 16)
@@ -465,6 +471,7 @@ func TestOnWaitNamesTheOpenWriter(t *testing.T) {
 // the rows committed before (what a browser reconnecting before its first
 // event needs).
 func TestStartCursorOfAStreamFromNow(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	before := insertLease(t, db.Pool, row{})
@@ -511,6 +518,7 @@ func TestStartCursorOfAStreamFromNow(t *testing.T) {
 // subscription after it delivers every event still in the table, the ones
 // committed since included, even when the first stream delivered none.
 func TestStartCursorOfAStreamFromTheBeginning(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartBeginning}))
@@ -544,6 +552,7 @@ func TestStartCursorOfAStreamFromTheBeginning(t *testing.T) {
 // 23, item 5). A cursor of the older form, which records neither, is
 // accepted everywhere as it always was.
 func TestCursorOfAnotherStream(t *testing.T) {
+	t.Parallel()
 	db, other := newDB(t), newDB(t)
 	ctx := context.Background()
 	id := insertLease(t, db.Pool, row{})

@@ -38,6 +38,7 @@ func fast(t testing.TB, o subscribe.Options) subscribe.Options {
 // other transaction's row, committed first, is not held back: the stream
 // follows commit order.
 func TestOutOfOrderCommit(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
@@ -96,6 +97,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 // Transactions that finish between the same two ticks form one batch,
 // which follows the transaction ids, the same way for every reader.
 func TestOrderFollowsTransactions(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	txA, err := db.Pool.Begin(ctx)
@@ -136,6 +138,7 @@ func TestOrderFollowsTransactions(t *testing.T) {
 // Many writers commit in random order; every event arrives exactly once,
 // and every reader sees the same order.
 func TestConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	const writers, perWriter = 16, 40
 	db := newDB(t)
 	ctx := context.Background()
@@ -228,6 +231,7 @@ func TestConcurrentWriters(t *testing.T) {
 // Resuming after an event's cursor, in its binary or printable form, yields
 // exactly the events after it, then new ones.
 func TestResumeFromCursor(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	var ids []int64
@@ -269,6 +273,7 @@ func TestResumeFromCursor(t *testing.T) {
 // StartNow delivers the transactions that commit after the subscribe call,
 // including one that was already open, and nothing committed before.
 func TestStartNow(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	insertLease(t, db.Pool, row{})
@@ -300,6 +305,7 @@ func TestStartNow(t *testing.T) {
 // and skips exactly the events at or below it, even where commit-safe order
 // interleaves them.
 func TestLegacyCursor(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	// A takes its xid first; B inserts the lower event id; C comes last.
@@ -381,6 +387,7 @@ func TestLegacyCursor(t *testing.T) {
 // when the stream subscribed, whatever its event_id: that row is delivered
 // when it commits.
 func TestLegacyCursorInFlight(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	open, err := db.Pool.Begin(ctx)
@@ -411,6 +418,7 @@ func TestLegacyCursorInFlight(t *testing.T) {
 // Filters compare the namespace exactly and the instance tag by value only;
 // a NULL column never matches.
 func TestFilters(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	rows := []row{
@@ -478,6 +486,7 @@ func nonEmpty(s string) *string {
 
 // A stream covers every partition by default, or exactly the chosen set.
 func TestPartitions(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	parts := []int{0, 1, 5, 200, 255, 1, 0}
@@ -520,6 +529,7 @@ func TestPartitions(t *testing.T) {
 // Rows written with the seed's plain INSERT arrive typed; unknown types are
 // skipped; the outbox writer's extra columns arrive too.
 func TestLeaseEventFields(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
@@ -571,6 +581,7 @@ func TestLeaseEventFields(t *testing.T) {
 }
 
 func TestCompletions(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	s, err := subscribe.Completions(ctx, db.Pool, fast(t, subscribe.Options{Filter: ff.Filter{Namespace: "ns"}}))
@@ -612,6 +623,7 @@ const faultWait = 90 * time.Second
 // time, carrying the last delivered cursor; the stream reconnects and
 // delivers every event exactly once, in order.
 func TestTerminatedConnections(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	app := appName(t)
@@ -783,6 +795,7 @@ func TestTerminatedConnections(t *testing.T) {
 
 // A consumer much slower than the writer loses nothing; the reader waits.
 func TestSlowConsumer(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	const total = 3000
@@ -814,6 +827,7 @@ func TestSlowConsumer(t *testing.T) {
 
 // Close (or cancelling the subscribe context) releases both connections.
 func TestCloseReleasesConnections(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 
@@ -851,6 +865,7 @@ func TestCloseReleasesConnections(t *testing.T) {
 
 // A cancelled Next leaves the stream usable.
 func TestNextContext(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{}))
@@ -867,6 +882,7 @@ func TestNextContext(t *testing.T) {
 
 // Bad options are validation errors from the subscribe call.
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
