@@ -24,6 +24,7 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testproc"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -224,7 +225,7 @@ func (sc *scenario) explainStreams() string {
 		fmt.Fprintf(&b, "%s: %d lines printed", st.stream, len(lines))
 		if len(lines) > 0 {
 			last := lines[len(lines)-1]
-			c, err := ff.ParseCursor(last.Cursor)
+			c, err := subscribe.ParseCursor(last.Cursor)
 			fmt.Fprintf(&b, ", the last event %d at %#v (%v)", last.EventID, c, err)
 		}
 		b.WriteString("\n")
@@ -731,14 +732,14 @@ func (sc *scenario) reconcile() {
 		seen := map[int64]int{}
 		lines := tp.snapshot()
 		c.printed = len(lines)
-		var prev ff.Cursor
+		var prev subscribe.Cursor
 		for i, ev := range lines {
 			seen[ev.EventID]++
 			if seen[ev.EventID] == 2 {
 				c.repeated++
 				probs.add("repeated", "%s stream printed event %d twice", tp.stream, ev.EventID)
 			}
-			cur, err := ff.ParseCursor(ev.Cursor)
+			cur, err := subscribe.ParseCursor(ev.Cursor)
 			if err != nil {
 				probs.add("bad line", "%s stream: cursor %q: %v", tp.stream, ev.Cursor, err)
 			} else {

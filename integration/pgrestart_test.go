@@ -108,7 +108,7 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan error, 1)
 	go func() {
-		var last ff.Cursor
+		var last subscribe.Cursor
 		for {
 			ev, err := s.Next(cctx)
 			var d *subscribe.DisconnectedError
@@ -301,7 +301,7 @@ func TestPostgresRestartMidStream(t *testing.T) {
 		}
 	}
 	nDiscs, discErr := len(discs), badDisc
-	var discCursor ff.Cursor
+	var discCursor subscribe.Cursor
 	if nDiscs > 0 {
 		discCursor = discs[0].Cursor
 	}

@@ -39,17 +39,17 @@ const idleSaveInterval = time.Second
 // (which writes it in Next and Close) and the reader (which stores it).
 type ackState struct {
 	mu     sync.Mutex
-	cursor ff.Cursor // the last acknowledged event
-	count  int64     // events acknowledged
+	cursor Cursor // the last acknowledged event
+	count  int64  // events acknowledged
 }
 
-func (a *ackState) set(c ff.Cursor, count int64) {
+func (a *ackState) set(c Cursor, count int64) {
 	a.mu.Lock()
 	a.cursor, a.count = c, count
 	a.mu.Unlock()
 }
 
-func (a *ackState) get() (ff.Cursor, int64) {
+func (a *ackState) get() (Cursor, int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cursor, a.count
@@ -62,8 +62,8 @@ type consumerState struct {
 	ack     *ackState
 	lockSQL string
 	saveSQL string
-	sent    int64     // events handed to the Stream
-	saved   ff.Cursor // the position last stored
+	sent    int64  // events handed to the Stream
+	saved   Cursor // the position last stored
 	savedAt time.Time
 	// savedCount is how many events were acknowledged when it was.
 	savedCount int64
@@ -72,19 +72,19 @@ type consumerState struct {
 	// acknowledged sent events, it is past the batch.
 	ends []batchEnd
 	// past is the newest batch end the consumer is past.
-	past    ff.Cursor
+	past    Cursor
 	pastAck int64
 }
 
 // batchEnd is the end of a finished batch: the boundary cursor after it,
 // and how many events had been sent by then.
 type batchEnd struct {
-	cursor ff.Cursor
+	cursor Cursor
 	sent   int64
 }
 
 // finished records the end of the batch the reader just finished.
-func (c *consumerState) finished(boundary ff.Cursor) {
+func (c *consumerState) finished(boundary Cursor) {
 	if n := len(c.ends); n > 0 && c.ends[n-1].sent == c.sent {
 		c.ends[n-1].cursor = boundary
 		return
@@ -184,7 +184,7 @@ func (r *reader[E]) loadConsumer(ctx context.Context, q *pgx.Conn) error {
 	case err != nil:
 		return r.startErr(err)
 	}
-	c, err := ff.DecodeCursor(raw)
+	c, err := DecodeCursor(raw)
 	if err != nil {
 		return fmt.Errorf("subscribe: consumer %q: stored position: %w", r.consumer.name, err)
 	}
@@ -196,7 +196,7 @@ func (r *reader[E]) loadConsumer(ctx context.Context, q *pgx.Conn) error {
 // ackedPosition returns the consumer's acknowledged position: the end of
 // the newest batch it acknowledged entirely, or its last acknowledged
 // event when that is further on.
-func (r *reader[E]) ackedPosition() ff.Cursor {
+func (r *reader[E]) ackedPosition() Cursor {
 	c := r.consumer
 	cur, count := c.ack.get()
 	k := 0
@@ -208,7 +208,7 @@ func (r *reader[E]) ackedPosition() ff.Cursor {
 	switch {
 	case count > c.pastAck:
 		return cur
-	case c.past != (ff.Cursor{}):
+	case c.past != (Cursor{}):
 		return c.past
 	default:
 		return c.saved
@@ -235,8 +235,8 @@ func (r *reader[E]) saveConsumer(ctx context.Context, q *pgx.Conn, force bool) e
 			return nil
 		}
 	}
-	var from ff.Snapshot
-	if b, ok := pos.Batch(); ok {
+	var from snapshot
+	if b, ok := pos.batchOf(); ok {
 		from, _ = b.Snapshots()
 	} else if pos == r.cfg.after && r.cfg.start == StartAfter {
 		// The start cursor of an older form: the reader's first batch

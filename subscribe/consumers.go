@@ -11,10 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The streams, by the names Options, ffctl tail and ffctl consumer use.
+// The streams, by the names Options, cursors (Origin), ffctl tail and ffctl
+// consumer use.
 const (
-	StreamLeases      = ff.StreamLeases
-	StreamCompletions = ff.StreamCompletions
+	StreamLeases      = "leases"
+	StreamCompletions = "completions"
 )
 
 // streamTables maps a stream's name to its outbox table, the stream column

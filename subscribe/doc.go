@@ -50,7 +50,7 @@
 //
 // # Cursors and start points
 //
-// Each event carries an ff.Cursor: its batch (the two snapshots) and its
+// Each event carries a Cursor: its batch (the two snapshots) and its
 // (xact_id, event_id) inside the batch. A subscription started after a
 // cursor (StartAfter) re-derives the batch from the cursor's snapshots and
 // delivers exactly the events that follow: the rest of the batch, then the
@@ -67,7 +67,7 @@
 // this one's cannot be told apart: that is a limit.
 //
 // A cursor records the stream it was taken from, leases or completions, and
-// the schema's name (ff.Cursor.Origin). Handed to the other stream, or to a
+// the schema's name (Cursor.Origin). Handed to the other stream, or to a
 // stream of another schema, it fails at subscribe time with a
 // *CursorOriginError (ErrCursorOrigin) saying where it was taken from: its
 // position would mean nothing there. Cursors written before cursors
@@ -81,7 +81,7 @@
 // position in (xact_id, event_id) order that is visible now, then the later
 // batches.
 //
-// A legacy cursor (the upstream 9-byte form, ff.Cursor.Legacy, an event_id
+// A legacy cursor (the upstream 9-byte form, Cursor.Legacy, an event_id
 // E only) resumes at the first event whose event_id is greater than E. The
 // legacy consumer can only have seen rows committed before the subscribe
 // call, so the stream's first batch, up to a tick taken then, skips the rows

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/ffriver/ffriver/ff"
 )
 
 // ErrForeignCursor matches a *ForeignCursorError with errors.Is.
@@ -19,7 +17,7 @@ var ErrForeignCursor = errors.New("subscribe: cursor from another server")
 // time (ffctl tail --since), instead.
 type ForeignCursorError struct {
 	// Cursor is the rejected cursor.
-	Cursor ff.Cursor
+	Cursor Cursor
 	// CursorXact is the newest transaction id the cursor names; ServerXact
 	// is the next transaction id this server will assign.
 	CursorXact, ServerXact int64
@@ -44,15 +42,15 @@ var ErrCursorOrigin = errors.New("subscribe: cursor from another stream")
 // it would skip or repeat events at random. Hand it to the stream it was
 // taken from, or start this one from the beginning or from a time.
 //
-// Only cursors that record their origin are checked (ff.Cursor.Origin):
+// Only cursors that record their origin are checked (Cursor.Origin):
 // those of the older forms record none and are accepted by every stream, as
 // they always were. A named consumer's stored position is never refused.
 type CursorOriginError struct {
 	// Cursor is the rejected cursor.
-	Cursor ff.Cursor
+	Cursor Cursor
 	// TakenFrom is the stream the cursor was taken from; HandedTo the one
 	// it was given to.
-	TakenFrom, HandedTo ff.Origin
+	TakenFrom, HandedTo Origin
 }
 
 // Error implements error.
@@ -83,7 +81,7 @@ type GapError struct {
 	Stream string
 	// Cursor is the stream's position: the cursor of the last delivered
 	// event, or the start.
-	Cursor ff.Cursor
+	Cursor Cursor
 	// Events deleted after Cursor, at most.
 	Events int64
 	// FirstEventID and LastEventID bound the deleted events' ids;

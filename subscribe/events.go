@@ -12,7 +12,7 @@ import (
 type LeaseEvent struct {
 	// Cursor is the stream position of this event; resuming after it
 	// delivers exactly the events that follow.
-	Cursor ff.Cursor
+	Cursor Cursor
 	// EventID is the row's event_id.
 	EventID int64
 	// Type is one of ff.LeaseAcquired, ff.LeaseRenewed, ff.LeaseExpired,
@@ -45,7 +45,7 @@ type LeaseEvent struct {
 type CompletionEvent struct {
 	// Cursor is the stream position of this event; resuming after it
 	// delivers exactly the events that follow.
-	Cursor ff.Cursor
+	Cursor Cursor
 	// EventID is the row's event_id.
 	EventID int64
 	// Outcome as written: ff.OutcomeSuccess, ff.OutcomeFailed,
@@ -74,7 +74,7 @@ type table[E any] struct {
 	// newDecoder returns a decoder with its own scan destinations.
 	newDecoder func(logger *slog.Logger) decoder[E]
 	// cursor returns an event's cursor.
-	cursor func(E) ff.Cursor
+	cursor func(E) Cursor
 	// stream is the stream label of the metrics ("leases", "completions").
 	stream string
 	// atMs returns an event's occurred_at_ms.
@@ -93,11 +93,11 @@ type decoder[E any] interface {
 	// row that is skipped (after a warning).
 	event() (ev E, ok bool)
 	// setBatch sets the batch whose rows are scanned next (their cursors).
-	setBatch(b ff.Batch)
+	setBatch(b batch)
 }
 
 var leaseTable = table[LeaseEvent]{
-	cursor: func(ev LeaseEvent) ff.Cursor { return ev.Cursor },
+	cursor: func(ev LeaseEvent) Cursor { return ev.Cursor },
 	stream: "leases",
 	atMs:   func(ev LeaseEvent) int64 { return ev.AtMs },
 	name:   "ff_lease_event",
@@ -112,7 +112,7 @@ var leaseTable = table[LeaseEvent]{
 }
 
 var completionTable = table[CompletionEvent]{
-	cursor:  func(ev CompletionEvent) ff.Cursor { return ev.Cursor },
+	cursor:  func(ev CompletionEvent) Cursor { return ev.Cursor },
 	stream:  "completions",
 	atMs:    func(ev CompletionEvent) int64 { return ev.AtMs },
 	name:    "ff_completion_event",
@@ -128,7 +128,7 @@ var completionTable = table[CompletionEvent]{
 type leaseDecoder struct {
 	logger *slog.Logger
 	dst    []any
-	batch  ff.Batch
+	batch  batch
 
 	xact, eventID int64
 	execID        pgtype.DriverBytes
@@ -150,7 +150,7 @@ type leaseDecoder struct {
 
 func (d *leaseDecoder) dest() []any              { return d.dst }
 func (d *leaseDecoder) position() (int64, int64) { return d.xact, d.eventID }
-func (d *leaseDecoder) setBatch(b ff.Batch)      { d.batch = b }
+func (d *leaseDecoder) setBatch(b batch)         { d.batch = b }
 
 func (d *leaseDecoder) event() (LeaseEvent, bool) {
 	typ := leaseType(d.eventType)
@@ -233,7 +233,7 @@ func executionID(logger *slog.Logger, tableName string, eventID, partition int64
 type completionDecoder struct {
 	logger *slog.Logger
 	dst    []any
-	batch  ff.Batch
+	batch  batch
 
 	xact, eventID int64
 	execID        pgtype.UUID
@@ -247,7 +247,7 @@ type completionDecoder struct {
 
 func (d *completionDecoder) dest() []any              { return d.dst }
 func (d *completionDecoder) position() (int64, int64) { return d.xact, d.eventID }
-func (d *completionDecoder) setBatch(b ff.Batch)      { d.batch = b }
+func (d *completionDecoder) setBatch(b batch)         { d.batch = b }
 
 func (d *completionDecoder) event() (CompletionEvent, bool) {
 	if d.partition < 0 || !d.execID.Valid {

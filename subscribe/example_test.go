@@ -37,7 +37,7 @@ func Example() {
 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var saved ff.Cursor
+	var saved subscribe.Cursor
 	n := 0
 	for ev, err := range stream.All(ctx) {
 		var disconnected *subscribe.DisconnectedError
@@ -54,7 +54,7 @@ func Example() {
 		}
 	}
 	// The printable form is what ffctl tail --cursor takes.
-	_, err = ff.ParseCursor(saved.String())
+	_, err = subscribe.ParseCursor(saved.String())
 	fmt.Println("resume after the saved cursor:", err == nil)
 	// Output:
 	// acquired 7 billing

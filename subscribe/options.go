@@ -81,7 +81,7 @@ type Options struct {
 	Start Start
 	// After is the cursor to resume after, with Start == StartAfter. It must
 	// be zero otherwise.
-	After ff.Cursor
+	After Cursor
 	// Since is the time to start at, with Start == StartSince.
 	Since time.Time
 	// Filter narrows the stream to one namespace and/or instance tag. It is
@@ -136,7 +136,7 @@ type config struct {
 	schema       dbutil.Schema // may be "" until resolved
 	partitions   []int32       // sorted, unique; nil = all
 	start        Start
-	after        ff.Cursor
+	after        Cursor
 	sinceMs      int64
 	filter       ff.Filter
 	bufferSize   int
@@ -254,8 +254,8 @@ func (o Options) validate() (config, error) {
 }
 
 // checkCursor rejects cursors that no stream can have produced. Cursors
-// decoded by ff.DecodeCursor always pass; a hand-built ff.Cursor may not.
-func checkCursor(c ff.Cursor) error {
+// decoded by DecodeCursor always pass; a hand-built Cursor may not.
+func checkCursor(c Cursor) error {
 	if c.Xact < 0 || c.EventID < 0 {
 		return ff.Validationf("cursor", "%#v: negative position", c)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/jackc/pgx/v5"
 )
@@ -123,7 +122,7 @@ type page struct {
 	pos position
 	n   int // rows read, filtered or not
 	// last is the cursor of the page's last event.
-	last ff.Cursor
+	last Cursor
 	// taken counts the held rows this page slots in. They leave heldRows
 	// only once the page is delivered: a page that fails (a lost
 	// connection) is read again from pos, and slots them in again.
@@ -327,7 +326,7 @@ func (r *reader[E]) readRows(ctx context.Context, q *pgx.Conn, query string, eac
 type heldRow[E any] struct {
 	k   int
 	ev  E
-	cur ff.Cursor
+	cur Cursor
 }
 
 // loadHeld reads the rows of laterIDs into heldRows, in batch order; ok is
@@ -380,7 +379,7 @@ func (r *reader[E]) loadHeld(ctx context.Context, q *pgx.Conn) (ok bool, err err
 // *taken (already in the page), to the page being delivered: within a
 // batch they precede the range rows. The caller drops them from heldRows
 // once the page is delivered.
-func (r *reader[E]) slotHeld(k int, taken *int, last *ff.Cursor) {
+func (r *reader[E]) slotHeld(k int, taken *int, last *Cursor) {
 	for *taken < len(r.heldRows) && r.heldRows[*taken].k <= k {
 		r.scratch = append(r.scratch, r.heldRows[*taken].ev)
 		*last = r.heldRows[*taken].cur

@@ -26,7 +26,7 @@ func below(x int64) position { return position{x - 1, math.MaxInt64} }
 
 // tick is a row of ff_stream_tick.
 type tick struct {
-	snap ff.Snapshot
+	snap snapshot
 	atMs int64
 }
 
@@ -179,14 +179,14 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 			first = ts[0]
 		}
 		r.toAtMs = first.atMs
-		r.begin(ff.Snapshot{}, first.snap, position{})
-		r.last = ff.Cursor{}
+		r.begin(snapshot{}, first.snap, position{})
+		r.last = Cursor{}
 
 	case r.cfg.start == StartAfter && !after.Legacy:
 		if o, ok := after.Origin(); ok && o != r.origin && !r.afterStored {
 			return &CursorOriginError{Cursor: after, TakenFrom: o, HandedTo: r.origin}
 		}
-		if b, ok := after.Batch(); ok {
+		if b, ok := after.batchOf(); ok {
 			from, to := b.Snapshots()
 			if to.Xmax > now.Xmax {
 				return &ForeignCursorError{Cursor: after, CursorXact: to.Xmax, ServerXact: now.Xmax}
@@ -200,7 +200,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 			if after.Xact >= now.Xmax {
 				return &ForeignCursorError{Cursor: after, CursorXact: after.Xact, ServerXact: now.Xmax}
 			}
-			point := ff.Snapshot{Xmin: after.Xact, Xmax: after.Xact}
+			point := snapshot{Xmin: after.Xact, Xmax: after.Xact}
 			r.begin(point, now, position{after.Xact, after.EventID})
 		}
 		r.last = after
@@ -220,7 +220,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		if minX != nil {
 			startX = min(startX, *minX)
 		}
-		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
+		r.begin(snapshot{Xmin: startX, Xmax: startX}, now, position{})
 		r.skip, r.skipArg = true, r.cfg.sinceMs
 		r.last = r.batch.Cursor(0, 0)
 
@@ -242,7 +242,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		if minX != nil {
 			startX = min(startX, *minX)
 		}
-		r.begin(ff.Snapshot{Xmin: startX, Xmax: startX}, now, position{})
+		r.begin(snapshot{Xmin: startX, Xmax: startX}, now, position{})
 		r.skip, r.skipArg = true, e
 		r.last = after
 
@@ -256,7 +256,7 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 }
 
 // begin starts the batch (from, to) at pos.
-func (r *reader[E]) begin(from, to ff.Snapshot, pos position) {
+func (r *reader[E]) begin(from, to snapshot, pos position) {
 	r.beginRun(from, []tick{{snap: to, atMs: r.toAtMs}}, pos)
 	r.started = true
 }
@@ -272,10 +272,10 @@ func (r *reader[E]) begin(from, to ff.Snapshot, pos position) {
 // cursor of its own batch, so a reader that walked the ticks one by one
 // and one that read them together deliver the same events in the same
 // order with the same cursors.
-func (r *reader[E]) beginRun(from ff.Snapshot, run []tick, pos position) {
+func (r *reader[E]) beginRun(from snapshot, run []tick, pos position) {
 	r.from, r.span, r.pos, r.inBatch = from, run, pos, true
 	r.to, r.toAtMs = run[len(run)-1].snap, run[len(run)-1].atMs
-	r.batches = append(r.batches[:0], make([]ff.Batch, len(run))...)
+	r.batches = append(r.batches[:0], make([]batch, len(run))...)
 	r.batch = r.batchOf(0)
 	r.dec.setBatch(r.batch)
 	r.done = r.done[:0]
@@ -299,13 +299,13 @@ func (r *reader[E]) beginRun(from ff.Snapshot, run []tick, pos position) {
 
 // newBatch returns the batch (from, to) of this stream: its cursors record
 // the stream's origin.
-func (r *reader[E]) newBatch(from, to ff.Snapshot) ff.Batch {
-	return ff.NewBatch(from, to).WithOrigin(r.origin)
+func (r *reader[E]) newBatch(from, to snapshot) batch {
+	return newBatch(from, to).WithOrigin(r.origin)
 }
 
 // batchOf returns the batch of the run's k-th tick.
-func (r *reader[E]) batchOf(k int) ff.Batch {
-	if r.batches[k] == (ff.Batch{}) {
+func (r *reader[E]) batchOf(k int) batch {
+	if r.batches[k] == (batch{}) {
 		prev := r.from
 		if k > 0 {
 			prev = r.span[k-1].snap

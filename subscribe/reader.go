@@ -58,7 +58,7 @@ type reader[E any] struct {
 	rangeSkip  string // rangeSQL with the start point's skip rule
 	filterArgs []any
 
-	from, to ff.Snapshot
+	from, to snapshot
 	fromAtMs int64  // when from was taken (0: unknown)
 	toAtMs   int64  // when to was taken
 	ticks    []tick // ticks after from, read ahead
@@ -67,17 +67,17 @@ type reader[E any] struct {
 	// started says the current batch is the start point's (not one read
 	// from the ticks): later ticks may already wait.
 	started bool
-	batch   ff.Batch // the batch of the span's first tick, while inBatch
+	batch   batch // the batch of the span's first tick, while inBatch
 	inBatch bool
-	done    []int64   // the transactions of from.Xip finished by the span's first tick
-	pos     position  // every row of the batch at or before pos is dealt with
-	last    ff.Cursor // cursor of the last delivered event (or the start)
+	done    []int64  // the transactions of from.Xip finished by the span's first tick
+	pos     position // every row of the batch at or before pos is dealt with
+	last    Cursor   // cursor of the last delivered event (or the start)
 
 	// span is the ticks of the current read, oldest first (to is the last):
 	// consecutive batches read together, see beginRun. batches[k] is the
 	// batch of span[k], built when first needed.
 	span    []tick
-	batches []ff.Batch
+	batches []batch
 	// laterIDs are the transactions that finished at a later tick of the
 	// run than its first, having been in progress at the tick before;
 	// laterTick their tick's index in the run. heldRows are their rows,
@@ -99,7 +99,7 @@ type reader[E any] struct {
 	maxSQLExcl int
 
 	// origin is what the stream's cursors record: its stream and schema.
-	origin ff.Origin
+	origin Origin
 
 	// afterStored says cfg.after is a named consumer's stored position,
 	// which is this stream's whatever origin it records (its schema may
@@ -107,7 +107,7 @@ type reader[E any] struct {
 	afterStored bool
 
 	// startFrom is the older snapshot of the first batch.
-	startFrom ff.Snapshot
+	startFrom snapshot
 	// consumer is the named consumer's state; nil for an anonymous stream.
 	consumer *consumerState
 	// waits are the open writers OnWait was told about.
@@ -165,7 +165,7 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	}
 	r.cfg.schema = schema
 	r.channel = outbox.Channel(string(schema))
-	r.origin = ff.Origin{Stream: r.table.stream, Schema: string(schema)}
+	r.origin = Origin{Stream: r.table.stream, Schema: string(schema)}
 
 	var count int
 	err = s.q.QueryRow(ctx, schema.SQL("SELECT num_partitions FROM {S}ff_partition_config")).Scan(&count)

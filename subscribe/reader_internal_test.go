@@ -107,7 +107,7 @@ func TestFilteredRowsAdvancePosition(t *testing.T) {
 func TestBuildSQL(t *testing.T) {
 	t.Parallel()
 	cfg, err := Options{Schema: "s1", Partitions: []int16{4, 2, 4}, Start: StartAfter,
-		After:  ff.Cursor{EventID: 3, Legacy: true},
+		After:  Cursor{EventID: 3, Legacy: true},
 		Filter: ff.Filter{Namespace: "n", InstanceTag: &ff.Tag{Key: "k", Value: "v"}}}.validate()
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ type DisconnectedError struct {
 	// started from now, a cursor just before every event not yet committed
 	// at subscribe time). A new subscription started after it loses nothing
 	// and repeats no delivered event.
-	Cursor ff.Cursor
+	Cursor Cursor
 	// Err is the connection error.
 	Err error
 }
@@ -60,15 +60,15 @@ type Stream[E any] struct {
 	// ack, for a named consumer, receives what Next acknowledged: every
 	// event returned before the current call.
 	ack      *ackState
-	cursorOf func(E) ff.Cursor
+	cursorOf func(E) Cursor
 	returned int64
-	lastRet  ff.Cursor
+	lastRet  Cursor
 
 	// observe, with Options.MeterProvider, records each returned event.
 	observe func(E)
 
 	// start is the position the stream started after (StartCursor).
-	start ff.Cursor
+	start Cursor
 }
 
 // delivery is what the reader hands the consumer: a chunk of events, or an
@@ -165,7 +165,7 @@ func open[E any](ctx context.Context, pool *pgxpool.Pool, opts Options, t table[
 // event's. (For StartSince and a legacy cursor, the first batch also skips
 // rows by time or event id, which the cursor does not carry: resuming after
 // it may deliver those rows too.)
-func (s *Stream[E]) StartCursor() ff.Cursor { return s.start }
+func (s *Stream[E]) StartCursor() Cursor { return s.start }
 
 // Next returns the next event, waiting for one as long as ctx allows.
 //

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
@@ -108,7 +107,7 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 	// Out-of-order commits: open several transactions, commit them in
 	// reverse, each with one to three events.
 	var order []int64
-	cursors := map[int64]ff.Cursor{}
+	cursors := map[int64]subscribe.Cursor{}
 	for round := range 4 {
 		var txs []pgx.Tx
 		var ids [][]int64
@@ -176,7 +175,7 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 		}
 	}
 	for i, ev := range run {
-		for _, c := range []ff.Cursor{ev.Cursor, mustParse(t, ev.Cursor.String())} {
+		for _, c := range []subscribe.Cursor{ev.Cursor, mustParse(t, ev.Cursor.String())} {
 			r, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
 			if err != nil {
 				t.Fatalf("resuming after event %d: %v", i, err)
@@ -191,9 +190,9 @@ func TestLongWriterAndResumeFromEveryCursor(t *testing.T) {
 	}
 }
 
-func mustParse(t *testing.T, s string) ff.Cursor {
+func mustParse(t *testing.T, s string) subscribe.Cursor {
 	t.Helper()
-	c, err := ff.ParseCursor(s)
+	c, err := subscribe.ParseCursor(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,8 +402,8 @@ func TestForeignCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	ahead := xmax + 1_000_000
-	for _, c := range []ff.Cursor{
-		ff.NewBatch(ff.Snapshot{Xmin: ahead, Xmax: ahead}, ff.Snapshot{Xmin: ahead, Xmax: ahead + 10, Tick: 5}).Cursor(ahead+2, 7),
+	for _, c := range []subscribe.Cursor{
+		subscribe.NewBatch(subscribe.Snapshot{Xmin: ahead, Xmax: ahead}, subscribe.Snapshot{Xmin: ahead, Xmax: ahead + 10, Tick: 5}).Cursor(ahead+2, 7),
 		{Xact: ahead, EventID: 3},
 	} {
 		_, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
@@ -530,7 +529,7 @@ func TestStartCursorOfAStreamFromTheBeginning(t *testing.T) {
 	if start.IsZero() {
 		t.Fatal("StartCursor of a stream from the beginning is the zero cursor")
 	}
-	parsed, err := ff.ParseCursor(start.String())
+	parsed, err := subscribe.ParseCursor(start.String())
 	if err != nil || parsed != start {
 		t.Fatalf("StartCursor %s does not parse back: %#v, %v", start, parsed, err)
 	}
@@ -565,19 +564,19 @@ func TestCursorOfAnotherStream(t *testing.T) {
 	if ev.EventID != id {
 		t.Fatalf("event %d, want %d", ev.EventID, id)
 	}
-	here := ff.Origin{Stream: subscribe.StreamLeases, Schema: db.Schema}
-	for _, c := range []ff.Cursor{ev.Cursor, s.StartCursor()} {
+	here := subscribe.Origin{Stream: subscribe.StreamLeases, Schema: db.Schema}
+	for _, c := range []subscribe.Cursor{ev.Cursor, s.StartCursor()} {
 		if o, ok := c.Origin(); !ok || o != here {
 			t.Fatalf("cursor %#v records %v, %t; want %v", c, o, ok, here)
 		}
 	}
-	c, err := ff.ParseCursor(ev.Cursor.String())
+	c, err := subscribe.ParseCursor(ev.Cursor.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	opts := fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c})
-	refused := func(err error, handedTo ff.Origin) {
+	refused := func(err error, handedTo subscribe.Origin) {
 		t.Helper()
 		var oe *subscribe.CursorOriginError
 		if !errors.As(err, &oe) || !errors.Is(err, subscribe.ErrCursorOrigin) {
@@ -593,11 +592,11 @@ func TestCursorOfAnotherStream(t *testing.T) {
 		}
 	}
 	_, err = subscribe.Completions(ctx, db.Pool, opts)
-	refused(err, ff.Origin{Stream: subscribe.StreamCompletions, Schema: db.Schema})
+	refused(err, subscribe.Origin{Stream: subscribe.StreamCompletions, Schema: db.Schema})
 	o2 := opts
 	o2.Schema = other.Schema
 	_, err = subscribe.Leases(ctx, db.Pool, o2)
-	refused(err, ff.Origin{Stream: subscribe.StreamLeases, Schema: other.Schema})
+	refused(err, subscribe.Origin{Stream: subscribe.StreamLeases, Schema: other.Schema})
 
 	// Its own stream resumes after it.
 	s, err = subscribe.Leases(ctx, db.Pool, opts)
@@ -612,9 +611,9 @@ func TestCursorOfAnotherStream(t *testing.T) {
 
 	// The same position without an origin (the format of saved cursors
 	// before this one) is accepted by every stream.
-	b, _ := c.Batch()
+	b, _ := c.BatchOf()
 	from, to := b.Snapshots()
-	old := ff.NewBatch(from, to).Cursor(c.Xact, c.EventID)
+	old := subscribe.NewBatch(from, to).Cursor(c.Xact, c.EventID)
 	if !strings.HasPrefix(old.String(), "04") {
 		t.Fatalf("the older form prints as %s", old)
 	}

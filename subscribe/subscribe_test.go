@@ -248,11 +248,11 @@ func TestResumeFromCursor(t *testing.T) {
 		t.Fatalf("got %v, want %v", eventIDs(first), ids)
 	}
 
-	c, err := ff.ParseCursor(first[4].Cursor.String())
+	c, err := subscribe.ParseCursor(first[4].Cursor.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c2, err := ff.DecodeCursor(first[4].Cursor.Bytes()); err != nil || c2 != c {
+	if c2, err := subscribe.DecodeCursor(first[4].Cursor.Bytes()); err != nil || c2 != c {
 		t.Fatalf("binary form: %#v, %v", c2, err)
 	}
 	s, err = subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
@@ -348,7 +348,7 @@ func TestLegacyCursor(t *testing.T) {
 					want = append(want, id)
 				}
 			}
-			c, err := ff.DecodeCursor(ff.Cursor{EventID: legacy, Legacy: true}.Bytes())
+			c, err := subscribe.DecodeCursor(subscribe.Cursor{EventID: legacy, Legacy: true}.Bytes())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,7 +398,7 @@ func TestLegacyCursorInFlight(t *testing.T) {
 	idOpen := insertLease(t, open, row{})
 	idSeen := insertLease(t, db.Pool, row{})
 
-	legacy := ff.Cursor{EventID: idSeen, Legacy: true}
+	legacy := subscribe.Cursor{EventID: idSeen, Legacy: true}
 	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: legacy}))
 	if err != nil {
 		t.Fatal(err)
@@ -669,7 +669,7 @@ func TestTerminatedConnections(t *testing.T) {
 	type result struct {
 		events []subscribe.LeaseEvent
 		discs  []*subscribe.DisconnectedError
-		before []ff.Cursor // last event cursor seen before each disconnect
+		before []subscribe.Cursor // last event cursor seen before each disconnect
 		err    error
 	}
 	resc := make(chan result, 1)
@@ -687,7 +687,7 @@ func TestTerminatedConnections(t *testing.T) {
 			case errors.As(err, &d):
 				nDiscs.Add(1)
 				r.discs = append(r.discs, d)
-				var c ff.Cursor
+				var c subscribe.Cursor
 				if len(r.events) > 0 {
 					c = r.events[len(r.events)-1].Cursor
 				}
@@ -892,9 +892,9 @@ func TestValidation(t *testing.T) {
 		{"schema", subscribe.Options{Schema: "bad schema;"}},
 		{"negative_partition", subscribe.Options{Partitions: []int16{-1}}},
 		{"partition_beyond_schema", subscribe.Options{Partitions: []int16{3, 256}}},
-		{"cursor_without_start_after", subscribe.Options{After: ff.Cursor{Xact: 5, EventID: 1}}},
-		{"negative_cursor", subscribe.Options{Start: subscribe.StartAfter, After: ff.Cursor{Xact: -1, EventID: 1}}},
-		{"legacy_with_xact", subscribe.Options{Start: subscribe.StartAfter, After: ff.Cursor{Xact: 4, EventID: 1, Legacy: true}}},
+		{"cursor_without_start_after", subscribe.Options{After: subscribe.Cursor{Xact: 5, EventID: 1}}},
+		{"negative_cursor", subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{Xact: -1, EventID: 1}}},
+		{"legacy_with_xact", subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{Xact: 4, EventID: 1, Legacy: true}}},
 		{"since_without_start_since", subscribe.Options{Since: time.Now()}},
 		{"start_since_without_time", subscribe.Options{Start: subscribe.StartSince}},
 		{"unknown_start", subscribe.Options{Start: subscribe.Start(9)}},
@@ -919,7 +919,7 @@ func TestValidation(t *testing.T) {
 	}
 	for _, s := range []string{"zz", "03", "02" + "00", "04" + "0000000000000001", "020000000000000001ff",
 		"03ffffffffffffffff0000000000000001"} {
-		if _, err := ff.ParseCursor(s); !errors.Is(err, ff.ErrValidation) {
+		if _, err := subscribe.ParseCursor(s); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("ParseCursor(%q): %v, want ff.ErrValidation", s, err)
 		}
 	}

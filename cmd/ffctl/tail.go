@@ -215,7 +215,7 @@ func (f tailFlags) options() (subscribe.Options, error) {
 	case f.fromStart:
 		o.Start = subscribe.StartBeginning
 	case f.cursor != "":
-		c, err := ff.ParseCursor(f.cursor)
+		c, err := subscribe.ParseCursor(f.cursor)
 		if err != nil {
 			return o, &cli.UsageError{Err: fmt.Errorf("--cursor: %w", err)}
 		}
@@ -335,13 +335,13 @@ func (l *waitLog) oldest() (subscribe.Wait, bool) {
 
 // eventJSON holds what every printed event carries.
 type eventJSON struct {
-	Cursor      ff.Cursor      `json:"cursor"`
-	EventID     int64          `json:"event_id"`
-	ExecutionID ff.ExecutionID `json:"execution_id"`
-	Partition   int16          `json:"partition"`
-	Namespace   *string        `json:"namespace"`    // null when the row has none
-	InstanceTag *string        `json:"instance_tag"` // null when the row has none
-	AtMs        int64          `json:"at_ms"`
+	Cursor      subscribe.Cursor `json:"cursor"`
+	EventID     int64            `json:"event_id"`
+	ExecutionID ff.ExecutionID   `json:"execution_id"`
+	Partition   int16            `json:"partition"`
+	Namespace   *string          `json:"namespace"`    // null when the row has none
+	InstanceTag *string          `json:"instance_tag"` // null when the row has none
+	AtMs        int64            `json:"at_ms"`
 }
 
 // leaseJSON is a lease event as one JSON line.
@@ -363,7 +363,7 @@ type completionJSON struct {
 
 // printable is an event ready to print.
 type printable interface {
-	cursor() ff.Cursor
+	cursor() subscribe.Cursor
 	text() string
 }
 
@@ -395,7 +395,7 @@ func completionLine(ev subscribe.CompletionEvent) printable {
 	return l
 }
 
-func (e eventJSON) cursor() ff.Cursor { return e.Cursor }
+func (e eventJSON) cursor() subscribe.Cursor { return e.Cursor }
 
 // begin starts a text line: time, what happened, execution and partition.
 func (e eventJSON) begin(b *strings.Builder, what string) {
@@ -507,26 +507,26 @@ func tail[E any](ctx context.Context, t *tailer, s *subscribe.Stream[E], toLine 
 // file does not exist. An empty file is a usage error: tail never leaves
 // one (it replaces the file atomically), so it is a mistake, and starting
 // from now would skip everything in between.
-func readCursorFile(path string) (c ff.Cursor, ok bool, err error) {
+func readCursorFile(path string) (c subscribe.Cursor, ok bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return ff.Cursor{}, false, nil
+		return subscribe.Cursor{}, false, nil
 	}
 	if err != nil {
-		return ff.Cursor{}, false, fmt.Errorf("reading --cursor-file: %w", err)
+		return subscribe.Cursor{}, false, fmt.Errorf("reading --cursor-file: %w", err)
 	}
 	if strings.TrimSpace(string(b)) == "" {
-		return ff.Cursor{}, false, cli.Usagef("--cursor-file %s is empty: remove it to start afresh, or put a cursor in it", path)
+		return subscribe.Cursor{}, false, cli.Usagef("--cursor-file %s is empty: remove it to start afresh, or put a cursor in it", path)
 	}
-	if c, err = ff.ParseCursor(string(b)); err != nil {
-		return ff.Cursor{}, false, fmt.Errorf("--cursor-file %s: %w", path, err)
+	if c, err = subscribe.ParseCursor(string(b)); err != nil {
+		return subscribe.Cursor{}, false, fmt.Errorf("--cursor-file %s: %w", path, err)
 	}
 	return c, true, nil
 }
 
 // writeCursorFile replaces path with c atomically: a reader (or a restart)
 // sees the old cursor or the new one, never a torn write.
-func writeCursorFile(path string, c ff.Cursor) error {
+func writeCursorFile(path string, c subscribe.Cursor) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing --cursor-file: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/subscribe"
 	"github.com/google/uuid"
 )
 
@@ -50,7 +51,7 @@ func TestTailUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--stream", "signals"},
 		{"--format", "xml"},
-		{"--from-start", "--cursor", ff.Cursor{Xact: 5, EventID: 2}.String()},
+		{"--from-start", "--cursor", subscribe.Cursor{Xact: 5, EventID: 2}.String()},
 		{"--cursor", "zz"},
 		{"--cursor", "04"},
 		{"--partitions", "3-1"},
@@ -66,7 +67,7 @@ func TestTailUsageErrors(t *testing.T) {
 		{"--consumer", "c", "--cursor-file", "/tmp/x"},
 		{"--consumer", "c", "--consumer-max-lag", "-1h"},
 		{"--consumer", "has space"},
-		{"--since", "5m", "--cursor", ff.Cursor{Xact: 5, EventID: 2}.String()},
+		{"--since", "5m", "--cursor", subscribe.Cursor{Xact: 5, EventID: 2}.String()},
 	} {
 		var stderr bytes.Buffer
 		args = append(args, "--database-url", "postgres://u@127.0.0.1:1/none")

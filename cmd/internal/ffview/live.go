@@ -256,7 +256,7 @@ type completionJSON struct {
 
 // liveLeases serves GET /ff/live/leases.
 func (v *View) liveLeases() http.Handler {
-	return liveStream(v, "lease", subscribe.Leases, func(ev subscribe.LeaseEvent) (ff.Cursor, any) {
+	return liveStream(v, "lease", subscribe.Leases, func(ev subscribe.LeaseEvent) (subscribe.Cursor, any) {
 		return ev.Cursor, leaseJSON{EventID: ev.EventID, Type: ev.Type, ExecutionID: ev.ExecutionID.String(),
 			LeaseID: ev.LeaseID, Partition: ev.Partition, Namespace: ev.Namespace, InstanceTag: ev.InstanceTag,
 			AtMs: ev.AtMs, AttemptIndex: ev.AttemptIndex, LeaseEpoch: ev.LeaseEpoch, Worker: ev.WorkerInstanceID}
@@ -265,7 +265,7 @@ func (v *View) liveLeases() http.Handler {
 
 // liveCompletions serves GET /ff/live/completions.
 func (v *View) liveCompletions() http.Handler {
-	return liveStream(v, "completion", subscribe.Completions, func(ev subscribe.CompletionEvent) (ff.Cursor, any) {
+	return liveStream(v, "completion", subscribe.Completions, func(ev subscribe.CompletionEvent) (subscribe.Cursor, any) {
 		c := completionJSON{EventID: ev.EventID, Outcome: ev.Outcome, ExecutionID: ev.ExecutionID.String(),
 			Partition: ev.Partition, Namespace: ev.Namespace, InstanceTag: ev.InstanceTag, AtMs: ev.AtMs}
 		if ev.FlowID.Valid {
@@ -307,7 +307,7 @@ func liveStart(r *http.Request) (subscribe.Options, error) {
 	if strings.TrimSpace(raw) == "" {
 		return o, ff.Validationf(from, "is empty: give a cursor of this stream (an event's id), or leave it out to start from now")
 	}
-	c, err := ff.ParseCursor(raw)
+	c, err := subscribe.ParseCursor(raw)
 	if err != nil {
 		return o, fmt.Errorf("%s: %w", from, err)
 	}
@@ -318,7 +318,7 @@ func liveStart(r *http.Request) (subscribe.Options, error) {
 // liveStream serves one outbox stream as server-sent events; kind names
 // its events ("lease", "completion").
 func liveStream[E any](v *View, kind string, open func(context.Context, *pgxpool.Pool, subscribe.Options) (*subscribe.Stream[E], error),
-	encode func(E) (ff.Cursor, any)) http.Handler {
+	encode func(E) (subscribe.Cursor, any)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts, err := liveStart(r)
 		if err != nil {

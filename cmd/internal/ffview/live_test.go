@@ -18,6 +18,7 @@ import (
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/subscribe"
 )
 
 // sseEvent is one server-sent event as a client parses it.
@@ -159,7 +160,7 @@ func decodeLease(t *testing.T, ev sseEvent) leaseData {
 	if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
 		t.Fatalf("lease event data %q: %v", ev.Data, err)
 	}
-	if _, err := ff.ParseCursor(ev.ID); err != nil || !ev.hasID || ev.ID == "" {
+	if _, err := subscribe.ParseCursor(ev.ID); err != nil || !ev.hasID || ev.ID == "" {
 		t.Fatalf("lease event id %q is not a stream cursor: %v", ev.ID, err)
 	}
 	return d
@@ -283,7 +284,10 @@ func TestLiveCompletions(t *testing.T) {
 func TestLiveBadCursorIs400(t *testing.T) {
 	t.Parallel()
 	_, srv := newLiveEnv(t)
-	ahead := ff.NewBatch(ff.Snapshot{Xmin: 1 << 40, Xmax: 1 << 40}, ff.Snapshot{Xmin: 1 << 40, Xmax: 1<<40 + 5}).Cursor(1<<40+1, 3)
+	// ahead is a batch cursor of a server whose transaction ids are 2^40 on:
+	// the batch between the snapshots 2^40:2^40: and 2^40:2^40+5:, at
+	// (xact 2^40+1, event 3).
+	const ahead = "048180808080200300808080808020000000000500"
 	for _, tc := range []struct {
 		path, header, want string
 	}{
@@ -296,7 +300,7 @@ func TestLiveBadCursorIs400(t *testing.T) {
 		{"/ff/live/leases?cursor=00", "", "unknown parameter"},
 		{"/ff/live/leases?namespace=", "", "namespace"},
 		{"/ff/live/leases?namespace=a%00b", "", "NUL"},
-		{"/ff/live/leases", ahead.String(), "another server"},
+		{"/ff/live/leases", ahead, "another server"},
 		{"/ff/live?x=1", "", "unknown parameter"},
 		{"/ff/live/backlog?x=1", "", "unknown parameter"},
 	} {

@@ -652,7 +652,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, schema string, n int, env *E
 		return err
 	}
 	defer s.Close()
-	var last ff.Cursor
+	var last subscribe.Cursor
 	for i := range n {
 		ev, err := s.Next(ctx)
 		if err != nil {

@@ -1,4 +1,4 @@
-package ff_test
+package subscribe
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 )
 
-var cursorSeeds = []ff.Cursor{
+var cursorSeeds = []Cursor{
 	{},
 	{Xact: 1, EventID: 1},
 	{Xact: 3202, EventID: 4},
@@ -17,32 +17,32 @@ var cursorSeeds = []ff.Cursor{
 	{EventID: 42, Legacy: true},
 	{EventID: 0, Legacy: true},
 	{EventID: 1<<63 - 1, Legacy: true},
-	ff.NewBatch(ff.Snapshot{Xmin: 1, Xmax: 1}, ff.Snapshot{Xmin: 740, Xmax: 760, Xip: []int64{740, 755}, Tick: 3}).Cursor(0, 0),
-	ff.NewBatch(ff.Snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1 << 40}, ff.Snapshot{Xmin: 700, Xmax: 760, Xip: []int64{700}, Tick: 1<<40 + 1}).Cursor(744, 12),
-	ff.NewBatch(ff.Snapshot{Xmin: 5, Xmax: 5}, ff.Snapshot{Xmin: 5, Xmax: 5}).Cursor(5, 1<<63-1),
-	ff.NewBatch(ff.Snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1}, ff.Snapshot{Xmin: 700, Xmax: 760, Tick: 2}).
-		WithOrigin(ff.Origin{Stream: ff.StreamLeases, Schema: "app"}).Cursor(744, 12),
-	ff.NewBatch(ff.Snapshot{Xmin: 5, Xmax: 5}, ff.Snapshot{Xmin: 5, Xmax: 9}).
-		WithOrigin(ff.Origin{Stream: ff.StreamCompletions, Schema: strings.Repeat("s", ff.MaxSchemaName)}).Cursor(0, 0),
+	newBatch(snapshot{Xmin: 1, Xmax: 1}, snapshot{Xmin: 740, Xmax: 760, Xip: []int64{740, 755}, Tick: 3}).Cursor(0, 0),
+	newBatch(snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1 << 40}, snapshot{Xmin: 700, Xmax: 760, Xip: []int64{700}, Tick: 1<<40 + 1}).Cursor(744, 12),
+	newBatch(snapshot{Xmin: 5, Xmax: 5}, snapshot{Xmin: 5, Xmax: 5}).Cursor(5, 1<<63-1),
+	newBatch(snapshot{Xmin: 700, Xmax: 745, Xip: []int64{700, 744}, Tick: 1}, snapshot{Xmin: 700, Xmax: 760, Tick: 2}).
+		WithOrigin(Origin{Stream: StreamLeases, Schema: "app"}).Cursor(744, 12),
+	newBatch(snapshot{Xmin: 5, Xmax: 5}, snapshot{Xmin: 5, Xmax: 9}).
+		WithOrigin(Origin{Stream: StreamCompletions, Schema: strings.Repeat("s", maxSchemaName)}).Cursor(0, 0),
 }
 
 // checkRoundTrip fails unless c survives every encoding unchanged.
-func checkRoundTrip(t *testing.T, c ff.Cursor) {
+func checkRoundTrip(t *testing.T, c Cursor) {
 	t.Helper()
 	if c.Xact < 0 || c.EventID < 0 || (c.Legacy && c.Xact != 0) {
 		t.Fatalf("decoded an impossible cursor %#v", c)
 	}
-	if got, err := ff.DecodeCursor(c.Bytes()); err != nil || got != c {
+	if got, err := DecodeCursor(c.Bytes()); err != nil || got != c {
 		t.Fatalf("DecodeCursor(Bytes(%#v)) = %#v, %v", c, got, err)
 	}
-	if got, err := ff.ParseCursor(c.String()); err != nil || got != c {
+	if got, err := ParseCursor(c.String()); err != nil || got != c {
 		t.Fatalf("ParseCursor(String(%#v)) = %#v, %v", c, got, err)
 	}
 	text, err := c.MarshalText()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got ff.Cursor
+	var got Cursor
 	if err := got.UnmarshalText(text); err != nil || got != c {
 		t.Fatalf("UnmarshalText(MarshalText(%#v)) = %#v, %v", c, got, err)
 	}
@@ -58,7 +58,7 @@ func FuzzParseCursor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		c, err := ff.ParseCursor(s)
+		c, err := ParseCursor(s)
 		if err != nil {
 			if !errors.Is(err, ff.ErrValidation) {
 				t.Fatalf("ParseCursor(%q): %v is not a validation error", s, err)
@@ -84,7 +84,7 @@ func FuzzDecodeCursor(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := ff.DecodeCursor(b)
+		c, err := DecodeCursor(b)
 		if err != nil {
 			if !errors.Is(err, ff.ErrValidation) {
 				t.Fatalf("DecodeCursor(%x): %v is not a validation error", b, err)
@@ -101,21 +101,21 @@ func FuzzDecodeCursor(f *testing.F) {
 // TestCursorOrigin: a batch cursor records the stream and schema it was
 // taken from, through every encoding; the older forms record none.
 func TestCursorOrigin(t *testing.T) {
-	o := ff.Origin{Stream: ff.StreamCompletions, Schema: "tenant_app"}
-	b := ff.NewBatch(ff.Snapshot{Xmin: 10, Xmax: 12, Xip: []int64{11}}, ff.Snapshot{Xmin: 12, Xmax: 14})
+	o := Origin{Stream: StreamCompletions, Schema: "tenant_app"}
+	b := newBatch(snapshot{Xmin: 10, Xmax: 12, Xip: []int64{11}}, snapshot{Xmin: 12, Xmax: 14})
 	c := b.WithOrigin(o).Cursor(11, 3)
 	checkRoundTrip(t, c)
 	if !strings.HasPrefix(c.String(), "05") {
 		t.Errorf("a cursor with an origin prints as %s, want prefix 05", c)
 	}
-	parsed, err := ff.ParseCursor(c.String())
+	parsed, err := ParseCursor(c.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := parsed.Origin(); !ok || got != o {
 		t.Errorf("Origin() = %v, %t; want %v", got, ok, o)
 	}
-	if bb, _ := parsed.Batch(); bb.Cursor(0, 0) != b.WithOrigin(o).Cursor(0, 0) {
+	if bb, _ := parsed.batchOf(); bb.Cursor(0, 0) != b.WithOrigin(o).Cursor(0, 0) {
 		t.Errorf("the batch of a cursor loses its origin")
 	}
 	// Same position, same order, whatever the origin says.
@@ -123,8 +123,8 @@ func TestCursorOrigin(t *testing.T) {
 	if plain.Less(c) || c.Less(plain) {
 		t.Errorf("origins take part in the order")
 	}
-	for _, old := range []ff.Cursor{plain, {Xact: 5, EventID: 2}, {EventID: 9, Legacy: true}} {
-		got, err := ff.ParseCursor(old.String())
+	for _, old := range []Cursor{plain, {Xact: 5, EventID: 2}, {EventID: 9, Legacy: true}} {
+		got, err := ParseCursor(old.String())
 		if err != nil {
 			t.Fatalf("an old cursor %s no longer parses: %v", old, err)
 		}
@@ -132,7 +132,7 @@ func TestCursorOrigin(t *testing.T) {
 			t.Errorf("ParseCursor(%s) = %#v, want %#v without an origin", old, got, old)
 		}
 	}
-	for _, bad := range []ff.Origin{{Stream: "events", Schema: "app"}, {Stream: ff.StreamLeases}, {Stream: ff.StreamLeases, Schema: strings.Repeat("s", 64)}} {
+	for _, bad := range []Origin{{Stream: "events", Schema: "app"}, {Stream: StreamLeases}, {Stream: StreamLeases, Schema: strings.Repeat("s", 64)}} {
 		if err := bad.Validate(); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("%#v.Validate() = %v, want a validation error", bad, err)
 		}
@@ -140,7 +140,7 @@ func TestCursorOrigin(t *testing.T) {
 }
 
 func TestSnapshotVisible(t *testing.T) {
-	s, err := ff.ParseSnapshot("100:110:100,104")
+	s, err := parseSnapshot("100:110:100,104")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,18 +153,18 @@ func TestSnapshotVisible(t *testing.T) {
 		t.Errorf("String() = %q", s.String())
 	}
 	for _, bad := range []string{"", "1:2", "5:4:", "1:5:7", "1:5:3,3", "a:b:"} {
-		if _, err := ff.ParseSnapshot(bad); !errors.Is(err, ff.ErrValidation) {
+		if _, err := parseSnapshot(bad); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("ParseSnapshot(%q) = %v, want a validation error", bad, err)
 		}
 	}
 }
 
 func TestBatchCursorOrder(t *testing.T) {
-	s1 := ff.Snapshot{Xmin: 100, Xmax: 110, Xip: []int64{100, 104}}
-	s2 := ff.Snapshot{Xmin: 100, Xmax: 110, Xip: []int64{100}}
-	s3 := ff.Snapshot{Xmin: 120, Xmax: 120}
-	b1, b2 := ff.NewBatch(s1, s2), ff.NewBatch(s2, s3)
-	order := []ff.Cursor{b1.Cursor(0, 0), b1.Cursor(104, 3), b1.Cursor(104, 9), b2.Cursor(100, 1), b2.Cursor(115, 2)}
+	s1 := snapshot{Xmin: 100, Xmax: 110, Xip: []int64{100, 104}}
+	s2 := snapshot{Xmin: 100, Xmax: 110, Xip: []int64{100}}
+	s3 := snapshot{Xmin: 120, Xmax: 120}
+	b1, b2 := newBatch(s1, s2), newBatch(s2, s3)
+	order := []Cursor{b1.Cursor(0, 0), b1.Cursor(104, 3), b1.Cursor(104, 9), b2.Cursor(100, 1), b2.Cursor(115, 2)}
 	for i := range order {
 		for j := range order {
 			if got, want := order[i].Less(order[j]), i < j; got != want {

@@ -1,4 +1,4 @@
-package ff
+package subscribe
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ffriver/ffriver/ff"
 )
 
 // Cursor is a position in an outbox stream: everything at or before it has
@@ -19,7 +21,7 @@ import (
 // whose writing transaction is visible in a newer snapshot and was not
 // visible in the older one, and inside a batch events come in (Xact,
 // EventID) order. A stream's cursors carry the batch (the pair of
-// snapshots, see Batch) and the position inside it, so a resumed stream
+// snapshots, see batch) and the position inside it, so a resumed stream
 // re-derives exactly the same batch and carries on after the position.
 //
 // A stream's cursors also record where they were taken from (Origin: the
@@ -62,18 +64,12 @@ const (
 	cursorTagOrigin = 0x05
 )
 
-// The outbox streams, by the names cursors, package subscribe and ffctl use.
-const (
-	StreamLeases      = "leases"
-	StreamCompletions = "completions"
-)
-
 // streamCodes are the stream bytes of the v3 cursor form; 0 is none.
 var streamCodes = [...]string{1: StreamLeases, 2: StreamCompletions}
 
-// MaxSchemaName is the longest schema name, in bytes (Postgres's
+// maxSchemaName is the longest schema name, in bytes (Postgres's
 // NAMEDATALEN - 1).
-const MaxSchemaName = 63
+const maxSchemaName = 63
 
 // Origin says which stream a cursor was taken from: the outbox stream and
 // the schema holding it. A stream refuses a cursor taken from another (see
@@ -95,12 +91,12 @@ func (o Origin) String() string {
 }
 
 // Validate checks that o names a stream and a schema name Postgres can
-// hold; errors match ErrValidation.
+// hold; errors match ff.ErrValidation.
 func (o Origin) Validate() error {
 	if streamCode(o.Stream) == 0 {
-		return Validationf("stream", "%s: want %q or %q", Excerpt(o.Stream), StreamLeases, StreamCompletions)
+		return ff.Validationf("stream", "%s: want %q or %q", ff.Excerpt(o.Stream), StreamLeases, StreamCompletions)
 	}
-	return CheckText("schema", o.Schema, true, MaxSchemaName)
+	return ff.CheckText("schema", o.Schema, true, maxSchemaName)
 }
 
 func streamCode(s string) byte {
@@ -115,18 +111,18 @@ func streamCode(s string) byte {
 // IsZero reports whether c is the position before every event.
 func (c Cursor) IsZero() bool { return c == Cursor{} }
 
-// Batch returns the snapshot pair of a batch cursor; ok is false for the
+// batchOf returns the snapshot pair of a batch cursor; ok is false for the
 // older forms.
-func (c Cursor) Batch() (b Batch, ok bool) {
+func (c Cursor) batchOf() (b batch, ok bool) {
 	if c.batch == "" {
-		return Batch{}, false
+		return batch{}, false
 	}
-	return Batch{enc: c.batch, origin: c.origin}, true
+	return batch{enc: c.batch, origin: c.origin}, true
 }
 
 // Origin returns the stream the cursor was taken from; ok is false for a
 // cursor that does not say (one of the older forms, or built by
-// Batch.Cursor on a batch without an origin).
+// batch.Cursor on a batch without an origin).
 func (c Cursor) Origin() (o Origin, ok bool) { return c.origin, c.origin != (Origin{}) }
 
 // Bytes returns the opaque binary form.
@@ -166,8 +162,8 @@ func (c Cursor) String() string { return hex.EncodeToString(c.Bytes()) }
 // legacy cursors are not ordered. Origins are not compared.
 func (c Cursor) Less(d Cursor) bool {
 	if c.batch != d.batch && c.batch != "" && d.batch != "" {
-		_, ct := Batch{enc: c.batch}.Snapshots()
-		_, dt := Batch{enc: d.batch}.Snapshots()
+		_, ct := batch{enc: c.batch}.Snapshots()
+		_, dt := batch{enc: d.batch}.Snapshots()
 		if !ct.Equal(dt) {
 			return ct.Before(dt)
 		}
@@ -185,9 +181,9 @@ const cursorHelp = "; a cursor is the hex position a stream gives with each even
 
 // explainCursor adds cursorHelp to a malformed cursor's validation error.
 func explainCursor(err error) error {
-	var ve *ValidationError
+	var ve *ff.ValidationError
 	if errors.As(err, &ve) && ve.Field == "cursor" {
-		return &ValidationError{Field: "cursor", Reason: "not a stream cursor: " + ve.Reason + cursorHelp}
+		return &ff.ValidationError{Field: "cursor", Reason: "not a stream cursor: " + ve.Reason + cursorHelp}
 	}
 	return err
 }
@@ -212,26 +208,26 @@ func decodeCursor(b []byte) (Cursor, error) {
 	case b[0] == cursorTagV1 && len(b) == 17:
 		c := Cursor{Xact: int64(binary.BigEndian.Uint64(b[1:])), EventID: int64(binary.BigEndian.Uint64(b[9:]))}
 		if c.Xact < 0 || c.EventID < 0 {
-			return Cursor{}, Validationf("cursor", "negative position")
+			return Cursor{}, ff.Validationf("cursor", "negative position")
 		}
 		return c, nil
 	case b[0] == cursorTagLegacy && len(b) == 9:
 		c := Cursor{EventID: int64(binary.BigEndian.Uint64(b[1:])), Legacy: true}
 		if c.EventID < 0 {
-			return Cursor{}, Validationf("cursor", "negative event id")
+			return Cursor{}, ff.Validationf("cursor", "negative event id")
 		}
 		return c, nil
 	case b[0] == cursorTagV1 || b[0] == cursorTagLegacy:
-		return Cursor{}, Validationf("cursor", "%d bytes with prefix 0x%02x: wrong length", len(b), b[0])
+		return Cursor{}, ff.Validationf("cursor", "%d bytes with prefix 0x%02x: wrong length", len(b), b[0])
 	default:
-		return Cursor{}, Validationf("cursor", "unknown prefix 0x%02x", b[0])
+		return Cursor{}, ff.Validationf("cursor", "unknown prefix 0x%02x", b[0])
 	}
 }
 
 // decodeOriginCursor decodes the v3 form: the origin, then the v2 form.
 func decodeOriginCursor(b []byte) (Cursor, error) {
 	if len(b) < 2 || int(b[1]) >= len(streamCodes) || b[1] == 0 {
-		return Cursor{}, Validationf("cursor", "batch cursor: unknown stream")
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: unknown stream")
 	}
 	o := Origin{Stream: streamCodes[b[1]]}
 	r := varintReader{b: b[2:]}
@@ -240,11 +236,11 @@ func decodeOriginCursor(b []byte) (Cursor, error) {
 		r.err = fmt.Errorf("truncated schema name")
 	}
 	if r.err != nil {
-		return Cursor{}, Validationf("cursor", "batch cursor: %v", r.err)
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: %v", r.err)
 	}
 	o.Schema, r.b = string(r.b[:n]), r.b[n:]
 	if err := o.Validate(); err != nil {
-		return Cursor{}, Validationf("cursor", "batch cursor: its origin: %v", err)
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: its origin: %v", err)
 	}
 	c, err := decodeBatchCursor(append([]byte{cursorTagBatch}, r.b...))
 	if err != nil {
@@ -252,7 +248,7 @@ func decodeOriginCursor(b []byte) (Cursor, error) {
 	}
 	c.origin = o
 	if !bytes.Equal(c.Bytes(), b) {
-		return Cursor{}, Validationf("cursor", "batch cursor: not in canonical form")
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: not in canonical form")
 	}
 	return c, nil
 }
@@ -261,17 +257,17 @@ func decodeBatchCursor(b []byte) (Cursor, error) {
 	r := varintReader{b: b[1:]}
 	xact, event := r.int(), r.int()
 	if r.err != nil {
-		return Cursor{}, Validationf("cursor", "batch cursor: %v", r.err)
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: %v", r.err)
 	}
 	rest := r.b
 	from, to, err := decodePair(rest)
 	if err != nil {
-		return Cursor{}, Validationf("cursor", "batch cursor: %v", err)
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: %v", err)
 	}
-	bt := NewBatch(from, to)
+	bt := newBatch(from, to)
 	c := bt.Cursor(xact, event)
 	if !bytes.Equal(c.Bytes(), b) {
-		return Cursor{}, Validationf("cursor", "batch cursor: not in canonical form")
+		return Cursor{}, ff.Validationf("cursor", "batch cursor: not in canonical form")
 	}
 	return c, nil
 }
@@ -282,7 +278,7 @@ func ParseCursor(s string) (Cursor, error) {
 	s = strings.TrimSpace(s)
 	b, err := hex.DecodeString(s)
 	if err != nil {
-		return Cursor{}, explainCursor(Validationf("cursor", "%q is not hex: %v", truncate(s, 40), err))
+		return Cursor{}, explainCursor(ff.Validationf("cursor", "%q is not hex: %v", truncate(s, 40), err))
 	}
 	return DecodeCursor(b)
 }
@@ -302,23 +298,23 @@ func (c *Cursor) UnmarshalText(b []byte) error {
 
 // GoString makes cursors readable in test failures.
 func (c Cursor) GoString() string {
-	if b, ok := c.Batch(); ok {
+	if b, ok := c.batchOf(); ok {
 		from, to := b.Snapshots()
 		origin := ""
 		if o, ok := c.Origin(); ok {
 			origin = fmt.Sprintf(", Origin:%s/%s", o.Stream, o.Schema)
 		}
-		return fmt.Sprintf("ff.Cursor{Batch:%s→%s, Xact:%d, EventID:%d%s}", from, to, c.Xact, c.EventID, origin)
+		return fmt.Sprintf("subscribe.Cursor{Batch:%s→%s, Xact:%d, EventID:%d%s}", from, to, c.Xact, c.EventID, origin)
 	}
-	return fmt.Sprintf("ff.Cursor{Xact:%d, EventID:%d, Legacy:%t}", c.Xact, c.EventID, c.Legacy)
+	return fmt.Sprintf("subscribe.Cursor{Xact:%d, EventID:%d, Legacy:%t}", c.Xact, c.EventID, c.Legacy)
 }
 
-// Snapshot is a transaction snapshot as Postgres's pg_current_snapshot()
+// snapshot is a transaction snapshot as Postgres's pg_current_snapshot()
 // returns it: every transaction id below Xmin had finished, none at or
 // above Xmax had started, and Xip lists those in between still running
 // (ascending). Tick numbers the stream tick that recorded it (see package
 // subscribe); 0 when none did.
-type Snapshot struct {
+type snapshot struct {
 	Xmin, Xmax int64
 	Xip        []int64
 	Tick       int64
@@ -326,7 +322,7 @@ type Snapshot struct {
 
 // Visible reports whether transaction x had finished (committed or aborted)
 // when s was taken: its rows, if it committed, are visible in s.
-func (s Snapshot) Visible(x int64) bool {
+func (s snapshot) Visible(x int64) bool {
 	if x < s.Xmin {
 		return true
 	}
@@ -338,13 +334,13 @@ func (s Snapshot) Visible(x int64) bool {
 }
 
 // Equal reports whether s and t are the same snapshot (ticks aside).
-func (s Snapshot) Equal(t Snapshot) bool {
+func (s snapshot) Equal(t snapshot) bool {
 	return s.Xmin == t.Xmin && s.Xmax == t.Xmax && slices.Equal(s.Xip, t.Xip)
 }
 
 // Before reports whether s sees fewer finished transactions than t, for two
 // snapshots of one server (one is then contained in the other).
-func (s Snapshot) Before(t Snapshot) bool {
+func (s snapshot) Before(t snapshot) bool {
 	if s.Xmax != t.Xmax {
 		return s.Xmax < t.Xmax
 	}
@@ -352,7 +348,7 @@ func (s Snapshot) Before(t Snapshot) bool {
 }
 
 // String returns Postgres's text form, xmin:xmax:xip1,xip2.
-func (s Snapshot) String() string {
+func (s snapshot) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatInt(s.Xmin, 10))
 	b.WriteByte(':')
@@ -367,37 +363,37 @@ func (s Snapshot) String() string {
 	return b.String()
 }
 
-// ParseSnapshot parses Postgres's text form of a pg_snapshot.
-func ParseSnapshot(text string) (Snapshot, error) {
+// parseSnapshot parses Postgres's text form of a pg_snapshot.
+func parseSnapshot(text string) (snapshot, error) {
 	parts := strings.Split(strings.TrimSpace(text), ":")
 	if len(parts) != 3 {
-		return Snapshot{}, Validationf("snapshot", "%q: want xmin:xmax:xip", truncate(text, 40))
+		return snapshot{}, ff.Validationf("snapshot", "%q: want xmin:xmax:xip", truncate(text, 40))
 	}
-	var s Snapshot
+	var s snapshot
 	var err error
 	if s.Xmin, err = strconv.ParseInt(parts[0], 10, 64); err != nil {
-		return Snapshot{}, Validationf("snapshot", "%q: xmin: %v", truncate(text, 40), err)
+		return snapshot{}, ff.Validationf("snapshot", "%q: xmin: %v", truncate(text, 40), err)
 	}
 	if s.Xmax, err = strconv.ParseInt(parts[1], 10, 64); err != nil {
-		return Snapshot{}, Validationf("snapshot", "%q: xmax: %v", truncate(text, 40), err)
+		return snapshot{}, ff.Validationf("snapshot", "%q: xmax: %v", truncate(text, 40), err)
 	}
 	if parts[2] != "" {
 		for f := range strings.SplitSeq(parts[2], ",") {
 			x, err := strconv.ParseInt(f, 10, 64)
 			if err != nil {
-				return Snapshot{}, Validationf("snapshot", "%q: xip: %v", truncate(text, 40), err)
+				return snapshot{}, ff.Validationf("snapshot", "%q: xip: %v", truncate(text, 40), err)
 			}
 			s.Xip = append(s.Xip, x)
 		}
 	}
 	slices.Sort(s.Xip)
 	if err := s.check(); err != nil {
-		return Snapshot{}, Validationf("snapshot", "%q: %v", truncate(text, 40), err)
+		return snapshot{}, ff.Validationf("snapshot", "%q: %v", truncate(text, 40), err)
 	}
 	return s, nil
 }
 
-func (s Snapshot) check() error {
+func (s snapshot) check() error {
 	if s.Xmin < 0 || s.Xmax < s.Xmin {
 		return fmt.Errorf("xmin %d, xmax %d out of order", s.Xmin, s.Xmax)
 	}
@@ -409,47 +405,47 @@ func (s Snapshot) check() error {
 	return nil
 }
 
-// Batch is the span of a stream between two snapshots, From and To: the
+// batch is the span of a stream between two snapshots, From and To: the
 // transactions visible in To and not in From. Every committed transaction
 // falls in exactly one batch of a chain of snapshots, which is what makes a
-// stream of batches exactly-once. A Batch is immutable and cheap to copy.
+// stream of batches exactly-once. A batch is immutable and cheap to copy.
 // A batch's cursors record its origin (WithOrigin), if it has one.
-type Batch struct {
+type batch struct {
 	enc    string
 	origin Origin
 }
 
-// NewBatch returns the batch between from and to. to must not be older
+// newBatch returns the batch between from and to. to must not be older
 // than from.
-func NewBatch(from, to Snapshot) Batch {
-	b := appendSnapshot(nil, from, Snapshot{})
+func newBatch(from, to snapshot) batch {
+	b := appendSnapshot(nil, from, snapshot{})
 	b = appendSnapshot(b, to, from)
-	return Batch{enc: string(b)}
+	return batch{enc: string(b)}
 }
 
 // WithOrigin returns b whose cursors record that they were taken from o,
 // which must be valid (Origin.Validate); the zero Origin records nothing.
-func (b Batch) WithOrigin(o Origin) Batch {
+func (b batch) WithOrigin(o Origin) batch {
 	b.origin = o
 	return b
 }
 
 // Snapshots returns the batch's two snapshots.
-func (b Batch) Snapshots() (from, to Snapshot) {
+func (b batch) Snapshots() (from, to snapshot) {
 	from, to, _ = decodePair([]byte(b.enc))
 	return from, to
 }
 
 // Cursor returns the position after the event (xact, eventID) of the batch.
 // Cursor(0, 0) is the position before the batch's first event.
-func (b Batch) Cursor(xact, eventID int64) Cursor {
+func (b batch) Cursor(xact, eventID int64) Cursor {
 	return Cursor{Xact: xact, EventID: eventID, batch: b.enc, origin: b.origin}
 }
 
-// appendSnapshot encodes s relative to base (the zero Snapshot for the
+// appendSnapshot encodes s relative to base (the zero snapshot for the
 // first of a pair): tick, xmin delta, xmax-xmin, count, xip deltas, as
 // uvarints.
-func appendSnapshot(b []byte, s, base Snapshot) []byte {
+func appendSnapshot(b []byte, s, base snapshot) []byte {
 	b = binary.AppendUvarint(b, uint64(s.Tick))
 	b = binary.AppendUvarint(b, uint64(s.Xmin-base.Xmin))
 	b = binary.AppendUvarint(b, uint64(s.Xmax-s.Xmin))
@@ -462,24 +458,24 @@ func appendSnapshot(b []byte, s, base Snapshot) []byte {
 	return b
 }
 
-func decodePair(b []byte) (from, to Snapshot, err error) {
+func decodePair(b []byte) (from, to snapshot, err error) {
 	r := varintReader{b: b}
-	from = r.snapshot(Snapshot{})
+	from = r.snapshot(snapshot{})
 	to = r.snapshot(from)
 	switch {
 	case r.err != nil:
-		return Snapshot{}, Snapshot{}, r.err
+		return snapshot{}, snapshot{}, r.err
 	case len(r.b) != 0:
-		return Snapshot{}, Snapshot{}, fmt.Errorf("%d trailing bytes", len(r.b))
+		return snapshot{}, snapshot{}, fmt.Errorf("%d trailing bytes", len(r.b))
 	}
 	if err := from.check(); err != nil {
-		return Snapshot{}, Snapshot{}, err
+		return snapshot{}, snapshot{}, err
 	}
 	if err := to.check(); err != nil {
-		return Snapshot{}, Snapshot{}, err
+		return snapshot{}, snapshot{}, err
 	}
 	if to.Xmax < from.Xmax {
-		return Snapshot{}, Snapshot{}, fmt.Errorf("the newer snapshot is older than the first")
+		return snapshot{}, snapshot{}, fmt.Errorf("the newer snapshot is older than the first")
 	}
 	return from, to, nil
 }
@@ -511,8 +507,8 @@ func (r *varintReader) add(a, d int64) int64 {
 	return a + d
 }
 
-func (r *varintReader) snapshot(base Snapshot) Snapshot {
-	var s Snapshot
+func (r *varintReader) snapshot(base snapshot) snapshot {
+	var s snapshot
 	s.Tick = r.int()
 	s.Xmin = r.add(base.Xmin, r.int())
 	s.Xmax = r.add(s.Xmin, r.int())
@@ -521,7 +517,7 @@ func (r *varintReader) snapshot(base Snapshot) Snapshot {
 		r.err = fmt.Errorf("truncated in-progress list")
 	}
 	if r.err != nil {
-		return Snapshot{}
+		return snapshot{}
 	}
 	if n > 0 {
 		s.Xip = make([]int64, n)
