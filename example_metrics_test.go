@@ -43,7 +43,7 @@ func Example_metrics() {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(workers.MetricViews()...))
 	cfg := ffriver.Config{
 		Schema:        schema,
-		Scanners:      map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
+		Scanners:      map[string]workers.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
 		MeterProvider: mp,
 	}
 	store, err := executions.Open(ctx, pool, executions.Config{Schema: schema})

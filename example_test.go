@@ -89,7 +89,7 @@ func Example_embed() {
 	f, err := ffriver.New(ctx, pool, ffriver.Config{
 		Schema:      schema,
 		RiverSchema: appSchema,
-		Scanners:    map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
+		Scanners:    map[string]ffworkers.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -176,7 +176,7 @@ func ExampleRun() {
 	go func() {
 		done <- ffriver.Run(runCtx, pool, ffriver.Config{
 			Schema:   schema,
-			Scanners: map[string]scanners.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
+			Scanners: map[string]ffworkers.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},
 		}, ffriver.RunOptions{Name: "example", Process: ffriver.ProcessOptions{
 			Role: ffriver.Scheduler, Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 4},
 		}})

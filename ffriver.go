@@ -79,10 +79,10 @@ type Config struct {
 	// with the same filter work exactly these jobs.
 	Filter ff.Filter
 	// Scanners overrides settings by scanner name; zero fields keep the
-	// defaults (scanners.Settings says which), scanners.NoSweep turns a
+	// defaults (workers.Settings says which), workers.NoSweep turns a
 	// scanner's scan cursors off. Naming an unregistered scanner is an
 	// error.
-	Scanners map[string]scanners.Settings
+	Scanners map[string]workers.Settings
 	// Plugins are scanners of your own with their item kinds, registered
 	// after the built-ins exactly as they are (workers.Builtins).
 	Plugins []workers.Plugin
@@ -244,7 +244,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	}
 	var plugins []workers.Plugin
 	if !cfg.NoBuiltins {
-		plugins = workers.Builtins(scanners.BuiltinOptions{OutboxRetention: cfg.OutboxRetention, ExecutionRetention: cfg.ExecutionRetention})
+		plugins = scanners.Builtins(scanners.BuiltinOptions{OutboxRetention: cfg.OutboxRetention, ExecutionRetention: cfg.ExecutionRetention})
 	}
 	plugins = append(plugins, cfg.Plugins...)
 	env := workers.NewEnv(store, cfg.Logger)

@@ -18,15 +18,17 @@ import (
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
-func fastScanners() map[string]scanners.Settings {
-	m := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
-		m[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond}
+func fastScanners() map[string]workers.Settings {
+	m := map[string]workers.Settings{}
+	for _, b := range scanners.Builtins(scanners.BuiltinOptions{}) {
+		s := b.Scanner
+		m[s.Name()] = workers.Settings{Interval: 50 * time.Millisecond}
 	}
 	return m
 }
@@ -136,7 +138,7 @@ func TestNewRefusesWrongSchema(t *testing.T) {
 	if n, err := ffriver.Verify(ctx, db.Pool, db.Schema, 0); err != nil || n != 8 {
 		t.Errorf("Verify = %d, %v", n, err)
 	}
-	_, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Scanners: map[string]scanners.Settings{"atempt_timeout": {Batch: 5}}})
+	_, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Scanners: map[string]workers.Settings{"atempt_timeout": {Batch: 5}}})
 	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "atempt_timeout") {
 		t.Errorf("typo in scanner settings: %v", err)
 	}
@@ -274,7 +276,7 @@ func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
 		"outbox_retention":    {OutboxRetention: -time.Hour},
 		"execution_retention": {ExecutionRetention: -time.Hour},
 		"job_timeout":         {JobTimeout: -time.Second},
-		"sweep":               {Scanners: map[string]scanners.Settings{scanners.AttemptTimeout: {Sweep: -2 * time.Second}}},
+		"sweep":               {Scanners: map[string]workers.Settings{scanners.AttemptTimeout: {Sweep: -2 * time.Second}}},
 	} {
 		cfg.Schema = db.Schema
 		if _, err := ffriver.New(ctx, db.Pool, cfg); !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "negative") {
@@ -283,7 +285,7 @@ func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
 	}
 
 	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema,
-		Scanners: map[string]scanners.Settings{scanners.AttemptTimeout: {Sweep: scanners.NoSweep}, scanners.DelayedPromoter: {Batch: 7}}})
+		Scanners: map[string]workers.Settings{scanners.AttemptTimeout: {Sweep: workers.NoSweep}, scanners.DelayedPromoter: {Batch: 7}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
@@ -73,7 +72,7 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 		if err := reader.Collect(ctx, &rm); err != nil {
 			t.Fatal(err)
 		}
-		set := attribute.NewSet(workers.LabelScanner.String(scanners.AttemptTimeout), workers.LabelOutcome.String(string(actions.Processed)))
+		set := attribute.NewSet(workers.LabelScanner.String(scanners.AttemptTimeout), workers.LabelOutcome.String(string(workers.Processed)))
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
 				if m.Name != workers.MetricItems {
@@ -106,7 +105,7 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 			attrs[kv.Key] = kv.Value.String()
 		}
 		if !want[attrs[workers.AttrExecutionID]] || attrs[workers.AttrScanner] != scanners.AttemptTimeout ||
-			attrs[workers.AttrOutcome] != string(actions.Processed) {
+			attrs[workers.AttrOutcome] != string(workers.Processed) {
 			t.Errorf("item span attributes %v", attrs)
 		}
 		if !s.Parent().IsValid() {
@@ -125,7 +124,7 @@ func TestConsumerGauges(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, MeterProvider: mp, OutboxRetention: time.Millisecond,
-		Scanners: map[string]scanners.Settings{scanners.OutboxRetention: {Interval: 50 * time.Millisecond}}})
+		Scanners: map[string]workers.Settings{scanners.OutboxRetention: {Interval: 50 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}

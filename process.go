@@ -260,7 +260,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, o RunOptions) erro
 	pl := f.Pipeline()
 	p.logger.Info(o.Name+" started", append([]any{"schema", f.Store().Schema(), "partitions", int(f.Store().Partitions()),
 		"pool_max_conns", pool.Config().MaxConns,
-		"scan_queue", pl.ScanQueue(), "apply_queue", pl.ApplyQueue(), "scanners", pl.Registry().Names()}, o.Started...)...)
+		"scan_queue", pl.ScanQueue(), "apply_queue", pl.ApplyQueue(), "scanners", pl.ScannerNames()}, o.Started...)...)
 	return p.Run(ctx, beforeStop)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver/internal/upstream"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -34,13 +35,13 @@ func upID(id ff.ExecutionID) upstream.ID { return upstream.ID{Partition: id.Part
 
 // scan runs one scan of scanner s over partition part and returns its
 // items.
-func (f *fixture) scan(s scanners.Scanner, part int16) []river.JobArgs {
+func (f *fixture) scan(s workers.Scanner, part int16) []river.JobArgs {
 	f.t.Helper()
-	params, err := scanners.ParamsOf(s)
+	params, err := workers.ParamsOf(s)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	res, err := s.Scan(f.ctx, f.db.Pool, scanners.ScanRequest{Store: f.st, Partition: part, NowMs: f.clock.NowMs(), Limit: 1000, Params: params})
+	res, err := s.Scan(f.ctx, f.db.Pool, workers.ScanRequest{Store: f.st, Partition: part, NowMs: f.clock.NowMs(), Limit: 1000, Params: params})
 	if err != nil {
 		f.t.Fatalf("%s: Scan: %v", s.Name(), err)
 	}
@@ -49,7 +50,7 @@ func (f *fixture) scan(s scanners.Scanner, part int16) []river.JobArgs {
 
 // scanned reports whether scanner s's scan of id's partition has an item
 // for id.
-func (f *fixture) scanned(s scanners.Scanner, id ff.ExecutionID) bool {
+func (f *fixture) scanned(s workers.Scanner, id ff.ExecutionID) bool {
 	f.t.Helper()
 	for _, it := range f.scan(s, id.Partition) {
 		var got ff.ExecutionID
@@ -414,8 +415,8 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 		t.Errorf("hops %+v of an upstream of unknown outcome", hops)
 	}
 	dep := scanners.NewDependencyScanner(0)
-	params, _ := scanners.ParamsOf(dep)
-	un, err := dep.Unprocessable(f.ctx, f.db.Pool, scanners.DueRequest{Store: f.st, NowMs: f.clock.NowMs(), Params: params})
+	params, _ := workers.ParamsOf(dep)
+	un, err := dep.Unprocessable(f.ctx, f.db.Pool, workers.DueRequest{Store: f.st, NowMs: f.clock.NowMs(), Params: params})
 	if err != nil {
 		t.Fatal(err)
 	}

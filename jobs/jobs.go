@@ -182,10 +182,10 @@ type TickArgs struct {
 	Scanner string `json:"scanner"`
 	// Batch is the most candidates one scan selects.
 	Batch int `json:"batch"`
-	// Params are the scanner's own settings (see scanners.ParamsProvider).
+	// Params are the scanner's own settings (see workers.ParamsProvider).
 	Params json.RawMessage `json:"params,omitempty"`
 	Filter *Filter         `json:"filter,omitempty"`
-	// SweepMs is the scanner's sweep period (scanners.Settings.Sweep) in
+	// SweepMs is the scanner's sweep period (workers.Settings.Sweep) in
 	// milliseconds; 0: no scan cursor, every scan starts from the beginning.
 	SweepMs int64 `json:"sweep_ms,omitempty"`
 }

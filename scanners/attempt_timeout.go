@@ -6,6 +6,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -19,8 +20,8 @@ type AttemptTimeoutScanner struct{}
 func (AttemptTimeoutScanner) Name() string { return AttemptTimeout }
 
 // Defaults implements Scanner.
-func (AttemptTimeoutScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
+func (AttemptTimeoutScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
 // Due implements Scanner: the expired leases Scan returns, counted with
@@ -28,7 +29,7 @@ func (AttemptTimeoutScanner) Defaults() Settings {
 // execution's running one is never scanned: see Unprocessable), at most
 // req.Cap per partition in lease order (ff_attempt_lease_expiry_idx), after
 // a gate on the oldest expired lease (ff_attempt_lease_due_idx).
-func (AttemptTimeoutScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (AttemptTimeoutScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	return dueExec(ctx, q, req, attemptTimeoutDue, req.NowMs)
 }
 
@@ -43,7 +44,7 @@ var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_
 // unknown lifecycle_phase, and leases left on attempts that are not their
 // execution's running one (ffriver clears the lease of every attempt it
 // ends).
-func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return audit(ctx, q, req, req.NowMs, "a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms, c.lifecycle_phase, c.attempt_index AS current_attempt_index",
 		`FROM {S}ff_attempt a
   LEFT JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
@@ -57,13 +58,13 @@ func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q Querier, req D
 }
 
 // Scan implements Scanner.
-func (AttemptTimeoutScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
-	return ScanExecutions(ctx, q, req, `
+func (AttemptTimeoutScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
+	return workers.ScanExecutions(ctx, q, req, `
 SELECT a.execution_id, a.lease_expires_at_ms, a.attempt_index
 FROM {S}ff_attempt a
 JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
 WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2
-  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+ExecFilterSQL+`
+  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+workers.ExecFilterSQL+`
   AND ($6::bigint IS NULL OR (a.lease_expires_at_ms, a.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY a.lease_expires_at_ms, a.execution_id
 LIMIT $8`, func(id ff.ExecutionID, attempt int32) river.JobArgs {

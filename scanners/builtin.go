@@ -1,6 +1,10 @@
 package scanners
 
-import "time"
+import (
+	"time"
+
+	"github.com/ffriver/ffriver/workers"
+)
 
 // Names of the built-in scanners.
 const (
@@ -41,8 +45,8 @@ type BuiltinOptions struct {
 	ExecutionRetention time.Duration
 }
 
-// Builtins returns the built-in scanners with their defaults, in the order
-// they are registered: attempt_timeout, delayed_promoter and
+// builtinScanners returns the built-in scanners with their defaults, in the
+// order they are registered: attempt_timeout, delayed_promoter and
 // execution_deadline (every second, batch 1,000), edge_cancel_dispatcher
 // (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50),
 // outbox_retention (every minute, batch 1,000, events older than
@@ -50,9 +54,9 @@ type BuiltinOptions struct {
 // uncounted DefaultDependencyStale after their upstream became terminal)
 // and execution_retention (every minute, batch 1,000, terminal executions
 // older than o.ExecutionRetention). Their item kinds and actions are
-// registered with them by workers.Builtins.
-func Builtins(o BuiltinOptions) []Scanner {
-	return []Scanner{
+// registered with them (Builtins).
+func builtinScanners(o BuiltinOptions) []workers.Scanner {
+	return []workers.Scanner{
 		AttemptTimeoutScanner{},
 		DelayedPromoterScanner{},
 		ExecutionDeadlineScanner{},

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -20,8 +21,8 @@ type DelayedPromoterScanner struct{}
 func (DelayedPromoterScanner) Name() string { return DelayedPromoter }
 
 // Defaults implements Scanner.
-func (DelayedPromoterScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
+func (DelayedPromoterScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
 // Due implements Scanner: the delayed executions Scan returns, counted
@@ -29,7 +30,7 @@ func (DelayedPromoterScanner) Defaults() Settings {
 // blocked by its dependencies is not due: it waits for its flow), at most
 // req.Cap per partition in due order (ff_exec_core_delay_idx), after a
 // gate on the oldest (ff_exec_core_delay_due_idx).
-func (DelayedPromoterScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (DelayedPromoterScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	return dueExec(ctx, q, req, delayedPromoterDue, req.NowMs)
 }
 
@@ -44,7 +45,7 @@ var delayedPromoterDue = dueShape{part: "c.partition_key", due: "c.delay_until_m
 // executions not eligible until a time that is in neither delay_until_ms
 // nor where upstream writes one (migration 0010 reads those): no scan can
 // tell when they are due.
-func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return audit(ctx, q, req, req.NowMs, "c.partition_key, c.execution_id, c.delay_until_ms, c.lifecycle_phase, c.eligibility_state",
 		`FROM {S}ff_exec_core c WHERE ((c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= {AT})
   OR (c.eligibility_state = 'not_eligible_until_time' AND c.delay_until_ms IS NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')))`, "c",
@@ -57,12 +58,12 @@ func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q Querier, req 
 }
 
 // Scan implements Scanner.
-func (DelayedPromoterScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
-	return ScanExecutions(ctx, q, req, `
+func (DelayedPromoterScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
+	return workers.ScanExecutions(ctx, q, req, `
 SELECT c.execution_id, c.delay_until_ms, 0
 FROM {S}ff_exec_core c
 WHERE c.partition_key = $1 AND c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $2
-  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+ExecFilterSQL+`
+  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+workers.ExecFilterSQL+`
   AND ($6::bigint IS NULL OR (c.delay_until_ms, c.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY c.delay_until_ms, c.execution_id
 LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs {

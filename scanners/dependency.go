@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 )
 
@@ -50,8 +51,8 @@ func NewDependencyScanner(stale time.Duration) *DependencyScanner {
 func (*DependencyScanner) Name() string { return Dependency }
 
 // Defaults implements Scanner: every 5 s, batch 1,000.
-func (*DependencyScanner) Defaults() Settings {
-	return Settings{Interval: 5 * time.Second, Batch: DefaultBatch}
+func (*DependencyScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: 5 * time.Second, Batch: DefaultBatch}
 }
 
 // Params implements ParamsProvider: the staleness threshold travels with
@@ -78,7 +79,7 @@ func hopDueSQL() string {
 // predicate and filter of Scan, at most req.Cap per partition in the order
 // of ff_edge_hop_due_idx, after a gate that takes any due hop (the index
 // holds only hops not counted yet).
-func (s *DependencyScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (s *DependencyScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func dependencyDue() dueShape {
 // upstream whose outcome is recorded nowhere (its public_state names none
 // and it has no completion event): counting one as a failure, or as
 // anything, could resolve its group wrongly.
-func (s *DependencyScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (s *DependencyScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
 		return nil, err
@@ -131,17 +132,17 @@ type hopCursor struct {
 }
 
 // Scan implements Scanner: due hops of one partition, oldest first.
-func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+func (s *DependencyScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
 	cutoff, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil {
-		return ScanResult{}, err
+		return workers.ScanResult{}, err
 	}
 	var afterMs *int64
 	var afterEdge *uuid.UUID
 	if len(req.After) > 0 {
 		var c hopCursor
 		if err := json.Unmarshal(req.After, &c); err != nil {
-			return ScanResult{}, ff.Validationf("after", "not a dependency scan cursor: %v", err)
+			return workers.ScanResult{}, ff.Validationf("after", "not a dependency scan cursor: %v", err)
 		}
 		afterMs, afterEdge = &c.Ms, &c.Edge
 	}
@@ -149,28 +150,28 @@ func (s *DependencyScanner) Scan(ctx context.Context, q Querier, req ScanRequest
 	rows, err := q.Query(ctx, req.SQL(`SELECT e.upstream_eid, e.flow_id, e.downstream_eid, `+hopOutcomeSQL()+`, e.upstream_terminal_at_ms, e.edge_id
 		FROM {S}ff_edge e
 		JOIN {S}ff_exec_core c ON c.partition_key = e.partition_key AND c.execution_id = e.upstream_eid
-		WHERE e.partition_key = $1 AND `+hopDueSQL()+ExecFilterSQL+`
+		WHERE e.partition_key = $1 AND `+hopDueSQL()+workers.ExecFilterSQL+`
 		  AND ($6::bigint IS NULL OR (e.upstream_terminal_at_ms, e.edge_id) > ($6::bigint, $7::uuid))
 		ORDER BY e.upstream_terminal_at_ms, e.edge_id
 		LIMIT $8`), req.Partition, cutoff, ns, tk, tv, afterMs, afterEdge, req.Limit)
 	if err != nil {
-		return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
+		return workers.ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
 	}
 	defer rows.Close()
-	var res ScanResult
+	var res workers.ScanResult
 	var last hopCursor
 	for rows.Next() {
 		var up, flow, down uuid.UUID
 		var outcome string
 		if err := rows.Scan(&up, &flow, &down, &outcome, &last.Ms, &last.Edge); err != nil {
-			return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
+			return workers.ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
 		}
 		res.Candidates++
 		res.Items = append(res.Items, jobs.AdvanceArgs{Upstream: ff.ExecutionID{Partition: req.Partition, UUID: up},
 			FlowID: flow, Downstream: down, Outcome: outcome})
 	}
 	if err := rows.Err(); err != nil {
-		return ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
+		return workers.ScanResult{}, dbutil.MapErr(err, "scanning due flow hops")
 	}
 	if res.Candidates > 0 {
 		res.Next, _ = json.Marshal(last)

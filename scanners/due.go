@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -69,7 +71,7 @@ func dueLimit(limit int) any {
 
 // capDue applies cap to counts of up to cap+1 rows read: a count past the
 // cap becomes the cap, Capped.
-func capDue(due []Due, limit int) []Due {
+func capDue(due []workers.Due, limit int) []workers.Due {
 	if limit <= 0 {
 		return due
 	}
@@ -89,19 +91,19 @@ func capDue(due []Due, limit int) []Due {
 // every due row of the partition before the limit: all 100,000 of a
 // backlog in one partition. The sorts it turns off would make JIT compile
 // the statement (tens of milliseconds), so JIT is off too.
-func dueRead(ctx context.Context, q Querier, sql string, args []any, read func(pgx.Rows) error) error {
+func dueRead(ctx context.Context, q workers.Querier, sql string, args []any, read func(pgx.Rows) error) error {
 	return dbutil.MapErr(dbutil.ScopedRead(ctx, q, dbutil.PlannerSettings, sql, args, read), "due partitions")
 }
 
 // dueExec runs a bounded Due statement (boundedDueSQL) with $1 first (the
 // time bound; for the pending cancel groups, whether only flagged ones) and
 // the filter's parameters as dueExecFilterSQL takes them.
-func dueExec(ctx context.Context, q Querier, req DueRequest, sh dueShape, first any) ([]Due, error) {
-	ns, tk, tv := filterArgs(req.Filter)
-	var due []Due
+func dueExec(ctx context.Context, q workers.Querier, req workers.DueRequest, sh dueShape, first any) ([]workers.Due, error) {
+	ns, tk, tv := actions.FilterParams(req.Filter)
+	var due []workers.Due
 	err := dueRead(ctx, q, req.SQL(boundedDueSQL(sh)), []any{first, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
 		func(rows pgx.Rows) (err error) {
-			due, err = collectDue(rows)
+			due, err = workers.CollectDue(rows)
 			return err
 		})
 	return capDue(due, req.Cap), err

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -25,24 +26,24 @@ type EdgeCancelDispatcherScanner struct{}
 func (EdgeCancelDispatcherScanner) Name() string { return EdgeCancelDispatcher }
 
 // Defaults implements Scanner.
-func (EdgeCancelDispatcherScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: 50}
+func (EdgeCancelDispatcherScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: time.Second, Batch: 50}
 }
 
 // Due implements Scanner: the flagged (or orphan) pending groups Scan
 // returns, with its filter; groups whose flag is cleared are the
 // reconciler's.
-func (EdgeCancelDispatcherScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (EdgeCancelDispatcherScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	return dueGroups(ctx, q, req, true)
 }
 
 // Unprocessable implements Auditor: pending groups in partitions outside
 // the schema's count.
-func (EdgeCancelDispatcherScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (EdgeCancelDispatcherScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return auditGroups(ctx, q, req)
 }
 
 // Scan implements Scanner.
-func (EdgeCancelDispatcherScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+func (EdgeCancelDispatcherScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
 	return scanGroups(ctx, q, req, true, func(k jobs.GroupKey) river.JobArgs { return jobs.CancelGroupArgs{GroupKey: k} })
 }

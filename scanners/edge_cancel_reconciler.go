@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -21,22 +22,22 @@ type EdgeCancelReconcilerScanner struct{}
 func (EdgeCancelReconcilerScanner) Name() string { return EdgeCancelReconciler }
 
 // Defaults implements Scanner.
-func (EdgeCancelReconcilerScanner) Defaults() Settings {
-	return Settings{Interval: 10 * time.Second, Batch: 50}
+func (EdgeCancelReconcilerScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: 10 * time.Second, Batch: 50}
 }
 
 // Due implements Scanner: every pending group Scan returns, with its filter.
-func (EdgeCancelReconcilerScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (EdgeCancelReconcilerScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	return dueGroups(ctx, q, req, false)
 }
 
 // Unprocessable implements Auditor: pending groups in partitions outside
 // the schema's count.
-func (EdgeCancelReconcilerScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (EdgeCancelReconcilerScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return auditGroups(ctx, q, req)
 }
 
 // Scan implements Scanner.
-func (EdgeCancelReconcilerScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+func (EdgeCancelReconcilerScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
 	return scanGroups(ctx, q, req, false, func(k jobs.GroupKey) river.JobArgs { return jobs.ReconcileGroupArgs{GroupKey: k} })
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -18,8 +19,8 @@ type ExecutionDeadlineScanner struct{}
 func (ExecutionDeadlineScanner) Name() string { return ExecutionDeadline }
 
 // Defaults implements Scanner.
-func (ExecutionDeadlineScanner) Defaults() Settings {
-	return Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
+func (ExecutionDeadlineScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: time.Second, Batch: DefaultBatch, Sweep: DefaultSweep}
 }
 
 // Due implements Scanner, with Scan's predicate and filter, at most
@@ -27,7 +28,7 @@ func (ExecutionDeadlineScanner) Defaults() Settings {
 // after a gate on the oldest (ff_exec_core_deadline_due_idx). An execution
 // in an unknown lifecycle_phase is due and processed: it expires like any
 // non-terminal one.
-func (ExecutionDeadlineScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (ExecutionDeadlineScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	return dueExec(ctx, q, req, executionDeadlineDue, req.NowMs)
 }
 
@@ -37,19 +38,19 @@ var executionDeadlineDue = dueShape{part: "c.partition_key", due: "c.deadline_at
 
 // Unprocessable implements Auditor: passed deadlines in partitions outside
 // the schema's count.
-func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return audit(ctx, q, req, req.NowMs, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
 		`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < {AT}`, "c",
 		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 
 // Scan implements Scanner.
-func (ExecutionDeadlineScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
-	return ScanExecutions(ctx, q, req, `
+func (ExecutionDeadlineScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
+	return workers.ScanExecutions(ctx, q, req, `
 SELECT c.execution_id, c.deadline_at_ms, 0
 FROM {S}ff_exec_core c
 WHERE c.partition_key = $1 AND c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms < $2
-  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')`+ExecFilterSQL+`
+  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')`+workers.ExecFilterSQL+`
   AND ($6::bigint IS NULL OR (c.deadline_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY c.deadline_at_ms, c.execution_id
 LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs {

@@ -9,6 +9,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -79,8 +80,8 @@ func (*ExecutionRetentionScanner) Name() string { return ExecutionRetention }
 
 // Defaults implements Scanner: every minute, batch 1,000; disabled when
 // executions are kept forever.
-func (s *ExecutionRetentionScanner) Defaults() Settings {
-	return Settings{Interval: time.Minute, Batch: DefaultBatch, Disabled: s.retention == KeepExecutions}
+func (s *ExecutionRetentionScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: time.Minute, Batch: DefaultBatch, Disabled: s.retention == KeepExecutions}
 }
 
 // retentionParams are the execution_retention scanner's params: the
@@ -142,16 +143,16 @@ func (s *ExecutionRetentionScanner) cutoff(params json.RawMessage, now int64) (i
 // belong to flows that stay: its removal job examines them in batches and
 // goes on past them, as RemoveExecutions does. Its Count is then the
 // removable ones among those read, and the oldest theirs.
-func (s *ExecutionRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (s *ExecutionRetentionScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	cutoff, keep, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil || keep {
 		return nil, err
 	}
 	ns, tk, tv := actions.FilterParams(req.Filter)
-	var out []Due
+	var out []workers.Due
 	err = dueRead(ctx, q, req.SQL(retentionDueSQL()), []any{cutoff, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)}, func(rows pgx.Rows) error {
 		for rows.Next() {
-			var d Due
+			var d workers.Due
 			var removable, read, tombstones int64
 			var oldest *int64
 			if err := rows.Scan(&d.Partition, &removable, &read, &oldest, &tombstones); err != nil {
@@ -203,7 +204,7 @@ WHERE x.read + y.n > 0`
 // Unprocessable implements Auditor: terminal executions without
 // terminal_at_ms (written by hand): retention cannot tell their age and
 // keeps them.
-func (s *ExecutionRetentionScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (s *ExecutionRetentionScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	if _, keep, err := s.cutoff(req.Params, req.NowMs); err != nil || keep {
 		return nil, err
 	}
@@ -216,11 +217,11 @@ func (s *ExecutionRetentionScanner) Unprocessable(ctx context.Context, q Querier
 
 // Scan implements Scanner: one removal job for the partition, which works
 // through it in batches of req.Limit.
-func (s *ExecutionRetentionScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+func (s *ExecutionRetentionScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
 	cutoff, keep, err := s.cutoff(req.Params, req.NowMs)
 	if err != nil || keep {
-		return ScanResult{}, err
+		return workers.ScanResult{}, err
 	}
-	return ScanResult{Items: []river.JobArgs{jobs.RemoveExecutionsArgs{Partition: req.Partition, CutoffMs: cutoff, Limit: req.Limit,
+	return workers.ScanResult{Items: []river.JobArgs{jobs.RemoveExecutionsArgs{Partition: req.Partition, CutoffMs: cutoff, Limit: req.Limit,
 		Filter: jobs.FilterOf(req.Filter)}}}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 )
 
 // A scanner is only what is due: the execution_deadline scanner's Due counts
@@ -39,11 +40,11 @@ func TestExecutionDeadlineDueAndKeysetScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := scanners.ExecutionDeadlineScanner{}
-	if due, err := sc.Due(ctx, s.Pool, scanners.DueRequest{Store: st, NowMs: clock.NowMs()}); err != nil || len(due) != 0 {
+	if due, err := sc.Due(ctx, s.Pool, workers.DueRequest{Store: st, NowMs: clock.NowMs()}); err != nil || len(due) != 0 {
 		t.Fatalf("before the deadline: due %v, %v", due, err)
 	}
 	clock.Advance(2 * time.Second)
-	due, err := sc.Due(ctx, s.Pool, scanners.DueRequest{Store: st, NowMs: clock.NowMs()})
+	due, err := sc.Due(ctx, s.Pool, workers.DueRequest{Store: st, NowMs: clock.NowMs()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestExecutionDeadlineDueAndKeysetScan(t *testing.T) {
 	// Batches of 3, filtered to tenant-a: 3, then the last 1 after the cursor.
 	filter := ff.Filter{Namespace: "tenant-a"}
 	got := map[ff.ExecutionID]bool{}
-	req := scanners.ScanRequest{Store: st, Partition: due[0].Partition, NowMs: clock.NowMs(), Limit: 3, Filter: filter}
+	req := workers.ScanRequest{Store: st, Partition: due[0].Partition, NowMs: clock.NowMs(), Limit: 3, Filter: filter}
 	for _, wantCandidates := range []int{3, 1} {
 		res, err := sc.Scan(ctx, s.Pool, req)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 )
 
 // DefaultOutboxRetention is how long outbox events are kept by default.
@@ -82,8 +83,8 @@ func ageCutoff(scanner string, def time.Duration, params json.RawMessage, now in
 func (*OutboxRetentionScanner) Name() string { return OutboxRetention }
 
 // Defaults implements Scanner.
-func (*OutboxRetentionScanner) Defaults() Settings {
-	return Settings{Interval: time.Minute, Batch: DefaultBatch}
+func (*OutboxRetentionScanner) Defaults() workers.Settings {
+	return workers.Settings{Interval: time.Minute, Batch: DefaultBatch}
 }
 
 // Params implements ParamsProvider: the retention travels in the job args.
@@ -134,7 +135,7 @@ type retentionWork struct {
 // than the cutoff in the DEFAULT partition (that the filter matches), or,
 // in an unfiltered deployment, time partitions to create or to drop
 // (outbox.PartitionsDue).
-func (s *OutboxRetentionScanner) work(ctx context.Context, q Querier, st *executions.Store, f ff.Filter, params json.RawMessage, now int64) (tables []retentionWork, cutoff int64, err error) {
+func (s *OutboxRetentionScanner) work(ctx context.Context, q workers.Querier, st *executions.Store, f ff.Filter, params json.RawMessage, now int64) (tables []retentionWork, cutoff int64, err error) {
 	ns, tag, ok := eventFilter(f)
 	if !ok {
 		return nil, 0, nil
@@ -152,7 +153,7 @@ func (s *OutboxRetentionScanner) work(ctx context.Context, q Querier, st *execut
 			return nil, 0, err
 		}
 		var old bool
-		if err := q.QueryRow(ctx, schemaSQL(st, `SELECT EXISTS (SELECT 1 FROM {S}`+outbox.DefaultPartition(table)+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
+		if err := q.QueryRow(ctx, dbutil.Schema(st.Schema()).SQL(`SELECT EXISTS (SELECT 1 FROM {S}`+outbox.DefaultPartition(table)+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
 			cutoff, ns, tag).Scan(&old); err != nil {
 			return nil, 0, dbutil.MapErr(err, "looking for old events")
 		}
@@ -173,12 +174,12 @@ func (s *OutboxRetentionScanner) work(ctx context.Context, q Querier, st *execut
 // DEFAULT partition's BRIN index on occurred_at_ms; ff_outbox_partition),
 // counting the tables with retention work: a table that only needs
 // partitions created ahead is maintenance, not backlog, and counts 0.
-func (s *OutboxRetentionScanner) Due(ctx context.Context, q Querier, req DueRequest) ([]Due, error) {
+func (s *OutboxRetentionScanner) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
 	tables, _, err := s.work(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
 	if err != nil || len(tables) == 0 {
 		return nil, err
 	}
-	return []Due{{Partition: 0, Count: oldTables(tables)}}, nil
+	return []workers.Due{{Partition: 0, Count: oldTables(tables)}}, nil
 }
 
 // oldTables counts the tables with retention work.
@@ -194,13 +195,13 @@ func oldTables(tables []retentionWork) int64 {
 
 // Scan implements Scanner: one retention pass (ff.trim_outbox) per table
 // with work.
-func (s *OutboxRetentionScanner) Scan(ctx context.Context, q Querier, req ScanRequest) (ScanResult, error) {
+func (s *OutboxRetentionScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
 	tables, cutoff, err := s.work(ctx, q, req.Store, req.Filter, req.Params, req.NowMs)
 	if err != nil {
-		return ScanResult{}, err
+		return workers.ScanResult{}, err
 	}
 	ns, tag, _ := eventFilter(req.Filter)
-	res := ScanResult{Candidates: int(oldTables(tables))}
+	res := workers.ScanResult{Candidates: int(oldTables(tables))}
 	for _, t := range tables {
 		res.Items = append(res.Items, jobs.TrimOutboxArgs{Table: t.table, CutoffMs: cutoff, Limit: req.Limit, PartitionMs: t.widthMs, Namespace: ns, InstanceTag: tag})
 	}
@@ -219,7 +220,7 @@ const heldCountLimit = 100_000
 // nobody runs any more holds retention back this way until its maximum lag
 // (a week by default); the set's reason names it and the command that
 // drops it. Counts stop at 100,000 per consumer.
-func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error) {
+func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	ns, tag, ok := eventFilter(req.Filter)
 	if !ok {
 		return nil, nil
@@ -228,14 +229,14 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q Querier, r
 	if err != nil {
 		return nil, err
 	}
-	var out []Unprocessable
+	var out []workers.Unprocessable
 	for _, stream := range []string{subscribe.StreamLeases, subscribe.StreamCompletions} {
 		table, err := subscribe.StreamTable(stream)
 		if err != nil {
 			return nil, err
 		}
 		held := `FROM {S}` + table + ` x WHERE x.occurred_at_ms < $1` + eventFilterSQL + ` AND ` + outbox.UnackedSQL
-		rows, err := q.Query(ctx, schemaSQL(req.Store, `SELECT c.name, $4 - c.position_at_ms, c.max_lag_ms,
+		rows, err := q.Query(ctx, dbutil.Schema(req.Store.Schema()).SQL(`SELECT c.name, $4 - c.position_at_ms, c.max_lag_ms,
 			(SELECT count(*) FROM (SELECT 1 `+held+` LIMIT `+fmt.Sprint(heldCountLimit)+`) h)
 			FROM {S}ff_stream_consumer c
 			WHERE c.stream = $5 AND c.position_at_ms < $1 AND c.position_at_ms >= $4 - c.max_lag_ms
@@ -257,7 +258,7 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q Querier, r
 			if n >= heldCountLimit {
 				count = "at least " + count
 			}
-			out = append(out, Unprocessable{
+			out = append(out, workers.Unprocessable{
 				Reason: fmt.Sprintf("%s events of the %s stream older than the retention (%s) kept for consumer %q, whose position is %s old "+
 					"(retention waits for it until %s): if nobody runs it any more, `ffctl consumer drop --stream %s %s` releases them",
 					count, stream, time.Duration(req.NowMs-cutoff)*time.Millisecond, name, time.Duration(lagMs)*time.Millisecond,

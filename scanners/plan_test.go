@@ -8,8 +8,10 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/workers"
 )
 
 // Every scanner's Due reads each partition through an index, at most its
@@ -52,9 +54,9 @@ func TestDuePlans(t *testing.T) {
 	}
 	now := ff.SystemClock{}.NowMs()
 	const limit = 10
-	req := DueRequest{Store: st, NowMs: now, Cap: limit}
-	ns, tk, tv := filterArgs(ff.Filter{})
-	nsA, tkA, tvA := filterArgs(ff.Filter{Namespace: "ns-1"})
+	req := workers.DueRequest{Store: st, NowMs: now, Cap: limit}
+	ns, tk, tv := actions.FilterParams(ff.Filter{})
+	nsA, tkA, tvA := actions.FilterParams(ff.Filter{Namespace: "ns-1"})
 	parts := int(st.Partitions())
 	for name, sh := range map[string]dueShape{
 		AttemptTimeout:    attemptTimeoutDue,
@@ -93,10 +95,10 @@ func TestDuePlans(t *testing.T) {
 	// without one, up to the cap (10; most seeded partitions have more),
 	// Capped when there is more; the same partitions; the same oldest.
 	params, _ := json.Marshal(retentionParams{AgeMs: (24 * time.Hour).Milliseconds()})
-	for _, s := range []Scanner{AttemptTimeoutScanner{}, DelayedPromoterScanner{}, ExecutionDeadlineScanner{}, EdgeCancelDispatcherScanner{},
+	for _, s := range []workers.Scanner{AttemptTimeoutScanner{}, DelayedPromoterScanner{}, ExecutionDeadlineScanner{}, EdgeCancelDispatcherScanner{},
 		EdgeCancelReconcilerScanner{}, NewDependencyScanner(0), r} {
 		req := req
-		if s == Scanner(r) {
+		if s == workers.Scanner(r) {
 			req.Params = params
 		}
 		capped, err := s.Due(ctx, db.Pool, req)
@@ -116,8 +118,8 @@ func TestDuePlans(t *testing.T) {
 		var oldest, exact int64
 		for i, d := range capped {
 			a := all[i]
-			want := Due{Partition: a.Partition, Count: min(a.Count, limit), Capped: a.Count > limit, OldestMs: d.OldestMs}
-			if s == Scanner(r) {
+			want := workers.Due{Partition: a.Partition, Count: min(a.Count, limit), Capped: a.Count > limit, OldestMs: d.OldestMs}
+			if s == workers.Scanner(r) {
 				// Executions and tombstones, each counted up to the cap.
 				want.Count = d.Count
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 )
 
 var (
@@ -139,7 +140,7 @@ func TestFilterIsDataNotSQL(t *testing.T) {
 // after its last candidate; a backlog larger than the batch drains.
 func TestScanBacklogContinues(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ffriver.Config{Scanners: map[string]scanners.Settings{
+	h := newHarness(t, ffriver.Config{Scanners: map[string]workers.Settings{
 		scanners.DelayedPromoter: {Interval: time.Hour, Batch: 3}}})
 	var ids []ff.ExecutionID
 	for i := range 10 {

@@ -7,6 +7,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -20,7 +21,7 @@ func scanOnly(rc *river.Config) { delete(rc.Queues, jobs.QueueApply) }
 func TestScanCursorsSkipWorkInFlightAndSweepLostJobs(t *testing.T) {
 	t.Parallel()
 	settings := disabled()
-	settings[scanners.AttemptTimeout] = scanners.Settings{Interval: 50 * time.Millisecond, Batch: 1000, Sweep: time.Hour}
+	settings[scanners.AttemptTimeout] = workers.Settings{Interval: 50 * time.Millisecond, Batch: 1000, Sweep: time.Hour}
 	h := newHarness(t, ffriver.Config{Scanners: settings})
 	first := h.expiredLeases(20)
 	h.client(true, scanOnly)

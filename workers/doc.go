@@ -1,6 +1,9 @@
-// Package workers is River's side of ffriver: the pipeline that runs the
-// scanners (package scanners) as River jobs of three levels, the workers of
-// each level, the flow cascade, and River job outputs.
+// Package workers is River's side of ffriver and its plug-in API: the
+// Scanner contract (what is due) and the item kinds that act on what a
+// scanner finds (Plugin, ItemOf), the pipeline that runs plug-ins as River
+// jobs of three levels, the workers of each level, the flow cascade, and
+// River job outputs. The built-in plug-ins are in package scanners, written
+// against this API like any other.
 //
 //	ff.tick {scanner}               tick.go     periodic (River leader only), queue ff_scan
 //	  └ Scanner.Due: one query for the partitions with due work; scans
@@ -14,16 +17,18 @@
 //	item job (ff.expire_attempt, …) engine.go   queue ff_apply
 //	  └ the kind's engine: one transaction (shared by up to a group of
 //	    concurrent jobs of a grouped kind): lock and recheck, transition,
-//	    outbox rows (the action, items.go → package executions), commit;
+//	    outbox rows (the kind's action; the built-ins' call executions'
+//	    transitions through Store.Pipeline), commit;
 //	    the outbox waker is poked; River's batch completer completes the
 //	    job after Work returns
 //	ff.advance {hop}                cascader.go one hop of a flow's cascade,
 //	                                inserted by the terminal transition itself
 //
-// Files: pipeline.go (workers, periodic jobs, queues, backlog), plugin.go
-// (Plugin, Item: a scanner and its item kinds as one value), items.go (each
-// built-in item kind wired to its executions action), apply.go (the item
-// worker), engine.go (the apply engine: the one execution path every item
+// Files: scanner.go (the Scanner contract, its requests and the helpers a
+// scanner author needs), pipeline.go (workers, periodic jobs, queues,
+// backlog), plugin.go (Plugin, Item: a scanner and its item kinds as one
+// value), items.go (ff.advance, the item every pipeline registers),
+// apply.go (the item worker), engine.go (the apply engine: the one execution path every item
 // kind goes through, group apply), outputs.go (River
 // job outputs), inflight.go (the in-flight check mirroring River's unique
 // key), cascader.go (the insert-only River client of executions.Store).
@@ -56,4 +61,56 @@
 // after the commit; the transition and its outbox rows still commit
 // together. Group size and lanes are explained there (DefaultGroupSize,
 // DefaultGroupLanes).
+// # Grouped scans
+//
+// A tick runs Due once, each partition counted up to the batch, and
+// schedules scans: one per partition with a batch or more due (or capped),
+// and the partitions with less due work grouped into shared
+// scans of at most a batch of items (a scan job costs a River round
+// whatever it finds). Scan is therefore called once per partition of a
+// scan job, always with a single partition.
+//
+// # Writing a plug-in
+//
+// A scanner implements Scanner:
+//
+//   - Name: a lowercase identifier, unique in the registry; it appears in
+//     job args, flags and logs.
+//   - Defaults: its tick interval and batch size (overridable per
+//     deployment).
+//   - Due: one cheap query, typically
+//     SELECT partition_key, count(*), min(due) … WHERE <due> GROUP BY partition_key
+//     over a partial index on the due column (DueByPartition runs it). A
+//     global scanner returns partition 0 when anything is due. Due counts
+//     exactly the rows Scan returns, with the same predicate and filter:
+//     a row Due counts that no scan returns would show as overdue work
+//     forever. With req.Cap set (the tick passes its batch) it may stop
+//     counting a partition past the cap and say so (Due.Capped): the
+//     built-in scanners read at most Cap+1 rows per partition through an
+//     index, after a one-probe gate that answers "nothing due" for the
+//     whole store, so a tick's cost does not grow with the backlog.
+//     Partitions outside the schema's count are never scanned; the
+//     pipeline counts what Due finds there as unprocessable.
+//   - Unprocessable (optional, Auditor): the rows that look due (they sit in
+//     the due index) but that no scan can process, by reason, each with a
+//     query listing them; ffctl status shows them and ticks log them at
+//     most once per interval. It honours the filter as Due and Scan do.
+//   - Scan: the candidates of one partition, at most req.Limit, ordered by a
+//     stable key (due time, then id), starting after req.After; return the
+//     last key as Next. ScanExecutions is that keyset scan for executions.
+//     Apply the filter in SQL with parameters only (ScanRequest.FilterArgs,
+//     ExecFilterSQL), never by splicing values into the query. Return one
+//     river.JobArgs per item; make the args identify the item exactly (they
+//     are the item's unique key while in flight).
+//
+// Write SQL with {S} before every table name and pass it through
+// DueRequest.SQL or ScanRequest.SQL, which put in the schema. Item job kinds
+// must match River's kind pattern; prefix them with something of your own
+// (not "ff."). Write each item's action (ItemOf, GroupItemOf: lock,
+// recheck, transition, outbox rows, in the transaction that completes the
+// job) and register the scanner with its item kinds as one Plugin
+// (ffriver.Config.Plugins) in every process of the deployment, exactly as
+// the built-ins of package scanners are: a process that receives a tick or
+// scan for a scanner it does not know cancels the job. This package is the
+// one a plug-in imports, besides ff for execution ids.
 package workers

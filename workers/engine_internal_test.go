@@ -183,12 +183,22 @@ func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
 	}
 	env := NewEnv(f.store, nil)
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		return expireAttempt(ctx, tx, env, a)
+		out, err := env.Store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+		return Output{Outcome: out}, err
 	}, true)
 	passes := 0
 	g.many = func(ctx context.Context, tx pgx.Tx, as []jobs.ExpireAttemptArgs) ([]Output, error) {
 		passes++
-		return expireAttempts(ctx, tx, env, as)
+		refs := make([]actions.AttemptRef, len(as))
+		for i, a := range as {
+			refs[i] = actions.AttemptRef{ID: a.ID, AttemptIndex: a.AttemptIndex}
+		}
+		outs, err := env.Store.Pipeline().ExpireAttemptMany(ctx, tx, refs)
+		res := make([]Output, len(outs))
+		for i, o := range outs {
+			res[i] = Output{Outcome: o}
+		}
+		return res, err
 	}
 	group := f.group(f.ids...)
 	g.run(f.ctx, group)

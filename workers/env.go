@@ -30,7 +30,7 @@ type Env struct {
 	// at once (default DefaultGroupLanes).
 	GroupLanes int
 	// UnprocessableReportInterval is how often, at most, a process counts
-	// and logs each scanner's unprocessable rows (scanners.Unprocessable)
+	// and logs each scanner's unprocessable rows (Unprocessable)
 	// from its ticks. 0 means DefaultUnprocessableReportInterval; a
 	// negative value (NoUnprocessableReport) turns the report off (ffctl
 	// status still counts them).

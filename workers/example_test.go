@@ -10,9 +10,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/migrations"
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,13 +32,13 @@ func (boostArgs) Kind() string { return "example.boost_priority" }
 
 func (s starvationBoost) Name() string { return "starvation_boost" }
 
-func (s starvationBoost) Defaults() scanners.Settings {
-	return scanners.Settings{Interval: 5 * time.Second, Batch: 500}
+func (s starvationBoost) Defaults() workers.Settings {
+	return workers.Settings{Interval: 5 * time.Second, Batch: 500}
 }
 
 // Due counts, per partition, the executions waiting longer than the age.
-func (s starvationBoost) Due(ctx context.Context, q scanners.Querier, req scanners.DueRequest) ([]scanners.Due, error) {
-	return scanners.DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(created_at_ms) FROM {S}ff_exec_core
+func (s starvationBoost) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
+	return workers.DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(created_at_ms) FROM {S}ff_exec_core
 		WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND priority < 10
 		  AND created_at_ms < $1 GROUP BY partition_key`), req.NowMs-s.age.Milliseconds())
 }
@@ -48,12 +46,12 @@ func (s starvationBoost) Due(ctx context.Context, q scanners.Querier, req scanne
 // Scan is a keyset scan over (created_at_ms, execution_id), with the
 // filter in SQL ($3..$5) and the cursor ($6, $7) as ScanExecutions passes
 // them.
-func (s starvationBoost) Scan(ctx context.Context, q scanners.Querier, req scanners.ScanRequest) (scanners.ScanResult, error) {
+func (s starvationBoost) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
 	req.NowMs -= s.age.Milliseconds() // due: created before now - age
-	return scanners.ScanExecutions(ctx, q, req, `
+	return workers.ScanExecutions(ctx, q, req, `
 SELECT c.execution_id, c.created_at_ms, 0 FROM {S}ff_exec_core c
 WHERE c.partition_key = $1 AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'eligible_now'
-  AND c.priority < 10 AND c.created_at_ms < $2`+scanners.ExecFilterSQL+`
+  AND c.priority < 10 AND c.created_at_ms < $2`+workers.ExecFilterSQL+`
   AND ($6::bigint IS NULL OR (c.created_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY c.created_at_ms, c.execution_id
 LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs { return boostArgs{ID: id} })
@@ -71,17 +69,17 @@ func (s starvationBoost) boost(ctx context.Context, tx pgx.Tx, env *workers.Env,
 		  AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
 		FOR NO KEY UPDATE SKIP LOCKED`), a.ID.Partition, a.ID.UUID).Scan(&created, &prio)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return workers.Output{Outcome: actions.NoOp}, nil // gone, changed or locked: the next scan decides
+		return workers.Output{Outcome: workers.NoOp}, nil // gone, changed or locked: the next scan decides
 	}
 	if err != nil {
 		return workers.Output{}, err
 	}
 	if prio >= 10 || created >= env.NowMs()-s.age.Milliseconds() {
-		return workers.Output{Outcome: actions.NoOp}, nil
+		return workers.Output{Outcome: workers.NoOp}, nil
 	}
 	_, err = tx.Exec(ctx, env.SQL(`UPDATE {S}ff_exec_core SET priority = priority + 1
 		WHERE partition_key = $1 AND execution_id = $2`), a.ID.Partition, a.ID.UUID)
-	return workers.Output{Outcome: actions.Processed}, err
+	return workers.Output{Outcome: workers.Processed}, err
 }
 
 // A scanner of your own and its item kind, registered as one
@@ -107,7 +105,7 @@ func ExamplePlugin() {
 	f, err := ffriver.New(ctx, pool, ffriver.Config{
 		Schema:   schema,
 		Plugins:  []workers.Plugin{{Scanner: boost, Items: []workers.Item{workers.ItemOf(boost.boost)}}},
-		Scanners: map[string]scanners.Settings{"starvation_boost": {Interval: 100 * time.Millisecond}},
+		Scanners: map[string]workers.Settings{"starvation_boost": {Interval: 100 * time.Millisecond}},
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -22,10 +22,11 @@ import (
 )
 
 // disabled turns every built-in scanner's ticks off.
-func disabled() map[string]scanners.Settings {
-	m := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
-		m[s.Name()] = scanners.Settings{Disabled: true}
+func disabled() map[string]workers.Settings {
+	m := map[string]workers.Settings{}
+	for _, b := range scanners.Builtins(scanners.BuiltinOptions{}) {
+		s := b.Scanner
+		m[s.Name()] = workers.Settings{Disabled: true}
 	}
 	return m
 }
@@ -257,7 +258,7 @@ func TestEdgeCancelPipeline(t *testing.T) {
 // TestOutboxRetention deletes old events in batches and keeps recent ones.
 func TestOutboxRetention(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ffriver.Config{OutboxRetention: time.Hour, Scanners: map[string]scanners.Settings{
+	h := newHarness(t, ffriver.Config{OutboxRetention: time.Hour, Scanners: map[string]workers.Settings{
 		scanners.OutboxRetention: {Interval: time.Hour, Batch: 3}}})
 	old, recent := t0-2*time.Hour.Milliseconds(), t0-time.Minute.Milliseconds()
 	h.Exec(`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
@@ -288,7 +289,7 @@ func TestOutboxRetention(t *testing.T) {
 // or recently terminal stays whole, as do recent and live executions.
 func TestExecutionRetention(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ffriver.Config{ExecutionRetention: time.Hour, Scanners: map[string]scanners.Settings{
+	h := newHarness(t, ffriver.Config{ExecutionRetention: time.Hour, Scanners: map[string]workers.Settings{
 		scanners.ExecutionRetention: {Interval: time.Hour, Batch: 2}}})
 	var old []ff.ExecutionID
 	for range 5 {
@@ -323,7 +324,7 @@ func TestExecutionRetention(t *testing.T) {
 
 	// Due counts what the removals will remove: no member of a flow that
 	// stays.
-	due, err := scanners.NewExecutionRetentionScanner(time.Hour).Due(h.ctx, h.db.Pool, scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs()})
+	due, err := scanners.NewExecutionRetentionScanner(time.Hour).Due(h.ctx, h.db.Pool, workers.DueRequest{Store: h.st, NowMs: h.clock.NowMs()})
 	if err != nil {
 		t.Fatal(err)
 	}

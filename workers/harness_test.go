@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -21,14 +22,15 @@ import (
 const t0 = fftest.StartMs
 
 // fast are settings that tick every 50 ms.
-func fast(batch int) scanners.Settings {
-	return scanners.Settings{Interval: 50 * time.Millisecond, Batch: batch}
+func fast(batch int) workers.Settings {
+	return workers.Settings{Interval: 50 * time.Millisecond, Batch: batch}
 }
 
 // allFast returns overrides making every built-in scanner tick fast.
-func allFast(batch int) map[string]scanners.Settings {
-	m := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
+func allFast(batch int) map[string]workers.Settings {
+	m := map[string]workers.Settings{}
+	for _, b := range scanners.Builtins(scanners.BuiltinOptions{}) {
+		s := b.Scanner
 		m[s.Name()] = fast(batch)
 	}
 	return m

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -277,7 +276,7 @@ func (m *Metrics) startItems(ctx context.Context, scannerNames []string) {
 }
 
 // recordDue records what a tick of scanner found due at nowMs.
-func (m *Metrics) recordDue(ctx context.Context, scanner string, due []scanners.Due, nowMs int64) {
+func (m *Metrics) recordDue(ctx context.Context, scanner string, due []Due, nowMs int64) {
 	if m == nil || m.due == nil {
 		return
 	}

@@ -2,7 +2,6 @@ package workers
 
 import (
 	"github.com/ffriver/ffriver/internal/actions"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/riverqueue/river"
 )
 
@@ -65,24 +64,6 @@ type ScanOutput struct {
 	Duplicates int  `json:"items_in_flight"`
 	Continued  bool `json:"continued"`
 	// Sweeps counts the partitions this scan read from the beginning
-	// instead of from their scan cursor (scanners.Settings.Sweep).
+	// instead of from their scan cursor (Settings.Sweep).
 	Sweeps int `json:"sweeps,omitempty"`
-}
-
-// RemoveOutput is the River job output detail of an execution removal
-// (ff.remove_executions): what it removed, and whether it continues with a
-// successor from its position.
-type RemoveOutput struct {
-	actions.RemoveResult
-	Continued bool `json:"continued"`
-}
-
-// TrimOutput is the River job output detail of an outbox trim.
-type TrimOutput struct {
-	// Deleted events of the DEFAULT partition, row by row.
-	Deleted   int64 `json:"deleted"`
-	Continued bool  `json:"continued"`
-	// Partitions the pass created, dropped, kept for a consumer or left
-	// locked (outbox.MaintainPartitions).
-	Partitions outbox.MaintainResult `json:"partitions"`
 }

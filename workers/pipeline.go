@@ -7,7 +7,6 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/riverqueue/river"
 )
 
@@ -15,11 +14,11 @@ import (
 // supplies the River workers, periodic jobs and queues of the whole
 // tick → scan → item pipeline.
 type Pipeline struct {
-	reg      *scanners.Registry
+	reg      *registry
 	items    []Item
 	env      *Env
 	filter   ff.Filter
-	settings map[string]scanners.Settings
+	settings map[string]Settings
 	// unprocessable rate-limits the ticks' reports of unprocessable rows.
 	unprocessable unprocessableLog
 	// scannerOf maps each item kind to its scanner's name (flowScanner for
@@ -27,16 +26,16 @@ type Pipeline struct {
 	scannerOf map[string]string
 }
 
-// NewPipeline registers the plugins' scanners (scanners.Registry: valid,
+// NewPipeline registers the plugins' scanners (registry: valid,
 // unique names) and item kinds, resolves each scanner's settings (its
 // defaults, overridden by the non-zero fields of overrides[name]) and checks
 // them. An override for a scanner that is not registered is an error, so a
 // typo is not silently ignored.
-func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[string]scanners.Settings) (*Pipeline, error) {
+func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[string]Settings) (*Pipeline, error) {
 	if err := filter.Validate(); err != nil {
 		return nil, err
 	}
-	reg := scanners.NewRegistry()
+	reg := newRegistry()
 	items := []Item{flowItem()}
 	scannerOf := map[string]string{items[0].kind: flowScanner}
 	for _, pl := range plugins {
@@ -59,7 +58,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			return nil, ff.Validationf("scanner", "settings for %q, which is not registered (registered: %v)", name, reg.Names())
 		}
 	}
-	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]scanners.Settings{}, scannerOf: scannerOf}
+	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]Settings{}, scannerOf: scannerOf}
 	for _, s := range reg.Scanners() {
 		st := s.Defaults()
 		if o, ok := overrides[s.Name()]; ok {
@@ -71,7 +70,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			}
 			switch o.Sweep {
 			case 0: // the default
-			case scanners.NoSweep:
+			case NoSweep:
 				st.Sweep = 0
 			default:
 				st.Sweep = o.Sweep
@@ -82,7 +81,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
 		}
 		if st.Sweep < 0 {
-			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (scanners.NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
+			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
 		}
 		if st.Batch < 1 || st.Batch > 100_000 {
 			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
@@ -92,8 +91,12 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 	return p, nil
 }
 
-// Registry returns the pipeline's registry of scanners.
-func (p *Pipeline) Registry() *scanners.Registry { return p.reg }
+// Scanners returns the pipeline's scanners, in registration order.
+func (p *Pipeline) Scanners() []Scanner { return p.reg.Scanners() }
+
+// ScannerNames returns the names of the pipeline's scanners, in
+// registration order.
+func (p *Pipeline) ScannerNames() []string { return p.reg.Names() }
 
 // Env returns the pipeline's Env.
 func (p *Pipeline) Env() *Env { return p.env }
@@ -102,7 +105,7 @@ func (p *Pipeline) Env() *Env { return p.env }
 func (p *Pipeline) Filter() ff.Filter { return p.filter }
 
 // Settings returns the resolved settings of the scanner called name.
-func (p *Pipeline) Settings(name string) (scanners.Settings, bool) {
+func (p *Pipeline) Settings(name string) (Settings, bool) {
 	s, ok := p.settings[name]
 	return s, ok
 }
@@ -146,7 +149,7 @@ func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
 	if !ok {
 		return jobs.TickArgs{}, ff.Validationf("scanner", "%q is not registered", name)
 	}
-	params, err := scanners.ParamsOf(s)
+	params, err := ParamsOf(s)
 	if err != nil {
 		return jobs.TickArgs{}, err
 	}
@@ -219,7 +222,7 @@ func scanInsertOpts(f ff.Filter) *river.InsertOpts {
 type Backlog struct {
 	Scanner string
 	// Due items, over Partitions partitions, each partition's counted up
-	// to the scanner's batch (scanners.DueRequest.Cap, as its ticks count
+	// to the scanner's batch (DueRequest.Cap, as its ticks count
 	// them): with AtLeast set, at least Due (a partition had more).
 	Due        int64
 	AtLeast    bool
@@ -229,7 +232,7 @@ type Backlog struct {
 	OldestMs int64
 	// Unprocessable are the rows that look due but that no scan can
 	// process (Pipeline.Unprocessable), never counted in Due.
-	Unprocessable []scanners.Unprocessable
+	Unprocessable []Unprocessable
 	// AtMs is the pipeline clock's time the backlog was read at.
 	AtMs int64
 }
@@ -256,16 +259,16 @@ const BacklogCap = 100
 // cap, and sums it up per scanner, in registration order: the due items of
 // the partitions its ticks scan (at least, where a partition has more than
 // the cap due), and apart from them the rows no scan can process.
-func (p *Pipeline) Backlog(ctx context.Context, q scanners.Querier) ([]Backlog, error) {
+func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
 	now := p.env.NowMs()
 	var out []Backlog
 	for _, s := range p.reg.Scanners() {
-		params, err := scanners.ParamsOf(s)
+		params, err := ParamsOf(s)
 		if err != nil {
 			return nil, err
 		}
 		st, _ := p.Settings(s.Name())
-		req := scanners.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params, Cap: min(st.Batch, BacklogCap)}
+		req := DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params, Cap: min(st.Batch, BacklogCap)}
 		due, err := s.Due(ctx, q, req)
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -15,7 +14,7 @@ import (
 type Plugin struct {
 	// Scanner finds the due items (nil: items only, for kinds inserted by
 	// something other than a scan).
-	Scanner scanners.Scanner
+	Scanner Scanner
 	// Items are the kinds of job args Scanner.Scan returns, each with its
 	// action.
 	Items []Item

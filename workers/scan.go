@@ -9,7 +9,6 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -86,7 +85,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			default:
 				from = c.after
 			}
-			res, err := s.Scan(ctx, tx, scanners.ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
+			res, err := s.Scan(ctx, tx, ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
 				Filter: filter, Params: a.Params, After: from})
 			if err != nil {
 				return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), p, err)
@@ -152,7 +151,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 	})
 }
 
-// Scan cursors (scanners.Settings.Sweep; table ff_scan_cursor, migration
+// Scan cursors (Settings.Sweep; table ff_scan_cursor, migration
 // 0005). Without them every tick's scans re-read every due item, including
 // the ones whose jobs are still queued: while 20,000 expired leases drained,
 // the scans re-read and skipped about 14 items per lease (ffctl bench

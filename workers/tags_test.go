@@ -20,7 +20,7 @@ import (
 func TestJobTags(t *testing.T) {
 	t.Parallel()
 	settings := disabled()
-	settings[scanners.AttemptTimeout] = scanners.Settings{Interval: 50 * time.Millisecond, Batch: 1000}
+	settings[scanners.AttemptTimeout] = workers.Settings{Interval: 50 * time.Millisecond, Batch: 1000}
 	h := newHarness(t, ffriver.Config{Scanners: settings})
 	h.Create(executions.CreateParams{Lane: "tags", Namespace: "tenant.a b"})
 	id := h.ClaimOne("tags", time.Second).ID

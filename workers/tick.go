@@ -7,20 +7,19 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/jobs"
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
 
 // retentionScanner is a scanner that knows the outbox retention its ticks
-// run with (scanners.OutboxRetentionScanner).
+// run with (the outbox_retention scanner of package scanners).
 type retentionScanner interface {
 	Retention(params json.RawMessage) (time.Duration, error)
 }
 
 // tickWorker works ff.tick: one query for the partitions with due work,
-// each counted up to the batch (scanners.DueRequest.Cap), then the scan
+// each counted up to the batch (DueRequest.Cap), then the scan
 // jobs, inserted and completed in one transaction: one per partition with
 // a batch or more due, and the others grouped into scans of at most a batch
 // of due items each.
@@ -48,7 +47,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 	return inTx(ctx, env, func(tx pgx.Tx) error {
 		// The tick needs to know, per partition, whether anything is due
 		// and whether a batch or more is: it counts no further.
-		req := scanners.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params, Cap: batch}
+		req := DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params, Cap: batch}
 		due, err := s.Due(ctx, tx, req)
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)

@@ -8,6 +8,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
@@ -17,7 +18,7 @@ import (
 // still run and the due work is done.
 func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, ffriver.Config{Scanners: map[string]scanners.Settings{
+	h := newHarness(t, ffriver.Config{Scanners: map[string]workers.Settings{
 		scanners.AttemptTimeout: {Interval: 200 * time.Millisecond, Batch: 1000},
 	}})
 	// A tick of attempt_timeout, inserted as the periodic job inserts it,

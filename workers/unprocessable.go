@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/ffriver/ffriver/scanners"
 )
 
 // DefaultUnprocessableReportInterval is Env.UnprocessableReportInterval
@@ -19,11 +17,11 @@ const DefaultUnprocessableReportInterval = 10 * time.Minute
 const NoUnprocessableReport time.Duration = -1
 
 // Unprocessable returns the rows scanner s cannot process
-// (scanners.Unprocessable): its Auditor's count when it has one, else the
+// (Unprocessable): its Auditor's count when it has one, else the
 // items its Due found in partitions outside the schema's count (due, a
 // result of s.Due for req).
-func (p *Pipeline) Unprocessable(ctx context.Context, q scanners.Querier, s scanners.Scanner, req scanners.DueRequest, due []scanners.Due) ([]scanners.Unprocessable, error) {
-	if a, ok := s.(scanners.Auditor); ok {
+func (p *Pipeline) Unprocessable(ctx context.Context, q Querier, s Scanner, req DueRequest, due []Due) ([]Unprocessable, error) {
+	if a, ok := s.(Auditor); ok {
 		out, err := a.Unprocessable(ctx, q, req)
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: unprocessable rows: %w", s.Name(), err)
@@ -39,7 +37,7 @@ func (p *Pipeline) Unprocessable(ctx context.Context, q scanners.Querier, s scan
 	if n == 0 {
 		return nil, nil
 	}
-	return []scanners.Unprocessable{{Reason: fmt.Sprintf("partition outside 0..%d", int(p.env.Partitions())-1), Count: n}}, nil
+	return []Unprocessable{{Reason: fmt.Sprintf("partition outside 0..%d", int(p.env.Partitions())-1), Count: n}}, nil
 }
 
 // unprocessableLog rate-limits the tick's reports of unprocessable rows:
@@ -53,7 +51,7 @@ type unprocessableLog struct {
 // reportUnprocessable counts s's unprocessable rows, on the pool (never in
 // the tick's transaction), and logs them as one warning, unless it did so
 // for s less than Env.UnprocessableReportInterval ago.
-func (p *Pipeline) reportUnprocessable(ctx context.Context, s scanners.Scanner, req scanners.DueRequest, due []scanners.Due) {
+func (p *Pipeline) reportUnprocessable(ctx context.Context, s Scanner, req DueRequest, due []Due) {
 	every := p.env.UnprocessableReportInterval
 	switch {
 	case every < 0:

@@ -77,12 +77,12 @@ func TestDueAndScanAgreeUnprocessableApart(t *testing.T) {
 	h := newHarness(t, ffriver.Config{Scanners: disabled()})
 	h.poison()
 	p := h.ff.Pipeline()
-	for _, s := range p.Registry().Scanners() {
-		params, err := scanners.ParamsOf(s)
+	for _, s := range p.Scanners() {
+		params, err := workers.ParamsOf(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params}
+		req := workers.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params}
 		due, err := s.Due(h.ctx, h.db.Pool, req)
 		if err != nil {
 			t.Fatalf("%s: Due: %v", s.Name(), err)
@@ -98,7 +98,7 @@ func TestDueAndScanAgreeUnprocessableApart(t *testing.T) {
 		}
 		scanned := map[int16]int64{}
 		for part := range int16(h.st.Partitions()) {
-			res, err := s.Scan(h.ctx, h.db.Pool, scanners.ScanRequest{Store: h.st, Partition: part, NowMs: req.NowMs, Limit: 100_000, Params: params})
+			res, err := s.Scan(h.ctx, h.db.Pool, workers.ScanRequest{Store: h.st, Partition: part, NowMs: req.NowMs, Limit: 100_000, Params: params})
 			if err != nil {
 				t.Fatalf("%s: Scan(%d): %v", s.Name(), part, err)
 			}
@@ -264,17 +264,17 @@ func TestUnprocessableHonoursTheFilter(t *testing.T) {
 		scanners.DelayedPromoter:   {"partition outside 0..255"},
 		scanners.ExecutionDeadline: {"partition outside 0..255"},
 	}
-	for _, s := range h.ff.Pipeline().Registry().Scanners() {
-		a, ok := s.(scanners.Auditor)
+	for _, s := range h.ff.Pipeline().Scanners() {
+		a, ok := s.(workers.Auditor)
 		if !ok {
 			continue
 		}
-		params, err := scanners.ParamsOf(s)
+		params, err := workers.ParamsOf(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range []ff.Filter{{Namespace: ns}, {Namespace: "nobody"}, {InstanceTag: &ff.Tag{Key: "k'\\", Value: "v"}}} {
-			req := scanners.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params, Filter: f}
+			req := workers.DueRequest{Store: h.st, NowMs: h.clock.NowMs(), Params: params, Filter: f}
 			sets, err := a.Unprocessable(h.ctx, h.db.Pool, req)
 			if err != nil {
 				t.Fatalf("%s, filter %+v: %v", s.Name(), f, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -86,7 +87,7 @@ func TestConsumerAbandonedHoldsRetentionUntilDropped(t *testing.T) {
 
 	// The retention scanner reports what the consumer holds.
 	audit, err := scanners.NewOutboxRetentionScanner(retention).Unprocessable(ctx, db.Pool,
-		scanners.DueRequest{Store: st, NowMs: time.Now().UnixMilli()})
+		workers.DueRequest{Store: st, NowMs: time.Now().UnixMilli()})
 	if err != nil {
 		t.Fatal(err)
 	}

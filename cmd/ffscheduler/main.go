@@ -120,7 +120,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
 	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default ffscheduler@<host>_<start time>)")
-	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
+	for _, b := range scanners.Builtins(scanners.BuiltinOptions{}) {
+		s := b.Scanner
 		d := s.Defaults()
 		o.intervals[s.Name()] = fs.Duration(strings.ReplaceAll(s.Name(), "_", "-")+"-interval", d.Interval, "tick `interval` of the "+s.Name()+" scanner")
 		o.batches[s.Name()] = fs.Int(strings.ReplaceAll(s.Name(), "_", "-")+"-batch", d.Batch, "most `candidates` one "+s.Name()+" scan selects")
@@ -139,7 +140,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		if o.scanConc == 0 && o.applyConc == 0 {
 			return cli.Usagef("--scan-concurrency and --apply-concurrency are both 0: the scheduler would work no queue and could not lead")
 		}
-		for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
+		for _, b := range scanners.Builtins(scanners.BuiltinOptions{}) {
+			s := b.Scanner
 			flag := strings.ReplaceAll(s.Name(), "_", "-")
 			if err := cli.FirstError(
 				cli.CheckDuration(flag+"-interval", *o.intervals[s.Name()], minInterval, maxInterval),
@@ -190,9 +192,9 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 
 // serve runs the process: ffriver's run path (ffriver.Run).
 func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
-	overrides := map[string]scanners.Settings{}
+	overrides := map[string]workers.Settings{}
 	for name, iv := range o.intervals {
-		overrides[name] = scanners.Settings{Interval: *iv, Batch: *o.batches[name]}
+		overrides[name] = workers.Settings{Interval: *iv, Batch: *o.batches[name]}
 	}
 	tel, err := o.telemetry.Start(ctx, "ffscheduler", logger)
 	if err != nil {

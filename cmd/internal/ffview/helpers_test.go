@@ -16,6 +16,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 )
 
 // t0 is the fixture clock's start: a fixed instant so timestamps are exact.
@@ -66,9 +67,10 @@ func newPipelineEnv(t *testing.T) *env {
 	// waited 90 s for a sibling cancel in two of about fifty runs; that a
 	// row left behind a cursor was the cause is the likeliest reading, not
 	// a proven one.)
-	fast := map[string]scanners.Settings{}
-	for _, s := range scanners.Builtins(scanners.BuiltinOptions{}) {
-		fast[s.Name()] = scanners.Settings{Interval: 50 * time.Millisecond, Sweep: scanners.NoSweep}
+	fast := map[string]workers.Settings{}
+	for _, b := range scanners.Builtins(scanners.BuiltinOptions{}) {
+		s := b.Scanner
+		fast[s.Name()] = workers.Settings{Interval: 50 * time.Millisecond, Sweep: workers.NoSweep}
 	}
 	svc, err := ffriver.New(t.Context(), s.Pool, ffriver.Config{Schema: s.Name, Clock: clock, Scanners: fast})
 	if err != nil {

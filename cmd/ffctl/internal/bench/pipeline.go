@@ -12,7 +12,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/internal/cli"
-	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -34,7 +34,7 @@ type PipelineOptions struct {
 	ApplyWorkers int
 	// Scanners overrides settings by scanner name (default: none, every
 	// built-in scanner runs with its defaults, as in the binaries).
-	Scanners map[string]scanners.Settings
+	Scanners map[string]workers.Settings
 	// GroupSize and GroupLanes of the worker's apply engine (0: ffriver's
 	// defaults, workers.DefaultGroupSize and DefaultGroupLanes).
 	GroupSize, GroupLanes int

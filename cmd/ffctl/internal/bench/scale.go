@@ -18,6 +18,7 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -310,7 +311,7 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 	pool.Reset() // the workers' connections closed: the pipeline's processes open their own
 	// The expire drain, without the retention scanners.
 	d, err := expirePipeline(ctx, env, pool, schema, ExpireOptions{Leases: o.Leases, Pipeline: PipelineOptions{
-		Scanners: map[string]scanners.Settings{scanners.OutboxRetention: {Disabled: true}, scanners.ExecutionRetention: {Disabled: true}}}})
+		Scanners: map[string]workers.Settings{scanners.OutboxRetention: {Disabled: true}, scanners.ExecutionRetention: {Disabled: true}}}})
 	if err != nil {
 		return f, err
 	}

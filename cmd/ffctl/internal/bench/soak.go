@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -148,7 +149,7 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 	interval := soakScanInterval(o.Retention)
 	p, err := startPipeline(ctx, env, schema, PipelineOptions{
 		OutboxRetention: o.Retention, ExecutionRetention: o.Retention, CompletedJobRetention: o.Retention,
-		Scanners: map[string]scanners.Settings{
+		Scanners: map[string]workers.Settings{
 			scanners.OutboxRetention:    {Interval: interval},
 			scanners.ExecutionRetention: {Interval: interval},
 		}})

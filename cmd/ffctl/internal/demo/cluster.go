@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/scanners"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -30,7 +31,7 @@ type process struct {
 type cluster struct {
 	scheduler *process
 	workers   []*process
-	settings  map[string]scanners.Settings
+	settings  map[string]workers.Settings
 	uiURL     string
 	viewURL   string
 	ui        *uiserver.Server
@@ -47,8 +48,8 @@ type cluster struct {
 
 // scannerSettings are the demo's scanner intervals: fast, so that every
 // transition happens within seconds of being due.
-func scannerSettings() map[string]scanners.Settings {
-	return map[string]scanners.Settings{
+func scannerSettings() map[string]workers.Settings {
+	return map[string]workers.Settings{
 		scanners.AttemptTimeout:       {Interval: ScanInterval},
 		scanners.DelayedPromoter:      {Interval: ScanInterval},
 		scanners.ExecutionDeadline:    {Interval: ScanInterval},
@@ -159,7 +160,7 @@ func (c *cluster) stop(ctx context.Context) {
 func (c *cluster) scannerLine() string {
 	var parts []string
 	p := c.scheduler.ff.Pipeline()
-	for _, name := range p.Registry().Names() {
+	for _, name := range p.ScannerNames() {
 		st, _ := p.Settings(name)
 		parts = append(parts, fmt.Sprintf("%s %s", name, st.Interval))
 	}

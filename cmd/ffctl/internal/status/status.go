@@ -19,7 +19,6 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/outbox"
-	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
@@ -86,7 +85,7 @@ type Scanner struct {
 	// can process (a partition outside the schema's count, an attempt of no
 	// execution, a foreign state string), by reason, each with a query that
 	// lists them. They are never counted in Due.
-	Unprocessable []scanners.Unprocessable `json:"unprocessable,omitempty"`
+	Unprocessable []workers.Unprocessable `json:"unprocessable,omitempty"`
 }
 
 // UnprocessableCount is how many rows of s no scan can process.
@@ -376,7 +375,7 @@ func WriteText(w io.Writer, r *Report) error {
 		for _, u := range s.Unprocessable {
 			n := fmt.Sprint(u.Count)
 			if u.AtLeast {
-				n = fmt.Sprintf("at least %d (of the first %d rows that look due)", u.Count, scanners.AuditCap+1)
+				n = fmt.Sprintf("at least %d (of the first %d rows that look due)", u.Count, workers.AuditCap+1)
 			}
 			fmt.Fprintf(w, "unprocessable: %s: %s (%s)\n", s.Name, n, u.Reason)
 			if u.List != "" {

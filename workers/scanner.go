@@ -1,4 +1,4 @@
-package scanners
+package workers
 
 import (
 	"context"
@@ -11,15 +11,19 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 )
 
+// The plug-in contract of a scanner (what is due) and the helpers its
+// author needs. See the package documentation for how to write one.
+
 // Scanner is one kind of background work, seen from the data: it finds which
 // partitions have due work and selects the due items of one partition, as
 // River job args, one per item. What each item job does is registered next
-// to it (package workers: workers.Plugin). See the package documentation
+// to it (Plugin). See the package documentation
 // for how to write one.
 type Scanner interface {
 	// Name identifies the scanner in job arguments, flags and logs:
@@ -177,20 +181,20 @@ func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
 
 var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
-// Registry holds the scanners of one pipeline, by name, in registration
+// registry holds the scanners of one pipeline, by name, in registration
 // order. Built-in scanners are registered exactly like a user's own. It is
 // not safe for concurrent Register calls; build it before the River client.
-type Registry struct {
+type registry struct {
 	byName map[string]Scanner
 	order  []string
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{byName: map[string]Scanner{}} }
+// newRegistry returns an empty registry.
+func newRegistry() *registry { return &registry{byName: map[string]Scanner{}} }
 
 // Register adds s. Names must be valid and unique; defaults must have a
 // positive interval and batch.
-func (r *Registry) Register(s Scanner) error {
+func (r *registry) Register(s Scanner) error {
 	name := s.Name()
 	if !nameRe.MatchString(name) {
 		return ff.Validationf("scanner", "name %q: want lowercase letters, digits and underscores, starting with a letter", name)
@@ -207,13 +211,13 @@ func (r *Registry) Register(s Scanner) error {
 }
 
 // Lookup returns the scanner called name.
-func (r *Registry) Lookup(name string) (Scanner, bool) {
+func (r *registry) Lookup(name string) (Scanner, bool) {
 	s, ok := r.byName[name]
 	return s, ok
 }
 
 // Scanners returns the registered scanners in registration order.
-func (r *Registry) Scanners() []Scanner {
+func (r *registry) Scanners() []Scanner {
 	out := make([]Scanner, 0, len(r.order))
 	for _, n := range r.order {
 		out = append(out, r.byName[n])
@@ -222,7 +226,7 @@ func (r *Registry) Scanners() []Scanner {
 }
 
 // Names returns the registered names in registration order.
-func (r *Registry) Names() []string { return append([]string(nil), r.order...) }
+func (r *registry) Names() []string { return append([]string(nil), r.order...) }
 
 // ParamsOf returns s's params (ParamsProvider), nil when it has none.
 func ParamsOf(s Scanner) (json.RawMessage, error) {
@@ -236,3 +240,130 @@ func ParamsOf(s Scanner) (json.RawMessage, error) {
 	}
 	return b, nil
 }
+
+// execCursor is the keyset position of the execution scanners: the due time
+// and the execution id of the last candidate.
+type execCursor struct {
+	Ms int64     `json:"ms"`
+	ID uuid.UUID `json:"id"`
+}
+
+func decodeExecCursor(b json.RawMessage) (ms *int64, id *uuid.UUID, err error) {
+	if len(b) == 0 {
+		return nil, nil, nil
+	}
+	var c execCursor
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, nil, ff.Validationf("after", "not a scan cursor: %v", err)
+	}
+	return &c.Ms, &c.ID, nil
+}
+
+// DueByPartition runs a Due query whose rows are (partition, count, oldest
+// due time or NULL), such as "SELECT partition_key, count(*), min(due time)
+// … GROUP BY partition_key", and returns them as Due.
+func DueByPartition(ctx context.Context, q Querier, sql string, args ...any) ([]Due, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, dbutil.MapErr(err, "due partitions")
+	}
+	out, err := CollectDue(rows)
+	return out, dbutil.MapErr(err, "due partitions")
+}
+
+// CollectDue reads rows of (partition, count, oldest due time or NULL) as
+// DueByPartition does, for a Due that runs its query another way (in a
+// batch, or with planner settings of its own).
+func CollectDue(rows pgx.Rows) ([]Due, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
+		var d Due
+		var oldest *int64
+		err := r.Scan(&d.Partition, &d.Count, &oldest)
+		if oldest != nil {
+			d.OldestMs = *oldest
+		}
+		return d, err
+	})
+}
+
+// ScanExecutions runs a candidate query returning (execution_id, due_ms,
+// extra int) rows and builds items with mk.
+func ScanExecutions(ctx context.Context, q Querier, req ScanRequest, sql string, mk func(id ff.ExecutionID, extra int32) river.JobArgs) (ScanResult, error) {
+	afterMs, afterID, err := decodeExecCursor(req.After)
+	if err != nil {
+		return ScanResult{}, err
+	}
+	ns, tk, tv := req.FilterArgs()
+	rows, err := q.Query(ctx, req.SQL(sql), req.Partition, req.NowMs, ns, tk, tv, afterMs, afterID, req.Limit)
+	if err != nil {
+		return ScanResult{}, dbutil.MapErr(err, "scanning")
+	}
+	defer rows.Close()
+	var res ScanResult
+	var last execCursor
+	for rows.Next() {
+		var u uuid.UUID
+		var ms int64
+		var extra int32
+		if err := rows.Scan(&u, &ms, &extra); err != nil {
+			return ScanResult{}, dbutil.MapErr(err, "scanning")
+		}
+		res.Candidates++
+		res.Items = append(res.Items, mk(ff.ExecutionID{Partition: req.Partition, UUID: u}, extra))
+		last = execCursor{Ms: ms, ID: u}
+	}
+	if err := rows.Err(); err != nil {
+		return ScanResult{}, dbutil.MapErr(err, "scanning")
+	}
+	if res.Candidates > 0 {
+		res.Next, _ = json.Marshal(last)
+	}
+	return res, nil
+}
+
+// ExecFilterSQL is the filter predicate of ScanExecutions' queries: $3
+// namespace, $4/$5 tag key/value, on ff_exec_core aliased c.
+const ExecFilterSQL = `
+  AND ($3::text IS NULL OR c.raw_fields->>'namespace' = $3::text)
+  AND ($4::text IS NULL OR c.raw_fields->'tags'->>$4::text = $5::text)`
+
+// Unprocessable is a set of rows that look due to a scanner (they sit in
+// its due index) but that no scan of it will ever process: a row in a
+// partition outside the schema's partition count, an attempt of no
+// execution, a state string outside ffriver's alphabet. They are written
+// by hand or by a foreign writer; an operator has to repair or delete them.
+// Due never counts them (Due and Scan agree on what is due), so they are
+// counted apart: ffctl status shows them and the tick logs them, at most
+// once per interval (Env.UnprocessableReportInterval).
+type Unprocessable struct {
+	// Reason says what is wrong with the rows, in a few words.
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
+	// AtLeast: the audit stopped after AuditCap rows that look due, and
+	// Count is what it found among them; there may be more.
+	AtLeast bool `json:"at_least,omitempty"`
+	// List is a query, with the schema and the values of the check written
+	// in, that lists the rows (empty when the scanner cannot say).
+	List string `json:"list,omitempty"`
+}
+
+// Auditor is implemented by scanners that can count the rows they cannot
+// process (Unprocessable). It honours req.Filter as the scanner's Due and
+// Scan do: a filtered deployment counts only the rows of its own
+// executions, and a row with no execution to filter by (an attempt of no
+// execution, say) is left to an unfiltered deployment, which counts every
+// row. A scanner without it gets the partitions outside the schema's count
+// that its Due returns reported as unprocessable, with no list query.
+type Auditor interface {
+	Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error)
+}
+
+// AuditCap is the most rows that look due an audit reads: it classifies
+// the first AuditCap+1 its statement finds (the oldest first, where it
+// reads them through the due index) and reports what it found among them,
+// AtLeast when there were more. An audit is then as bounded as a due read,
+// however large the backlog (counting every expired lease of a backlog of
+// 10,000 was 39 ms of a 150 ms ffctl status). Rows no scan can process are
+// never removed by one, so they stay among the oldest that look due once
+// the processable backlog ahead of them has drained.
+const AuditCap = 1000

@@ -1,0 +1,188 @@
+package scanners
+
+import (
+	"context"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/actions"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/workers"
+	"github.com/jackc/pgx/v5"
+)
+
+// The built-in item kinds, each wired to its executions action: the one
+// place where a job kind meets the transaction it runs.
+
+// builtinItems maps each built-in scanner to the items its scans produce.
+func builtinItems() map[string][]workers.Item {
+	return map[string][]workers.Item{
+		AttemptTimeout: {workers.GroupItemOf(expireAttempt, expireAttempts)},
+		DelayedPromoter: {workers.GroupItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.PromoteDelayedArgs) (workers.Output, error) {
+			out, err := env.Store.Pipeline().PromoteDelayed(ctx, tx, a.ID)
+			return workers.Output{Outcome: out}, err
+		}, func(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.PromoteDelayedArgs) ([]workers.Output, error) {
+			return outputs(env.Store.Pipeline().PromoteDelayedMany(ctx, tx, argIDs(as, func(a jobs.PromoteDelayedArgs) ff.ExecutionID { return a.ID })))
+		})},
+		ExecutionDeadline: {workers.GroupItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireDeadlineArgs) (workers.Output, error) {
+			out, err := env.Store.Pipeline().ExpireDeadline(ctx, tx, a.ID)
+			return workers.Output{Outcome: out}, err
+		}, func(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireDeadlineArgs) ([]workers.Output, error) {
+			return outputs(env.Store.Pipeline().ExpireDeadlineMany(ctx, tx, argIDs(as, func(a jobs.ExpireDeadlineArgs) ff.ExecutionID { return a.ID })))
+		})},
+		EdgeCancelDispatcher: {workers.ItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.CancelGroupArgs) (workers.Output, error) {
+			r, err := env.Store.Pipeline().DispatchCancelGroup(ctx, tx, groupKey(a.GroupKey))
+			return workers.Output{Outcome: r.Outcome, Detail: r}, err
+		})},
+		EdgeCancelReconciler: {workers.ItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ReconcileGroupArgs) (workers.Output, error) {
+			r, err := env.Store.Pipeline().ReconcileCancelGroup(ctx, tx, groupKey(a.GroupKey))
+			return workers.Output{Outcome: r.Outcome, Detail: r}, err
+		})},
+		OutboxRetention:    {workers.ItemOf(trimOutbox)},
+		ExecutionRetention: {workers.ItemOf(removeExecutions)},
+		// The dependency scanner's scans produce ff.advance jobs (flowItem,
+		// registered by every pipeline); ff.dispatch_completion is kept for
+		// jobs queued by earlier versions.
+		Dependency: {workers.ItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.DispatchCompletionArgs) (workers.Output, error) {
+			out, err := env.Store.Pipeline().DispatchCompletion(ctx, tx, a.EventID)
+			return workers.Output{Outcome: out}, err
+		})},
+	}
+}
+
+// expireAttempt is ff.expire_attempt's action for one job.
+func expireAttempt(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireAttemptArgs) (workers.Output, error) {
+	out, err := env.Store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+	return workers.Output{Outcome: out}, err
+}
+
+// expireAttempts is ff.expire_attempt's action for a group.
+func expireAttempts(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireAttemptArgs) ([]workers.Output, error) {
+	refs := make([]actions.AttemptRef, len(as))
+	for i, a := range as {
+		refs[i] = actions.AttemptRef{ID: a.ID, AttemptIndex: a.AttemptIndex}
+	}
+	return outputs(env.Store.Pipeline().ExpireAttemptMany(ctx, tx, refs))
+}
+
+// trimOutbox is one retention pass over an outbox table: it deletes at
+// most a batch of old events from the table's DEFAULT partition
+// (outbox.Trim), then, when the job says so, maintains
+// the table's time partitions (outbox.MaintainPartitions: last, since a
+// drop holds the table's lock until the commit that follows). When it
+// deleted a full batch, it continues with the same job after its
+// completion.
+func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOutboxArgs) (workers.Output, error) {
+	table, err := jobs.OutboxTable(a.Table)
+	if err != nil {
+		return workers.Output{}, err
+	}
+	schema := dbutil.Schema(env.Schema())
+	n, err := outbox.Trim(ctx, tx, schema, outbox.TrimParams{Table: table, CutoffMs: a.CutoffMs, NowMs: env.NowMs(),
+		Namespace: a.Namespace, InstanceTag: a.InstanceTag, Limit: a.Limit})
+	if err != nil {
+		return workers.Output{}, err
+	}
+	d := TrimOutput{Deleted: n, Continued: n >= int64(a.Limit)}
+	if a.PartitionMs > 0 {
+		d.Partitions, err = outbox.MaintainPartitions(ctx, tx, schema, outbox.Maintenance{
+			Table: table, Width: time.Duration(a.PartitionMs) * time.Millisecond,
+			CutoffMs: a.CutoffMs, NowMs: env.NowMs(),
+		})
+		if err != nil {
+			return workers.Output{}, err
+		}
+	}
+	out := workers.Output{Outcome: workers.Processed, Detail: d}
+	if n == 0 && len(d.Partitions.Created) == 0 && len(d.Partitions.Dropped) == 0 {
+		out.Outcome = workers.NoOp
+	}
+	if d.Continued {
+		out.Then = a
+	}
+	return out, nil
+}
+
+// removeExecutions removes at most a batch of terminal executions past
+// retention (the RemoveExecutions transition) and, when it filled its
+// batch, continues from its position with a successor after its
+// completion.
+func removeExecutions(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.RemoveExecutionsArgs) (workers.Output, error) {
+	p := actions.RemoveParams{Partition: a.Partition, CutoffMs: a.CutoffMs, Filter: a.Filter.FF(), Limit: a.Limit}
+	if a.AfterMs != nil && a.AfterID != nil {
+		p.After = &actions.RemoveKey{TerminalAtMs: *a.AfterMs, ID: *a.AfterID}
+	}
+	r, err := env.Store.Pipeline().RemoveExecutions(ctx, tx, p)
+	if err != nil {
+		return workers.Output{}, err
+	}
+	d := RemoveOutput{RemoveResult: r, Continued: r.Full(a.Limit)}
+	out := workers.Output{Outcome: workers.Processed, Detail: d}
+	if r.Executions == 0 && r.TombstonesExpired == 0 {
+		out.Outcome = workers.NoOp
+	}
+	if d.Continued {
+		next := a
+		if r.Next != nil {
+			next.AfterMs, next.AfterID = &r.Next.TerminalAtMs, &r.Next.ID
+		}
+		out.Then = next
+	}
+	return out, nil
+}
+
+// outputs turns a group action's outcomes into item outputs.
+func outputs(outs []workers.Outcome, err error) ([]workers.Output, error) {
+	if err != nil {
+		return nil, err
+	}
+	res := make([]workers.Output, len(outs))
+	for i, o := range outs {
+		res[i] = workers.Output{Outcome: o}
+	}
+	return res, nil
+}
+
+// argIDs returns the execution id of each of as.
+func argIDs[A any](as []A, id func(A) ff.ExecutionID) []ff.ExecutionID {
+	ids := make([]ff.ExecutionID, len(as))
+	for i, a := range as {
+		ids[i] = id(a)
+	}
+	return ids
+}
+
+func groupKey(k jobs.GroupKey) actions.GroupKey {
+	return actions.GroupKey{Partition: k.Partition, FlowID: k.FlowID, DownstreamEID: k.DownstreamEID}
+}
+
+// Builtins returns the built-in plug-ins: each built-in scanner with its
+// item kinds, in the order they are registered (see builtinScanners).
+func Builtins(o BuiltinOptions) []workers.Plugin {
+	items := builtinItems()
+	var out []workers.Plugin
+	for _, s := range builtinScanners(o) {
+		out = append(out, workers.Plugin{Scanner: s, Items: items[s.Name()]})
+	}
+	return out
+}
+
+// RemoveOutput is the River job output detail of an execution removal
+// (ff.remove_executions): what it removed, and whether it continues with a
+// successor from its position.
+type RemoveOutput struct {
+	actions.RemoveResult
+	Continued bool `json:"continued"`
+}
+
+// TrimOutput is the River job output detail of an outbox trim.
+type TrimOutput struct {
+	// Deleted events of the DEFAULT partition, row by row.
+	Deleted   int64 `json:"deleted"`
+	Continued bool  `json:"continued"`
+	// Partitions the pass created, dropped, kept for a consumer or left
+	// locked (outbox.MaintainPartitions).
+	Partitions outbox.MaintainResult `json:"partitions"`
+}
