@@ -78,6 +78,8 @@ type faultLoad struct {
 // a few seconds in lands mid-load.
 var defaultFaultLoad = faultLoad{leases: 1500, delayed: 300, deadlines: 300, leasedDeadlines: 300, window: 8 * time.Second}
 
+// transitions returns how many due transitions the load seeds, one per
+// execution.
 func (l faultLoad) transitions() int { return l.leases + l.delayed + l.deadlines + l.leasedDeadlines }
 
 // events returns how many lease and completion events the load's
@@ -124,14 +126,19 @@ type scenario struct {
 	writers *outboxWriters
 }
 
+// newScenario returns a scenario of the default load on db, whose
+// binaries reach it at url; it starts nothing.
 func newScenario(t *testing.T, bins faultBins, db *testdb.DB, url string) *scenario {
 	return &scenario{DB: fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool, Timeout: 10 * time.Second}, t: t, ctx: t.Context(), db: db, url: url, bins: bins, load: defaultFaultLoad, tails: map[string]*tailProc{}}
 }
 
+// dbFlags are the flags that point a binary at the scenario's database
+// and schema.
 func (sc *scenario) dbFlags() []string {
 	return []string{"--database-url", sc.url, "--schema", sc.db.Schema}
 }
 
+// note adds a line of the fault's own under the count table.
 func (sc *scenario) note(format string, args ...any) {
 	sc.notes = append(sc.notes, fmt.Sprintf(format, args...))
 }
@@ -145,6 +152,7 @@ func (sc *scenario) startScheduler(id string, extra ...string) *proc {
 	return p
 }
 
+// startWorker starts an ffworker with the fault suite's flags.
 func (sc *scenario) startWorker(id string) *proc {
 	sc.t.Helper()
 	p := startProc(sc.t, id, sc.bins.worker, slices.Concat(sc.dbFlags(), workerFaultFlags, []string{"--id", id})...)

@@ -68,6 +68,8 @@ type problems struct {
 	counts map[string]int
 }
 
+// add counts a problem of kind and reports it (t.Errorf) while it is one
+// of the first five of its kind.
 func (p *problems) add(kind, format string, args ...any) {
 	p.counts[kind]++
 	if p.counts[kind] <= 5 {
@@ -75,6 +77,7 @@ func (p *problems) add(kind, format string, args ...any) {
 	}
 }
 
+// total returns the number of problems of every kind.
 func (p *problems) total() int {
 	n := 0
 	for _, c := range p.counts {
@@ -578,6 +581,8 @@ func (sc *scenario) checkTotals(got reconcileCounts, probs *problems) {
 	}
 }
 
+// leaseString is a lease event as the reconciliation compares it:
+// "type/epoch/attempt", "-" for a NULL epoch or attempt.
 func leaseString(typ string, epoch *int64, attempt *int32) string {
 	e, a := "-", "-"
 	if epoch != nil {
@@ -589,6 +594,7 @@ func leaseString(typ string, epoch *int64, attempt *int32) string {
 	return typ + "/" + e + "/" + a
 }
 
+// ptr is what p points to, for a message, or "NULL" when p is nil.
 func ptr[T any](p *T) any {
 	if p == nil {
 		return "NULL"
@@ -596,6 +602,7 @@ func ptr[T any](p *T) any {
 	return *p
 }
 
+// formatCounts lists m as "key n" by key, comma-separated.
 func formatCounts(m map[string]int) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -168,6 +168,9 @@ type tailProc struct {
 	lines   []tailEvent
 }
 
+// startTail starts `ffctl tail` (bin) with args, collecting its JSON lines;
+// the test's cleanup kills it if it still runs, and logs its stderr when the
+// test failed.
 func startTail(t *testing.T, bin, stream string, args ...string) *tailProc {
 	t.Helper()
 	tp := &tailProc{t: t, stream: stream, args: args, stderr: &syncBuffer{}, done: make(chan struct{})}
@@ -218,18 +221,21 @@ func (tp *tailProc) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// count returns how many events the tail has printed so far.
 func (tp *tailProc) count() int {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	return len(tp.lines)
 }
 
+// snapshot returns a copy of the events the tail has printed so far.
 func (tp *tailProc) snapshot() []tailEvent {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	return slices.Clone(tp.lines)
 }
 
+// cursorFile returns the tail's --cursor-file, or "" without one.
 func (tp *tailProc) cursorFile() string {
 	if i := slices.Index(tp.args, "--cursor-file"); i >= 0 && i+1 < len(tp.args) {
 		return tp.args[i+1]
@@ -279,11 +285,17 @@ type outboxWriters struct {
 	commitOrder atomic.Int64
 }
 
+// writerTx is one committed transaction of the writers: its place in
+// commit order and the event ids it wrote.
 type writerTx struct {
 	seq int64
 	ids []int64
 }
 
+// startWriters starts n outbox writers (sc.writers), the i-th writing for
+// an execution id of its own in partition i mod faultPartitions, until
+// drain (or the test's cleanup) stops them; a writer whose transaction
+// fails records the error and stops.
 func (sc *scenario) startWriters(n int) {
 	w := &outboxWriters{stop: make(chan struct{}), lease: map[int64]bool{}, completion: map[int64]bool{}}
 	sc.writers = w
@@ -355,11 +367,15 @@ func (w *outboxWriters) one(ctx context.Context, db *testdb.DB, exec uuid.UUID, 
 	return nil
 }
 
+// stopAndWait stops the writers and waits for them to return; it may be
+// called more than once.
 func (w *outboxWriters) stopAndWait() {
 	w.once.Do(func() { close(w.stop) })
 	w.wg.Wait()
 }
 
+// has says whether the writers had acknowledged event id of the lease
+// table (lease) or of the completion table.
 func (w *outboxWriters) has(id int64, lease bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -369,6 +385,8 @@ func (w *outboxWriters) has(id int64, lease bool) bool {
 	return w.completion[id]
 }
 
+// snapshot returns a copy of the event ids the writers acknowledged in the
+// lease table (lease) or in the completion table.
 func (w *outboxWriters) snapshot(lease bool) map[int64]bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -378,6 +396,8 @@ func (w *outboxWriters) snapshot(lease bool) map[int64]bool {
 	return maps.Clone(w.completion)
 }
 
+// acked returns how many lease and completion events the writers
+// acknowledged.
 func (w *outboxWriters) acked() (lease, completion int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -414,6 +434,7 @@ func (w *outboxWriters) outOfOrder() (txs, late int) {
 	return len(sorted), late
 }
 
+// err returns the errors that stopped writers, joined (nil when none did).
 func (w *outboxWriters) err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
