@@ -19,9 +19,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// wait bounds how long a test waits for an event. It is generous: a
-// transaction of another test sharing the server holds delivery back until
-// it ends.
+// wait bounds how long a test waits for an event. It is generous for a
+// server loaded by the other suites sharing it, not for their
+// transactions: streams deliver by pairs of snapshots, so a transaction
+// still open delays only its own rows (doc.go), never another test's.
 const wait = 30 * time.Second
 
 // fast returns o with a short poll interval and the test's logger.
