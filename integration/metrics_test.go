@@ -29,11 +29,12 @@ import (
 func TestMetricsAndReadiness(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, nil)
+	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
 	proxy := startProxy(t, testdb.URL())
 
 	const n = 40
-	dbExec(t, db, `WITH ids AS (SELECT (i % 256)::smallint AS p, gen_random_uuid() AS id FROM generate_series(1, $1) i),
+	sql.Exec(`WITH ids AS (SELECT (i % 256)::smallint AS p, gen_random_uuid() AS id FROM generate_series(1, $1) i),
 		core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
 			lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state)
 			SELECT p, id, 'metrics', 'active', 'leased', 'not_applicable', 'active', 'running_attempt' FROM ids)
@@ -68,7 +69,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	fftest.Await(t, 30*time.Second, "the worker counts every item", func() bool {
 		return scrape(t, workerAddr).get(`ffriver_items_total{outcome="processed",scanner="attempt_timeout"}`) == n
 	})
-	awaitDB(t, db, 10*time.Second, "expired executions", n, expiredByLane, "metrics")
+	awaitDB(sql, 10*time.Second, "expired executions", n, expiredByLane, "metrics")
 	fftest.Await(t, 30*time.Second, "the backlog gauge drains", func() bool {
 		m := scrape(t, schedAddr)
 		return m.get(`ffriver_scanner_due{scanner="attempt_timeout"}`) == 0 &&
@@ -327,6 +328,7 @@ func (p *proxy) up() {
 func TestMetricsBounded(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, nil)
+	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
 	args := append(dbArgs(db), "--metrics-addr", "127.0.0.1:0")
 
@@ -343,7 +345,7 @@ func TestMetricsBounded(t *testing.T) {
 
 	// Five namespaces in each of the 256 partitions.
 	const n = 5 * 256
-	dbExec(t, db, `WITH ids AS (SELECT (i % 256)::smallint AS p, 'ns-' || (i / 256) AS ns, gen_random_uuid() AS id
+	sql.Exec(`WITH ids AS (SELECT (i % 256)::smallint AS p, 'ns-' || (i / 256) AS ns, gen_random_uuid() AS id
 			FROM generate_series(0, $1 - 1) i),
 		core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, raw_fields,
 			lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state)
@@ -356,7 +358,7 @@ func TestMetricsBounded(t *testing.T) {
 	fftest.Await(t, 60*time.Second, "the worker counts every item", func() bool {
 		return scrape(t, workerAddr).get(`ffriver_items_total{outcome="processed",scanner="attempt_timeout"}`) == n
 	})
-	awaitDB(t, db, 10*time.Second, "expired executions", n, expiredByLane, "bounded")
+	awaitDB(sql, 10*time.Second, "expired executions", n, expiredByLane, "bounded")
 
 	// A family's series are its label sets (a histogram's buckets, sum
 	// and count are one). 64 is far above what kind, queue, status,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testproc"
 	"github.com/ffriver/ffriver/migrations"
@@ -173,13 +174,8 @@ func TestFFCtlMigrate(t *testing.T) {
 	t.Run("usage errors exit 2 and touch nothing", func(t *testing.T) {
 		admin := testdb.Connect(t, "")
 		defer admin.Close()
-		countLike := func() int {
-			var n int
-			if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'x"%'`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
+		adminSQL := &fftest.DB{TB: t, Ctx: ctx, Pool: admin}
+		countLike := func() int { return adminSQL.Count(`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'x"%'`) }
 		before := countLike()
 		r := runFFCtl(t, bin, nil, "migrate", "--database-url", url, "--schema", `x"; drop`)
 		r.want(t, 2, "", `ffctl migrate: invalid schema: "x\"; drop": only letters, digits and underscores`)

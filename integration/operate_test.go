@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testproc"
 )
@@ -133,13 +134,10 @@ func TestFFCtlMigrateDryRun(t *testing.T) {
 	t.Parallel()
 	bin := buildFFCtl(t)
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	schemaSQL := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	catalog := func() string {
-		var s string
-		if err := db.Pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname), '')
-			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, db.Schema).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return schemaSQL.Strings(`SELECT coalesce(string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname), '')
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, db.Schema)[0]
 	}
 	before := catalog()
 	args := []string{"migrate", "--database-url", testdb.URL(), "--schema", db.Schema}

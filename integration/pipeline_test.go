@@ -72,40 +72,19 @@ func (p *proc) wait(within time.Duration) int {
 	return code
 }
 
-// awaitDB polls a count query until it reaches want.
-func awaitDB(t *testing.T, db *testdb.DB, within time.Duration, what string, want int, q string, args ...any) {
-	t.Helper()
-	var n int
-	fftest.Await(t, within, what+" (want "+strconv.Itoa(want)+")", func() bool {
-		if err := db.Pool.QueryRow(t.Context(), q, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n == want
-	})
-}
-
-func dbCount(t *testing.T, db *testdb.DB, q string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(t.Context(), q, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return n
-}
-
-func dbExec(t *testing.T, db *testdb.DB, q string, args ...any) {
-	t.Helper()
-	if _, err := db.Pool.Exec(t.Context(), q, args...); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
+// awaitDB polls the count query q on sql until it reaches want, and fails
+// the test when it has not after within.
+func awaitDB(sql *fftest.DB, within time.Duration, what string, want int, q string, args ...any) {
+	sql.TB.Helper()
+	fftest.Await(sql.TB, within, what+" (want "+strconv.Itoa(want)+")", func() bool { return sql.Count(q, args...) == want })
 }
 
 // seedExpiredAttempts writes n active executions whose attempt lease expired
 // a second ago, with plain SQL naming only keys, the lane, the five state
 // columns and the attempt's lease expiry (as an external producer would).
-func seedExpiredAttempts(t *testing.T, db *testdb.DB, lane string, n int) {
-	t.Helper()
-	dbExec(t, db, `WITH ids AS (SELECT (i % 256)::smallint AS p, gen_random_uuid() AS id FROM generate_series(1, $1) i),
+func seedExpiredAttempts(sql *fftest.DB, lane string, n int) {
+	sql.TB.Helper()
+	sql.Exec(`WITH ids AS (SELECT (i % 256)::smallint AS p, gen_random_uuid() AS id FROM generate_series(1, $1) i),
 		core AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
 			lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state)
 			SELECT p, id, $2, 'active', 'leased', 'not_applicable', 'active', 'running_attempt' FROM ids)
@@ -132,16 +111,17 @@ func dbArgs(db *testdb.DB) []string {
 func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, nil)
+	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
 
-	seedExpiredAttempts(t, db, "timeout", 50)
+	seedExpiredAttempts(sql, "timeout", 50)
 	// Delayed the upstream way (deadline_at_ms on a not_eligible_until_time
 	// row) and past its execution deadline.
-	dbExec(t, db, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
+	sql.Exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
 		lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state, deadline_at_ms)
 		SELECT (i % 256)::smallint, gen_random_uuid(), 'delayed', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
 		       'pending_first_attempt', (extract(epoch FROM now()) * 1000)::bigint - 10 FROM generate_series(1, 20) i`)
-	dbExec(t, db, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
+	sql.Exec(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id,
 		lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state, deadline_at_ms)
 		SELECT (i % 256)::smallint, gen_random_uuid(), 'deadline', 'runnable', 'unowned', 'eligible_now', 'waiting',
 		       'pending_first_attempt', (extract(epoch FROM now()) * 1000)::bigint - 10 FROM generate_series(1, 20) i`)
@@ -149,16 +129,16 @@ func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 	sched := startProc(t, "ffscheduler", schedBin, dbArgs(db)...)
 	worker := startProc(t, "ffworker", workerBin, dbArgs(db)...)
 
-	awaitDB(t, db, 30*time.Second, "attempt timeouts", 50, expiredByLane, "timeout")
-	awaitDB(t, db, 10*time.Second, "promotions", 20, `SELECT count(*) FROM ff_exec_core WHERE lane_id = 'delayed'
+	awaitDB(sql, 30*time.Second, "attempt timeouts", 50, expiredByLane, "timeout")
+	awaitDB(sql, 10*time.Second, "promotions", 20, `SELECT count(*) FROM ff_exec_core WHERE lane_id = 'delayed'
 		AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND public_state = 'waiting'`)
-	awaitDB(t, db, 10*time.Second, "deadlines", 20, expiredByLane, "deadline")
-	awaitDB(t, db, 10*time.Second, "events", 50, eventsByLane, "timeout")
-	if n := dbCount(t, db, `SELECT count(*) FROM ff_completion_event e JOIN ff_exec_core c USING (partition_key, execution_id)
+	awaitDB(sql, 10*time.Second, "deadlines", 20, expiredByLane, "deadline")
+	awaitDB(sql, 10*time.Second, "events", 50, eventsByLane, "timeout")
+	if n := sql.Count(`SELECT count(*) FROM ff_completion_event e JOIN ff_exec_core c USING (partition_key, execution_id)
 		WHERE c.lane_id = 'deadline' AND e.outcome = 'expired'`); n != 20 {
 		t.Errorf("%d deadline completions, want 20", n)
 	}
-	if n := dbCount(t, db, `SELECT count(*) FROM river_job WHERE queue NOT IN ('ff_scan', 'ff_apply')`); n != 0 {
+	if n := sql.Count(`SELECT count(*) FROM river_job WHERE queue NOT IN ('ff_scan', 'ff_apply')`); n != 0 {
 		t.Errorf("%d jobs outside ffriver's queues", n)
 	}
 
@@ -179,23 +159,24 @@ func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, nil)
+	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
 	const n = 3000
-	seedExpiredAttempts(t, db, "load", n)
+	seedExpiredAttempts(sql, "load", n)
 
 	startProc(t, "ffscheduler", schedBin, append(dbArgs(db), "--ui-addr", "off",
 		"--job-timeout", "2s", "--rescue-after", "3s", "--attempt-timeout-batch", "100")...)
 	victim := startProc(t, "ffworker-1", workerBin, append(dbArgs(db), "--concurrency", "8", "--id", "victim")...)
 	deadline := time.Now().Add(30 * time.Second)
-	for dbCount(t, db, expiredByLane, "load") < n/10 {
+	for sql.Count(expiredByLane, "load") < n/10 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no progress before the kill")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	running := dbCount(t, db, `SELECT count(*) FROM river_job WHERE state = 'running' AND 'victim' = ANY(attempted_by)`)
+	running := sql.Count(`SELECT count(*) FROM river_job WHERE state = 'running' AND 'victim' = ANY(attempted_by)`)
 	victim.signal(syscall.SIGKILL, 10*time.Second)
-	done := dbCount(t, db, expiredByLane, "load")
+	done := sql.Count(expiredByLane, "load")
 	t.Logf("killed the worker with %d/%d done and %d of its jobs running", done, n, running)
 	if done == n {
 		t.Log("the load finished before the kill; the kill tested nothing")
@@ -203,9 +184,9 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	startProc(t, "ffworker-2", workerBin, append(dbArgs(db), "--concurrency", "8")...)
 
 	// The victim's running jobs wait for the rescuer (every 30 s).
-	awaitDB(t, db, 75*time.Second, "every execution expired", n, expiredByLane, "load")
-	awaitDB(t, db, 10*time.Second, "exactly one event pair each", n, eventsByLane, "load")
-	if extra := dbCount(t, db, `SELECT count(*) FROM ff_lease_event`) - n; extra != 0 {
+	awaitDB(sql, 75*time.Second, "every execution expired", n, expiredByLane, "load")
+	awaitDB(sql, 10*time.Second, "exactly one event pair each", n, eventsByLane, "load")
+	if extra := sql.Count(`SELECT count(*) FROM ff_lease_event`) - n; extra != 0 {
 		t.Errorf("%d lease events beyond one per execution", extra)
 	}
 }
@@ -215,13 +196,14 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 func TestSchedulerFailover(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, nil)
+	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
 	s1 := startProc(t, "ffscheduler-1", schedBin, append(dbArgs(db), "--ui-addr", "off", "--id", "sched-1")...)
 	s2 := startProc(t, "ffscheduler-2", schedBin, append(dbArgs(db), "--ui-addr", "off", "--id", "sched-2")...)
 	startProc(t, "ffworker", workerBin, dbArgs(db)...)
 
-	seedExpiredAttempts(t, db, "before", 100)
-	awaitDB(t, db, 30*time.Second, "first batch", 100, expiredByLane, "before")
+	seedExpiredAttempts(sql, "before", 100)
+	awaitDB(sql, 30*time.Second, "first batch", 100, expiredByLane, "before")
 	var leader string
 	if err := db.Pool.QueryRow(t.Context(), `SELECT leader_id FROM river_leader`).Scan(&leader); err != nil {
 		t.Fatal(err)
@@ -247,10 +229,10 @@ func TestSchedulerFailover(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Work seeded now can only be ticked by the survivor.
-	seedExpiredAttempts(t, db, "after", 100)
-	awaitDB(t, db, 30*time.Second, "second batch after failover", 100, expiredByLane, "after")
-	awaitDB(t, db, 10*time.Second, "one event pair each", 100, eventsByLane, "before")
-	awaitDB(t, db, 10*time.Second, "one event pair each", 100, eventsByLane, "after")
+	seedExpiredAttempts(sql, "after", 100)
+	awaitDB(sql, 30*time.Second, "second batch after failover", 100, expiredByLane, "after")
+	awaitDB(sql, 10*time.Second, "one event pair each", 100, eventsByLane, "before")
+	awaitDB(sql, 10*time.Second, "one event pair each", 100, eventsByLane, "after")
 }
 
 // TestBinariesRefuseUnmigratedSchema: exit code 3 and one clear message.

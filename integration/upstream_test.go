@@ -27,6 +27,7 @@ import (
 func TestUpstreamRowsOnTheBinaries(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, nil)
+	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
 	ctx := t.Context()
 	st, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema})
@@ -204,20 +205,20 @@ func TestUpstreamRowsOnTheBinaries(t *testing.T) {
 	awaitState("a typed claim's lease expires", typed, ff.PhaseTerminal, ff.PublicExpired)
 	awaitState("a typed retry's delay is promoted", failDelay, ff.PhaseRunnable, ff.PublicWaiting)
 	awaitState("a delay is promoted", delayed, ff.PhaseRunnable, ff.PublicWaiting)
-	if n := dbCount(t, db, `SELECT count(*) FROM ff_exec_core WHERE execution_id = $1 AND deadline_at_ms = $2 AND delay_until_ms IS NULL`,
+	if n := sql.Count(`SELECT count(*) FROM ff_exec_core WHERE execution_id = $1 AND deadline_at_ms = $2 AND delay_until_ms IS NULL`,
 		delayed.UUID, deadline); n != 1 {
 		t.Errorf("the delayed execution's deadline is not kept")
 	}
 	for _, f := range flows {
 		fftest.Await(t, 90*time.Second, "every edge of the flow counted", func() bool {
-			return dbCount(t, db, `SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND upstream_outcome IS NULL`, f.flow) == 0
+			return sql.Count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND upstream_outcome IS NULL`, f.flow) == 0
 		})
 		var success, fail int
 		check("group", db.Pool.QueryRow(ctx, `SELECT success_count, fail_count FROM ff_edge_group WHERE flow_id = $1`, f.flow).Scan(&success, &fail))
 		if success != 1 || fail != f.ups-1 {
 			t.Errorf("flow %s: %d successes and %d failures counted, want 1 and %d", f.flow, success, fail, f.ups-1)
 		}
-		if n := dbCount(t, db, `SELECT count(*) FROM ff_exec_core c WHERE flow_id = $1 AND public_state = 'cancelled'
+		if n := sql.Count(`SELECT count(*) FROM ff_exec_core c WHERE flow_id = $1 AND public_state = 'cancelled'
 			AND EXISTS (SELECT 1 FROM ff_completion_event e WHERE e.execution_id = c.execution_id AND e.outcome = 'cancelled')
 			AND EXISTS (SELECT 1 FROM ff_lease_event l WHERE l.execution_id = c.execution_id::text AND l.event_type = 'revoked')`, f.flow); n != f.ups-1 {
 			t.Errorf("flow %s: %d siblings cancelled with their events, want %d", f.flow, n, f.ups-1)
@@ -242,7 +243,7 @@ func TestUpstreamRowsOnTheBinaries(t *testing.T) {
 		}
 	}
 	fftest.Await(t, 60*time.Second, "every outbox row streamed", func() bool {
-		rows := dbCount(t, db, `SELECT (SELECT count(*) FROM ff_lease_event) + (SELECT count(*) FROM ff_completion_event)`)
+		rows := sql.Count(`SELECT (SELECT count(*) FROM ff_lease_event) + (SELECT count(*) FROM ff_completion_event)`)
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) == rows
