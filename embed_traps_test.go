@@ -24,8 +24,10 @@ import (
 // hostApp is a small River application before ffriver (testdb.Beside:
 // River's tables in their own schema, an empty one for ffriver's, a pool
 // whose search_path is ffriver's schema, then River's), with its own job
-// kind in River's default queue.
+// kind in River's default queue. Its DB (Count, …) runs plain SQL on the
+// pool.
 type hostApp struct {
+	fftest.DB
 	river, ff *testdb.DB
 	pool      *pgxpool.Pool
 }
@@ -33,7 +35,7 @@ type hostApp struct {
 func newHostApp(t *testing.T) *hostApp {
 	t.Helper()
 	b := testdb.NewBeside(t)
-	return &hostApp{river: b.River, ff: b.FF, pool: b.Pool}
+	return &hostApp{DB: fftest.DB{TB: t, Pool: b.Pool}, river: b.River, ff: b.FF, pool: b.Pool}
 }
 
 // config is the application's own River config (client id, no ffriver).
@@ -57,16 +59,6 @@ func (h *hostApp) start(t *testing.T, rc *river.Config) *river.Client[pgx.Tx] {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
-}
-
-// count runs a count query.
-func (h *hostApp) count(t *testing.T, q string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := h.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // Trap 1 (issue 24, item 1): forgetting RiverSchema. Migrate no longer
@@ -137,10 +129,10 @@ func TestEmbedForgottenRiverSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Inserted with the completion, into the host client's tables.
-	if n := h.count(t, `SELECT count(*) FROM `+h.river.Schema+`.river_job WHERE kind = $1`, jobs.KindAdvance); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM `+h.river.Schema+`.river_job WHERE kind = $1`, jobs.KindAdvance); n != 1 {
 		t.Errorf("%d ff.advance jobs in the host client's river_job, want 1", n)
 	}
-	if n := h.count(t, `SELECT count(*) FROM `+h.ff.Schema+`.river_job WHERE kind = $1`, jobs.KindAdvance); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM `+h.ff.Schema+`.river_job WHERE kind = $1`, jobs.KindAdvance); n != 0 {
 		t.Errorf("%d ff.advance jobs in the unused river_job of ffriver's schema", n)
 	}
 	fftest.Await(t, 60*time.Second, "the downstream step's promotion", func() bool {
@@ -189,7 +181,7 @@ func TestEmbedLeaderWithoutFFriver(t *testing.T) {
 	}
 	old := h.start(t, h.config("old-leader"))
 	fftest.Await(t, 90*time.Second, "the old client's leadership", func() bool {
-		return h.count(t, `SELECT count(*) FROM `+h.river.Schema+`.river_leader WHERE leader_id = 'old-leader' AND expires_at > now()`) == 1
+		return h.Count(`SELECT count(*) FROM `+h.river.Schema+`.river_leader WHERE leader_id = 'old-leader' AND expires_at > now()`) == 1
 	})
 
 	const staleAfter = 2 * time.Second
