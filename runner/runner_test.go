@@ -16,36 +16,36 @@ import (
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/ffriver/ffriver/runner"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 const lane = "runner-test"
 
+// fixture is the test kit (fftest.Kit: Create, Get, ClaimOne, Strings,
+// …) over a store on the system clock, whose leases run out in real time
+// as a runner's do, with the short names these tests use for its parts.
 type fixture struct {
-	t    *testing.T
-	ctx  context.Context
-	st   *executions.Store
-	pool *pgxpool.Pool
+	*fftest.Kit
+	t   *testing.T
+	ctx context.Context
+	st  *executions.Store
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	st, schema := fftest.NewStore(t, executions.Config{})
-	return &fixture{t: t, ctx: context.Background(), st: st, pool: schema.Pool}
+	k := fftest.On(t, schema, st, nil)
+	return &fixture{Kit: k, t: t, ctx: k.Ctx, st: st}
 }
 
+// create creates n executions with p on the runner's lane.
 func (f *fixture) create(n int, p executions.CreateParams) []ff.ExecutionID {
 	f.t.Helper()
 	p.Lane = lane
 	ids := make([]ff.ExecutionID, n)
 	for i := range ids {
-		var err error
-		if ids[i], err = f.st.Create(f.ctx, p); err != nil {
-			f.t.Fatal(err)
-		}
+		ids[i] = f.Create(p)
 	}
 	return ids
 }
@@ -85,11 +85,7 @@ func (f *fixture) states(ids []ff.ExecutionID) map[string]int {
 	f.t.Helper()
 	out := map[string]int{}
 	for _, id := range ids {
-		e, err := f.st.Get(f.ctx, id)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		out[e.PublicState]++
+		out[f.Get(id).PublicState]++
 	}
 	return out
 }
@@ -102,15 +98,9 @@ func (f *fixture) awaitStates(ids []ff.ExecutionID, state string, n int) {
 // leaseEvents counts the lease events of the schema by type.
 func (f *fixture) leaseEvents() map[string]int {
 	f.t.Helper()
-	rows, err := f.pool.Query(f.ctx, `SELECT event_type, count(*) FROM ff_lease_event GROUP BY 1`)
-	if err != nil {
-		f.t.Fatal(err)
-	}
 	out := map[string]int{}
-	var typ string
-	var n int
-	if _, err := pgx.ForEachRow(rows, []any{&typ, &n}, func() error { out[typ] = n; return nil }); err != nil {
-		f.t.Fatal(err)
+	for _, typ := range f.Strings(`SELECT event_type FROM ff_lease_event`) {
+		out[typ]++
 	}
 	return out
 }
@@ -131,9 +121,8 @@ func TestRunnerRunsEveryExecutionOnce(t *testing.T) {
 		t.Errorf("handler calls = %d, want %d", n, len(ids))
 	}
 	for _, id := range ids[:5] {
-		e, err := f.st.Get(f.ctx, id)
-		if err != nil || string(e.Result) != "ABC" {
-			t.Errorf("%s: result %q, %v", id, e.Result, err)
+		if e := f.Get(id); string(e.Result) != "ABC" {
+			t.Errorf("%s: result %q", id, e.Result)
 		}
 	}
 	if got := f.leaseEvents(); got["acquired"] != len(ids) || got["revoked"] != len(ids) || len(got) != 2 {
@@ -170,10 +159,7 @@ func TestRunnerLeaseLostMidHandler(t *testing.T) {
 	case <-time.After(90 * time.Second):
 		t.Fatal("the handler's context was not cancelled after its lease was revoked")
 	}
-	e, err := f.st.Get(f.ctx, ids[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := f.Get(ids[0])
 	if e.PublicState == "completed" || string(e.Result) == "too late" {
 		t.Fatalf("the lost lease completed the execution: %+v", e)
 	}
@@ -211,9 +197,8 @@ func TestRunnerGracefulStop(t *testing.T) {
 		t.Fatalf("states after stop = %v, want one completed and one waiting (released)", got)
 	}
 	// The released one is claimable at once, as the same attempt.
-	ls, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: lane, LeaseTTL: time.Minute})
-	if err != nil || len(ls) != 1 || ls[0].AttemptIndex != 0 || ls[0].Epoch != 2 {
-		t.Fatalf("claim after release = %+v, %v; want attempt 0 epoch 2", ls, err)
+	if l := f.ClaimOne(lane, time.Minute); l.AttemptIndex != 0 || l.Epoch != 2 {
+		t.Fatalf("claim after release = %+v; want attempt 0 epoch 2", l)
 	}
 }
 
@@ -237,7 +222,7 @@ func TestRunnerHandlerPanics(t *testing.T) {
 		t.Fatalf("states = %v, want one failed", s)
 	}
 	for _, id := range ids {
-		if e, _ := f.st.Get(f.ctx, id); e.PublicState == "failed" && !strings.Contains(e.LastFailureMessage, "panic: handler bug") {
+		if e := f.Get(id); e.PublicState == "failed" && !strings.Contains(e.LastFailureMessage, "panic: handler bug") {
 			t.Errorf("failure message = %q", e.LastFailureMessage)
 		}
 	}
@@ -294,10 +279,7 @@ func TestRunnerStaleLeaseInACompleterBatch(t *testing.T) {
 	if err := f.st.Revoke(f.ctx, ids[2], "hand over"); err != nil {
 		t.Fatal(err)
 	}
-	other, err := f.st.Claim(f.ctx, executions.ClaimParams{Lane: lane, WorkerID: "other", LeaseTTL: time.Hour})
-	if err != nil || len(other) != 1 {
-		t.Fatalf("other worker's claim = %v, %v", other, err)
-	}
+	other := f.ClaimOneWith(executions.ClaimParams{Lane: lane, WorkerID: "other", LeaseTTL: time.Hour})
 	close(gate)
 	fftest.Await(t, 90*time.Second, "the runner's ends counted", func() bool {
 		return counter(t, reader, runner.MetricExecutions, "completed")+counter(t, reader, runner.MetricExecutions, "lost") == 6
@@ -308,7 +290,7 @@ func TestRunnerStaleLeaseInACompleterBatch(t *testing.T) {
 	if s := f.states(ids); s["completed"] != 5 || s["active"] != 1 {
 		t.Fatalf("states = %v, want 5 completed and the handed-over one active", s)
 	}
-	if err := f.st.Complete(f.ctx, other[0], nil); err != nil {
+	if err := f.st.Complete(f.ctx, other, nil); err != nil {
 		t.Fatalf("the other worker's Complete: %v", err)
 	}
 }
@@ -363,11 +345,7 @@ func TestRunnerStartsBeforeItsLaneExists(t *testing.T) {
 	f.start(runner.Config{MaxWorkers: 2, LeaseTTL: time.Minute, Logger: slog.New(slog.NewTextHandler(logs, nil))},
 		func(context.Context, *runner.Execution) ([]byte, error) { return nil, nil })
 	fftest.Await(t, 90*time.Second, "the lane registered", func() bool {
-		var ok bool
-		if err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM ff_lane_registry WHERE lane_id = $1)`, lane).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		return ok
+		return f.Count(`SELECT count(*) FROM ff_lane_registry WHERE lane_id = $1`, lane) > 0
 	})
 	ids := f.create(3, executions.CreateParams{})
 	f.awaitStates(ids, "completed", 3)
