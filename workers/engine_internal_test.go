@@ -9,45 +9,35 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/actions"
-	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
 
-// engineFixture is a store with n executions whose leases have expired.
+// engineFixture is the test kit (fftest.Kit) with n executions whose
+// leases have expired, each in a lane of its own, and the short names
+// these tests use for its parts.
 type engineFixture struct {
+	*fftest.Kit
 	ctx   context.Context
-	db    *testdb.DB
+	db    *fftest.Schema
 	store *executions.Store
-	clock *ff.ManualClock
 	ids   []ff.ExecutionID
 }
 
 func newEngineFixture(t *testing.T, n int) *engineFixture {
 	t.Helper()
-	ctx := context.Background()
-	db := testdb.New(t, nil)
-	clock := ff.NewManualClock(1_700_000_000_000)
-	store, err := executions.Open(ctx, db.Pool, executions.Config{Schema: db.Schema, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &engineFixture{ctx: ctx, db: db, store: store, clock: clock}
+	k := fftest.New(t, nil)
+	f := &engineFixture{Kit: k, ctx: k.Ctx, db: k.Schema, store: k.Store}
 	for i := range n {
 		lane := fmt.Sprintf("lane-%d", i)
-		if _, err := store.Create(ctx, executions.CreateParams{Lane: lane}); err != nil {
-			t.Fatal(err)
-		}
-		ls, err := store.Claim(ctx, executions.ClaimParams{Lane: lane, WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Second})
-		if err != nil || len(ls) != 1 {
-			t.Fatalf("claim: %d leases, %v", len(ls), err)
-		}
-		f.ids = append(f.ids, ls[0].ID)
+		k.Create(executions.CreateParams{Lane: lane})
+		f.ids = append(f.ids, k.ClaimOne(lane, time.Second).ID)
 	}
-	clock.Advance(2 * time.Second)
+	k.Clock.Advance(2 * time.Second)
 	return f
 }
 
@@ -177,10 +167,8 @@ func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
 	t.Parallel()
 	f := newEngineFixture(t, 5)
 	poison := f.ids[3]
-	if _, err := f.db.Pool.Exec(f.ctx, fmt.Sprintf(`ALTER TABLE ff_exec_core ADD CONSTRAINT poison
-		CHECK (execution_id <> '%s' OR lifecycle_phase = 'active') NOT VALID`, poison.UUID)); err != nil {
-		t.Fatal(err)
-	}
+	f.Exec(fmt.Sprintf(`ALTER TABLE ff_exec_core ADD CONSTRAINT poison
+		CHECK (execution_id <> '%s' OR lifecycle_phase = 'active') NOT VALID`, poison.UUID))
 	env := NewEnv(f.store, nil)
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
 		out, err := env.Store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)

@@ -21,12 +21,7 @@ func TestRescueStepsOverDeadEntries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t, nil)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := (&fftest.DB{TB: t, Ctx: ctx, Pool: db.Pool}).Exec
 	// No vacuum removes the dead entries during the test: they stay, as
 	// they do between two vacuums of a busy river_job.
 	exec(`ALTER TABLE river_job SET (autovacuum_enabled = false)`)
