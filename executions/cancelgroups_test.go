@@ -25,37 +25,28 @@ func newGroupFixture(t *testing.T) *groupFixture {
 	f := newFixture(t)
 	flow := uuid.New()
 	p := f.st.Partitions().ForFlow(flow)
-	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow); err != nil {
-		t.Fatal(err)
-	}
+	f.Exec(`INSERT INTO ff_flow_core (partition_key, flow_id) VALUES ($1, $2)`, p, flow)
 	return &groupFixture{fixture: f, flow: flow, part: p}
 }
 
 func (g *groupFixture) group(flag bool, members ...string) actions.GroupKey {
 	g.t.Helper()
 	k := actions.GroupKey{Partition: g.part, FlowID: g.flow, DownstreamEID: uuid.New()}
-	if _, err := g.db.Pool.Exec(g.ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
-		VALUES ($1, $2, $3, $4, $5)`, k.Partition, k.FlowID, k.DownstreamEID, flag, append([]string{}, members...)); err != nil {
-		g.t.Fatal(err)
-	}
+	g.Exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES ($1, $2, $3, $4, $5)`, k.Partition, k.FlowID, k.DownstreamEID, flag, append([]string{}, members...))
 	g.pending(k)
 	return k
 }
 
 func (g *groupFixture) pending(k actions.GroupKey) {
 	g.t.Helper()
-	if _, err := g.db.Pool.Exec(g.ctx, `INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`,
-		k.Partition, k.FlowID, k.DownstreamEID); err != nil {
-		g.t.Fatal(err)
-	}
+	g.Exec(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid) VALUES ($1, $2, $3)`,
+		k.Partition, k.FlowID, k.DownstreamEID)
 }
 
 func (g *groupFixture) pendingCount() int {
-	var n int
-	if err := g.db.Pool.QueryRow(g.ctx, `SELECT count(*) FROM ff_pending_cancel_groups`).Scan(&n); err != nil {
-		g.t.Fatal(err)
-	}
-	return n
+	g.t.Helper()
+	return g.Count(`SELECT count(*) FROM ff_pending_cancel_groups`)
 }
 
 func (g *groupFixture) flag(k actions.GroupKey) (bool, []string) {

@@ -92,13 +92,9 @@ func (f *fixture) waiting(n int, call func() error) <-chan error {
 // schema that wait for a lock.
 func (f *fixture) lockWaiters() int {
 	f.t.Helper()
-	var n int
-	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+	return f.Count(`SELECT count(*) FROM pg_stat_activity
 		WHERE wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`,
-		`"`+f.db.Name+`".`).Scan(&n); err != nil {
-		f.t.Fatal(err)
-	}
-	return n
+		`"`+f.db.Name+`".`)
 }
 
 func (h *holder) commit() {
@@ -131,7 +127,6 @@ func (f *fixture) attemptRow(id ff.ExecutionID, idx int32) (epoch int64, expires
 	return epoch, expires, outcome
 }
 
-// wantLeaseEvents checks id's lease events as type@epoch, in order.
 // leaseTypes returns the types of id's lease events in order.
 func (f *fixture) leaseTypes(id ff.ExecutionID) []string {
 	f.t.Helper()
@@ -142,6 +137,7 @@ func (f *fixture) leaseTypes(id ff.ExecutionID) []string {
 	return out
 }
 
+// wantLeaseEvents checks id's lease events as type@epoch, in order.
 func (f *fixture) wantLeaseEvents(id ff.ExecutionID, want ...string) {
 	f.t.Helper()
 	var got []string

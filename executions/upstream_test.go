@@ -318,14 +318,10 @@ func (f *fixture) advance(a jobs.AdvanceArgs) string {
 	return out
 }
 
+// eventOf returns the event_id of id's completion event.
 func (f *fixture) eventOf(id ff.ExecutionID) int64 {
 	f.t.Helper()
-	var ev int64
-	if err := f.db.Pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE partition_key = $1 AND execution_id = $2`,
-		id.Partition, id.UUID).Scan(&ev); err != nil {
-		f.t.Fatal(err)
-	}
-	return ev
+	return int64(f.Count(`SELECT event_id FROM ff_completion_event WHERE partition_key = $1 AND execution_id = $2`, id.Partition, id.UUID))
 }
 
 func (f *fixture) successes(flow uuid.UUID, down ff.ExecutionID) int {
