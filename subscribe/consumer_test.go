@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/subscribe"
 )
@@ -117,9 +118,5 @@ func TestNamedConsumerMaxLag(t *testing.T) {
 // rows counts the lease events in the table.
 func rows(t *testing.T, db *testdb.DB) int {
 	t.Helper()
-	var n int
-	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ff_lease_event`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return (&fftest.DB{TB: t, Pool: db.Pool}).Count(`SELECT count(*) FROM ff_lease_event`)
 }

@@ -168,14 +168,8 @@ func backends(t testing.TB, pool *pgxpool.Pool, app string) []int32 {
 // ("%" for all) and returns how many it ended.
 func terminate(t testing.TB, pool *pgxpool.Pool, app, like string) int {
 	t.Helper()
-	var n int
-	err := pool.QueryRow(context.Background(),
-		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-		 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE $2`, app, like).Scan(&n)
-	if err != nil {
-		t.Fatalf("pg_terminate_backend: %v", err)
-	}
-	return n
+	return (&fftest.DB{TB: t, Pool: pool}).Count(`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE application_name = $1 AND query LIKE $2`, app, like)
 }
 
 // eventIDs returns the event ids of lease events.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/jackc/pgx/v5"
 )
@@ -31,11 +32,8 @@ func newTestReader(t *testing.T, db *testdb.DB, opts Options) (*reader[LeaseEven
 
 func insertRows(t *testing.T, db *testdb.DB, n int, namespace string) {
 	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(),
-		`INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
-		 SELECT gen_random_uuid()::text, NULL, 'acquired', g, 0, $2, NULL FROM generate_series(1, $1) g`, n, namespace); err != nil {
-		t.Fatal(err)
-	}
+	(&fftest.DB{TB: t, Pool: db.Pool}).Exec(`INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+		SELECT gen_random_uuid()::text, NULL, 'acquired', g, 0, $2, NULL FROM generate_series(1, $1) g`, n, namespace)
 }
 
 func maxPosition(t *testing.T, db *testdb.DB) position {
