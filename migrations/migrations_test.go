@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/ffriver/ffriver/migrations"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMigrateTwiceAndConcurrently(t *testing.T) {
@@ -209,14 +210,7 @@ func TestVerifyRiverForNamesRiverSchema(t *testing.T) {
 }
 
 // riverTables counts River's tables in schema.
-func riverTables(t *testing.T, pool interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, schema string) int {
+func riverTables(t *testing.T, pool *pgxpool.Pool, schema string) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'river%'`,
-		schema).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return (&fftest.DB{TB: t, Pool: pool}).Count(`SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'river%'`, schema)
 }
