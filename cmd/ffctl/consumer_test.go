@@ -33,14 +33,13 @@ func TestConsumerAbandonedHoldsRetentionUntilDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sql := &fftest.DB{TB: t, Ctx: ctx, Pool: db.Pool}
 	insert := func(n int) {
 		t.Helper()
 		// Events that happened an hour ago: older than any retention below.
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
+		sql.Exec(`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
 			SELECT gen_random_uuid()::text, 'renewed', (extract(epoch FROM now()) * 1000)::bigint - 3600000, 0
-			FROM generate_series(1, $1)`, n); err != nil {
-			t.Fatal(err)
-		}
+			FROM generate_series(1, $1)`, n)
 	}
 	insert(10)
 	// The consumer reads the ten events and stops.

@@ -21,9 +21,7 @@ func execPath(id ff.ExecutionID) string { return "/ff/executions/" + url.PathEsc
 func (e *env) awaitJob(kind string) {
 	e.t.Helper()
 	fftest.Await(e.t, 20*time.Second, kind+" job completed", func() bool {
-		var n int
-		err := e.db.Pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, kind).Scan(&n)
-		return err == nil && n > 0
+		return e.Count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, kind) > 0
 	})
 }
 
