@@ -164,12 +164,12 @@ func backends(t testing.TB, pool *pgxpool.Pool, app string) []int32 {
 	return pids
 }
 
-// terminate ends the backends named app whose last query matches like
-// ("%" for all) and returns how many it ended.
-func terminate(t testing.TB, pool *pgxpool.Pool, app, like string) int {
+// terminate ends the backends named app for which cond, a predicate on
+// pg_stat_activity ("true" for all), holds, and returns how many it ended.
+func terminate(t testing.TB, pool *pgxpool.Pool, app, cond string) int {
 	t.Helper()
 	return (&fftest.DB{TB: t, Pool: pool}).Count(`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-		FROM pg_stat_activity WHERE application_name = $1 AND query LIKE $2`, app, like)
+		FROM pg_stat_activity WHERE application_name = $1 AND (`+cond+`)`, app)
 }
 
 // eventIDs returns the event ids of lease events.
