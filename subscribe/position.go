@@ -210,17 +210,9 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		// the first batch, up to now, keeps those; later batches keep
 		// everything. Rows below both xmin(now) and the lowest xact_id of
 		// such an event are all dropped: the batch starts there.
-		var minX *int64
-		err := q.QueryRow(ctx, r.cfg.schema.SQL(`SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE occurred_at_ms >= $1`),
-			r.cfg.sinceMs).Scan(&minX)
-		if err != nil {
-			return r.startErr(err)
+		if err := r.beginBelow(ctx, q, now, `occurred_at_ms >= $1`, r.cfg.sinceMs); err != nil {
+			return err
 		}
-		startX := now.Xmin
-		if minX != nil {
-			startX = min(startX, *minX)
-		}
-		r.begin(snapshot{Xmin: startX, Xmax: startX}, now, position{})
 		r.skip, r.skipArg = true, r.cfg.sinceMs
 		r.last = r.batch.Cursor(0, 0)
 
@@ -233,16 +225,9 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		// Rows below both xmin(now) and the lowest xact_id of a row with
 		// event_id > E are all skipped: the batch starts there.
 		e := after.EventID
-		var minX *int64
-		err := q.QueryRow(ctx, r.cfg.schema.SQL(`SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE event_id > $1`), e).Scan(&minX)
-		if err != nil {
-			return r.startErr(err)
+		if err := r.beginBelow(ctx, q, now, `event_id > $1`, e); err != nil {
+			return err
 		}
-		startX := now.Xmin
-		if minX != nil {
-			startX = min(startX, *minX)
-		}
-		r.begin(snapshot{Xmin: startX, Xmax: startX}, now, position{})
 		r.skip, r.skipArg = true, e
 		r.last = after
 
@@ -343,6 +328,24 @@ func (r *reader[E]) abandonRun() {
 func (r *reader[E]) finish() {
 	r.from, r.fromAtMs, r.inBatch, r.pos = r.to, r.toAtMs, false, position{}
 	r.skip = false
+}
+
+// beginBelow begins the first batch, up to now, at the lower of now's xmin
+// and the lowest xact_id of a row of the table for which pred (with arg as
+// $1) holds: the rows of a StartSince or legacy start that the first batch
+// must still examine.
+func (r *reader[E]) beginBelow(ctx context.Context, q *pgx.Conn, now snapshot, pred string, arg any) error {
+	var minX *int64
+	err := q.QueryRow(ctx, r.cfg.schema.SQL(`SELECT min(xact_id) FROM {S}`+r.table.name+` WHERE `+pred), arg).Scan(&minX)
+	if err != nil {
+		return r.startErr(err)
+	}
+	startX := now.Xmin
+	if minX != nil {
+		startX = min(startX, *minX)
+	}
+	r.begin(snapshot{Xmin: startX, Xmax: startX}, now, position{})
+	return nil
 }
 
 // startErr wraps an error of working out the start position: an
