@@ -47,7 +47,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
@@ -75,7 +75,7 @@ type Config struct {
 	Partitions ff.Partitions
 	// Filter restricts the scans this process schedules to one namespace
 	// and/or instance tag. It travels in the tick and scan job args and
-	// selects the queue names (jobs.ScanQueue, jobs.ApplyQueue), so workers
+	// selects the queue names (Service.Pipeline().ScanQueue, ApplyQueue), so workers
 	// with the same filter work exactly these jobs.
 	Filter ff.Filter
 	// Scanners overrides settings by scanner name; zero fields keep the

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
-	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"

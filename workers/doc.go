@@ -44,12 +44,12 @@
 //
 // Ticks and scans carry the scheduling process's batch size, scanner
 // params and filter, so a scan does the same wherever it runs. Each filter
-// has its own pair of queues (jobs.ScanQueue, jobs.ApplyQueue); a process
+// has its own pair of queues (Pipeline.ScanQueue, Pipeline.ApplyQueue); a process
 // works only the queues of its own filter.
 //
 // Attempts: a tick is not retried (the next one comes an interval later);
 // scans retry 3 times and items 5 times with a short backoff
-// (jobs.RetryDelay), then River discards them; the next scan re-creates an
+// (2 s, doubling to at most a minute), then River discards them; the next scan re-creates an
 // item that is still due. Validation errors (a malformed id, a partition
 // outside the schema) cancel the job at once.
 //

@@ -35,7 +35,7 @@ type Output struct {
 	Detail any `json:"detail,omitempty"`
 	// Then, when set, is a successor job inserted into the job's queue in
 	// the same transaction, after the job's completion (unique while in
-	// flight, jobs.ItemMaxAttempts): an item that works its target in
+	// flight, up to 5 attempts): an item that works its target in
 	// bounded batches continues with it (the outbox trim does).
 	Then river.JobArgs `json:"-"`
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/riverqueue/river"
 )
 

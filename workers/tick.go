@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
