@@ -3,9 +3,10 @@
 // deadlines, dispatches and reconciles sibling cancels, dispatches
 // undispatched flow completions, and trims the outbox, each as a River
 // pipeline of periodic ticks, partition scans and per-item transactional
-// jobs. Package scanners says what is due; package workers is River's side
-// (the pipeline and the item transaction); package executions holds the
-// actions.
+// jobs. Package workers is River's side (the pipeline, the item
+// transaction) and the plug-in API (a scanner and its item kinds); package
+// scanners holds the built-in plug-ins; package executions holds the
+// application's API and the transitions.
 //
 // Two ways to run it:
 //
@@ -84,7 +85,7 @@ type Config struct {
 	// error.
 	Scanners map[string]workers.Settings
 	// Plugins are scanners of your own with their item kinds, registered
-	// after the built-ins exactly as they are (workers.Builtins).
+	// after the built-ins exactly as they are (scanners.Builtins).
 	Plugins []workers.Plugin
 	// NoBuiltins leaves the built-in scanners out (only Plugins run).
 	NoBuiltins bool

@@ -11,8 +11,8 @@ import (
 )
 
 // The actions of the built-in scanners' item jobs, each one transaction's
-// worth of work run inside the item's transaction (workers/items.go wires
-// each job kind to its action): expireAttempt (attempt_timeout),
+// worth of work run inside the item's transaction (scanners/items.go wires
+// each job kind to its transition, through Store.Pipeline): expireAttempt (attempt_timeout),
 // promoteDelayed (delayed_promoter), expireDeadline
 // (execution_deadline); removeExecutions
 // (execution_retention) is in retention.go. The cancel-group

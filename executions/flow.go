@@ -535,7 +535,7 @@ func (s *Store) resolveGroup(ctx context.Context, tx pgx.Tx, d *locked, flowID u
 // jobs queued by earlier versions, and callers of its own.
 func (s *Store) dispatchCompletion(ctx context.Context, tx pgx.Tx, eventID int64) (actions.Outcome, error) {
 	if s.cascader == nil {
-		return "", fmt.Errorf("dispatch completion %d: the store has no actions.Cascader", eventID)
+		return "", fmt.Errorf("dispatch completion %d: the store has no Cascader", eventID)
 	}
 	var part int16
 	var exec uuid.UUID

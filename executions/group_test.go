@@ -15,7 +15,7 @@ import (
 // action gives it: due ones processed with their events, a not-yet-due one
 // no_op, a missing one orphaned, one locked by another transaction
 // skipped_locked (and left as it was), an execution named twice applied once.
-func TestExpireAttemptsTxMixedGroup(t *testing.T) {
+func TestExpireAttemptManyMixedGroup(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	retry := f.Create(executions.CreateParams{RetryPolicy: executions.RetryPolicy{MaxRetries: 1}, Namespace: "n"})
@@ -92,7 +92,7 @@ func TestGroupActionRejectsBadID(t *testing.T) {
 }
 
 // Deadlines of several executions, leased or not, expire in one call.
-func TestExpireDeadlinesTx(t *testing.T) {
+func TestExpireDeadlineMany(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	deadline := time.UnixMilli(t0 + 1000)

@@ -1,16 +1,17 @@
 // Package executions is ffriver's hot path: create, claim, renew, complete,
 // fail, delay, cancel, revoke and reclaim executions (create.go, lease.go,
-// operator.go), and the actions the background scanners' item jobs apply
-// (actions.go: expire an attempt, promote a delayed execution, expire a
-// deadline, trim the outbox; retention.go: remove executions past
-// retention; cancelgroups.go: dispatch and reconcile sibling
-// cancels; flow.go: advance a flow, dispatch a completion).
+// operator.go), and the transitions the background scanners' item jobs
+// apply (actions.go and group.go: expire an attempt, promote a delayed
+// execution, expire a deadline; retention.go: remove executions past
+// retention; cancelgroups.go: dispatch and reconcile sibling cancels;
+// flow.go: advance a flow, dispatch a completion).
 //
-// Each item action is a ...Tx method run inside the transaction package
-// workers opens for the item (workers/apply.go); it locks, rechecks, writes
-// the transition and its outbox rows (package outbox), and returns an
-// Outcome. The Store is the one owner of the pipeline's clock and outbox
-// waker.
+// The transitions are unexported: the built-in item kinds (package
+// scanners, items.go) reach them through Store.Pipeline, whose contract is
+// internal, inside the transaction package workers opens for the item; each
+// locks, rechecks, writes the transition and its outbox rows (package
+// outbox), and returns an outcome. The Store is the one owner of the
+// pipeline's clock and outbox waker.
 //
 // Every operation is one transaction: it locks the execution's ff_exec_core
 // row first (the one lock order every writer follows), rechecks the state it
@@ -81,8 +82,10 @@ type Config struct {
 	// outbox.Writer.Discarding).
 	Outbox *outbox.Writer
 	// Cascader, when set, enqueues the flow cascade of every terminal
-	// transition of a flow member in the same transaction. Without one,
-	// completion events stay undispatched for the dependency scanner.
+	// transition of a flow member in the same transaction: a
+	// workers.NewCascader, whose ff.advance jobs ffriver's workers apply
+	// (ffriver.New gives its Store one). Without one, completion events stay
+	// undispatched for the dependency scanner.
 	Cascader actions.Cascader
 }
 

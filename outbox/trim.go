@@ -17,8 +17,8 @@ type TrimParams struct {
 	Table string
 	// CutoffMs: events that occurred before it are past retention.
 	CutoffMs int64
-	// NowMs is the time of the call, against which a named stream
-	// consumer's maximum lag is measured.
+	// NowMs is the time of the call (required), against which a named
+	// stream consumer's maximum lag is measured.
 	NowMs int64
 	// Namespace and InstanceTag restrict the trim to the events whose
 	// columns equal them (each nil: any).
@@ -45,6 +45,9 @@ func Trim(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, p TrimParams) (i
 	table, err := tableOf(p.Table)
 	if err != nil {
 		return 0, err
+	}
+	if p.NowMs <= 0 {
+		return 0, ff.Validationf("now_ms", "%d: want the time of the call, in ms since the epoch", p.NowMs)
 	}
 	if p.Limit < 1 || p.Limit > MaxTrimLimit {
 		return 0, ff.Validationf("limit", "%d is outside 1..%d", p.Limit, MaxTrimLimit)

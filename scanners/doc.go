@@ -1,7 +1,8 @@
 // Package scanners holds ffriver's built-in plug-ins: what is due and what
-// to do about it, each a scanner with its item kinds written against
-// package workers' plug-in API exactly as a plug-in of your own is
-// (Builtins), plus their retention settings.
+// to do about it, each a scanner with its item kinds, written against
+// package workers' plug-in API and registered exactly as a plug-in of your
+// own is (Builtins), plus their retention settings. Their transitions are
+// ffriver's own, in package executions.
 //
 // Eight, registered in this order, each through the pipeline's registry
 // like any other scanner:

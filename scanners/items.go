@@ -85,7 +85,7 @@ func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOut
 	if err != nil {
 		return workers.Output{}, err
 	}
-	d := TrimOutput{Deleted: n, Continued: n >= int64(a.Limit)}
+	d := trimOutput{Deleted: n, Continued: n >= int64(a.Limit)}
 	if a.PartitionMs > 0 {
 		d.Partitions, err = outbox.MaintainPartitions(ctx, tx, schema, outbox.Maintenance{
 			Table: table, Width: time.Duration(a.PartitionMs) * time.Millisecond,
@@ -118,7 +118,7 @@ func removeExecutions(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.R
 	if err != nil {
 		return workers.Output{}, err
 	}
-	d := RemoveOutput{RemoveResult: r, Continued: r.Full(a.Limit)}
+	d := removeOutput{RemoveResult: r, Continued: r.Full(a.Limit)}
 	out := workers.Output{Outcome: workers.Processed, Detail: d}
 	if r.Executions == 0 && r.TombstonesExpired == 0 {
 		out.Outcome = workers.NoOp
@@ -158,8 +158,15 @@ func groupKey(k jobs.GroupKey) actions.GroupKey {
 	return actions.GroupKey{Partition: k.Partition, FlowID: k.FlowID, DownstreamEID: k.DownstreamEID}
 }
 
-// Builtins returns the built-in plug-ins: each built-in scanner with its
-// item kinds, in the order they are registered (see builtinScanners).
+// Builtins returns the built-in plug-ins, each built-in scanner with its
+// item kinds, in the order they are registered: attempt_timeout,
+// delayed_promoter and execution_deadline (every second, batch 1,000),
+// edge_cancel_dispatcher (every second, batch 50), edge_cancel_reconciler
+// (every 10 s, batch 50), outbox_retention (every minute, batch 1,000,
+// events older than o.OutboxRetention), dependency (every 5 s, batch 1,000,
+// flow hops uncounted DefaultDependencyStale after their upstream became
+// terminal) and execution_retention (every minute, batch 1,000, terminal
+// executions older than o.ExecutionRetention).
 func Builtins(o BuiltinOptions) []workers.Plugin {
 	items := builtinItems()
 	var out []workers.Plugin
@@ -169,16 +176,16 @@ func Builtins(o BuiltinOptions) []workers.Plugin {
 	return out
 }
 
-// RemoveOutput is the River job output detail of an execution removal
+// removeOutput is the River job output detail of an execution removal
 // (ff.remove_executions): what it removed, and whether it continues with a
 // successor from its position.
-type RemoveOutput struct {
+type removeOutput struct {
 	actions.RemoveResult
 	Continued bool `json:"continued"`
 }
 
-// TrimOutput is the River job output detail of an outbox trim.
-type TrimOutput struct {
+// trimOutput is the River job output detail of an outbox trim.
+type trimOutput struct {
 	// Deleted events of the DEFAULT partition, row by row.
 	Deleted   int64 `json:"deleted"`
 	Continued bool  `json:"continued"`

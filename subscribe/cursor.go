@@ -21,7 +21,7 @@ import (
 // whose writing transaction is visible in a newer snapshot and was not
 // visible in the older one, and inside a batch events come in (Xact,
 // EventID) order. A stream's cursors carry the batch (the pair of
-// snapshots, see batch) and the position inside it, so a resumed stream
+// snapshots) and the position inside it, so a resumed stream
 // re-derives exactly the same batch and carries on after the position.
 //
 // A stream's cursors also record where they were taken from (Origin: the
@@ -121,8 +121,7 @@ func (c Cursor) batchOf() (b batch, ok bool) {
 }
 
 // Origin returns the stream the cursor was taken from; ok is false for a
-// cursor that does not say (one of the older forms, or built by
-// batch.Cursor on a batch without an origin).
+// cursor that does not say (one of the older forms).
 func (c Cursor) Origin() (o Origin, ok bool) { return c.origin, c.origin != (Origin{}) }
 
 // Bytes returns the opaque binary form.

@@ -61,6 +61,7 @@
 // after the commit; the transition and its outbox rows still commit
 // together. Group size and lanes are explained there (DefaultGroupSize,
 // DefaultGroupLanes).
+//
 // # Grouped scans
 //
 // A tick runs Due once, each partition counted up to the batch, and
@@ -99,7 +100,8 @@
 //     stable key (due time, then id), starting after req.After; return the
 //     last key as Next. ScanExecutions is that keyset scan for executions.
 //     Apply the filter in SQL with parameters only (ScanRequest.FilterArgs,
-//     ExecFilterSQL), never by splicing values into the query. Return one
+//     ExecFilterSQL; Due counts with DueRequest.FilterArgs), never by
+//     splicing values into the query. Return one
 //     river.JobArgs per item; make the args identify the item exactly (they
 //     are the item's unique key while in flight).
 //
@@ -112,5 +114,6 @@
 // (ffriver.Config.Plugins) in every process of the deployment, exactly as
 // the built-ins of package scanners are: a process that receives a tick or
 // scan for a scanner it does not know cancels the job. This package is the
-// one a plug-in imports, besides ff for execution ids.
+// one a plug-in imports, besides ff for execution ids and outbox when its
+// transition writes events.
 package workers

@@ -36,11 +36,16 @@ func (s starvationBoost) Defaults() workers.Settings {
 	return workers.Settings{Interval: 5 * time.Second, Batch: 500}
 }
 
-// Due counts, per partition, the executions waiting longer than the age.
+// Due counts, per partition, the executions waiting longer than the age,
+// with the deployment's filter ($2..$4) as Scan applies it.
 func (s starvationBoost) Due(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Due, error) {
+	ns, tagKey, tagValue := req.FilterArgs()
 	return workers.DueByPartition(ctx, q, req.SQL(`SELECT partition_key, count(*), min(created_at_ms) FROM {S}ff_exec_core
 		WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND priority < 10
-		  AND created_at_ms < $1 GROUP BY partition_key`), req.NowMs-s.age.Milliseconds())
+		  AND created_at_ms < $1
+		  AND ($2::text IS NULL OR raw_fields->>'namespace' = $2::text)
+		  AND ($3::text IS NULL OR raw_fields->'tags'->>$3::text = $4::text)
+		GROUP BY partition_key`), req.NowMs-s.age.Milliseconds(), ns, tagKey, tagValue)
 }
 
 // Scan is a keyset scan over (created_at_ms, execution_id), with the

@@ -26,8 +26,7 @@ type Pipeline struct {
 	scannerOf map[string]string
 }
 
-// NewPipeline registers the plugins' scanners (registry: valid,
-// unique names) and item kinds, resolves each scanner's settings (its
+// NewPipeline registers the plugins' scanners (valid, unique names) and item kinds, resolves each scanner's settings (its
 // defaults, overridden by the non-zero fields of overrides[name]) and checks
 // them. An override for a scanner that is not registered is an error, so a
 // typo is not silently ignored.
@@ -81,7 +80,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
 		}
 		if st.Sweep < 0 {
-			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
+			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (workers.NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
 		}
 		if st.Batch < 1 || st.Batch > 100_000 {
 			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
@@ -143,15 +142,15 @@ func (p *Pipeline) TickInsertOpts() *river.InsertOpts {
 }
 
 // TickArgs returns the tick of the scanner called name, as the periodic job
-// inserts it.
-func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
+// inserts it (with TickInsertOpts).
+func (p *Pipeline) TickArgs(name string) (river.JobArgs, error) {
 	s, ok := p.reg.Lookup(name)
 	if !ok {
-		return jobs.TickArgs{}, ff.Validationf("scanner", "%q is not registered", name)
+		return nil, ff.Validationf("scanner", "%q is not registered", name)
 	}
 	params, err := ParamsOf(s)
 	if err != nil {
-		return jobs.TickArgs{}, err
+		return nil, err
 	}
 	st := p.settings[name]
 	return jobs.TickArgs{Scanner: name, Batch: st.Batch, Params: params, Filter: jobs.FilterOf(p.filter), SweepMs: st.Sweep.Milliseconds()}, nil
@@ -159,8 +158,8 @@ func (p *Pipeline) TickArgs(name string) (jobs.TickArgs, error) {
 
 // PeriodicJobs returns one River periodic job per enabled scanner: a tick
 // every Interval, run on start, unique while in flight within its second
-// (jobs.UniqueTick: a tick still queued or running swallows the next ones
-// of the same second, and a tick stuck in a dead process blocks no more).
+// (a tick still queued or running swallows the next ones of the same
+// second, and a tick stuck in a dead process blocks no more).
 // Only the elected leader inserts periodic jobs. The last is ff.rescue
 // (rescue.go), which re-queues jobs left running by a dead process.
 func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {

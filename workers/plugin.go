@@ -10,7 +10,8 @@ import (
 
 // Plugin is a scanner with the item job kinds its scans produce: the one
 // value that registers both in a pipeline (ffriver.Config.Plugins). The
-// built-in scanners are plugins too (Builtins), registered the same way.
+// built-in scanners are plugins too (scanners.Builtins), registered the
+// same way.
 type Plugin struct {
 	// Scanner finds the due items (nil: items only, for kinds inserted by
 	// something other than a scan).

@@ -163,6 +163,13 @@ func (r ScanRequest) FilterArgs() (namespace, tagKey, tagValue *string) {
 	return filterArgs(r.Filter)
 }
 
+// FilterArgs returns the filter as the SQL parameters namespace, tag key and
+// tag value (each nil when unset), as ScanRequest.FilterArgs does: Due
+// counts with the same filter as Scan selects.
+func (r DueRequest) FilterArgs() (namespace, tagKey, tagValue *string) {
+	return filterArgs(r.Filter)
+}
+
 // SQL replaces every {S} in q with the quoted schema of ffriver's tables
 // and a dot, so a scanner writes {S}ff_exec_core.
 func (r DueRequest) SQL(q string) string { return schemaSQL(r.Store, q) }
