@@ -13,9 +13,9 @@
 // transaction serialises commits. A Waker sends at most one NOTIFY per
 // interval, after commit, to wake stream readers early; readers also poll.
 //
-// Both tables are partitioned by time (written_at_ms); MaintainPartitions
-// creates their partitions ahead and drops the old ones whole, which is
-// how retention removes events.
+// Both tables are partitioned by time (written_at_ms); the outbox_retention
+// scanner's job creates their partitions ahead and drops the old ones
+// whole, which is how retention removes events.
 package outbox
 
 import (
@@ -30,13 +30,6 @@ import (
 )
 
 // Execer is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool. Producers are
-// UnackedSQL is a SQL predicate that holds for an outbox event x that the
-// named stream consumer c (a row of ff_stream_consumer) has not
-// acknowledged: x's transaction is not visible in the snapshot of c's
-// position. Retention keeps such events while c is younger than its
-// maximum lag.
-const UnackedSQL = `NOT (x.xact_id < c.snap_xmin OR (x.xact_id < c.snap_xmax AND x.xact_id <> ALL(c.snap_xip)))`
-
 // meant to run on a transaction the caller owns.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -329,3 +322,10 @@ func (w *Writer) QueueCompletions(b *pgx.Batch, evs []CompletionEvent) error {
 	}
 	return nil
 }
+
+// The outbox tables, by the names ff_outbox_trim and ff_outbox_partition
+// record them under.
+const (
+	LeaseTable      = "ff_lease_event"
+	CompletionTable = "ff_completion_event"
+)

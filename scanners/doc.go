@@ -17,8 +17,8 @@
 //	execution_retention.go     execution_retention: terminal executions past retention → ff.remove_executions
 //
 // items.go wires each item kind to its transition, which lives in package
-// executions (reached through executions.Store.Pipeline; the trim is
-// outbox.Trim). due.go and helpers.go are the bounded due reads and keyset
-// scans the built-ins share, audit.go their audits of rows no scan can
-// process.
+// executions (reached through executions.Store.Pipeline; the outbox's trim
+// and time partitions are the library's internal outbox retention).
+// due.go and helpers.go are the bounded due reads and keyset scans the
+// built-ins share, audit.go their audits of rows no scan can process.
 package scanners

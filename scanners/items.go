@@ -8,7 +8,7 @@ import (
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/jobs"
-	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )
@@ -69,8 +69,8 @@ func expireAttempts(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.
 
 // trimOutbox is one retention pass over an outbox table: it deletes at
 // most a batch of old events from the table's DEFAULT partition
-// (outbox.Trim), then, when the job says so, maintains
-// the table's time partitions (outbox.MaintainPartitions: last, since a
+// (outboxretention.Trim), then, when the job says so, maintains
+// the table's time partitions (outboxretention.MaintainPartitions: last, since a
 // drop holds the table's lock until the commit that follows). When it
 // deleted a full batch, it continues with the same job after its
 // completion.
@@ -80,14 +80,14 @@ func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOut
 		return workers.Output{}, err
 	}
 	schema := dbutil.Schema(env.Schema())
-	n, err := outbox.Trim(ctx, tx, schema, outbox.TrimParams{Table: table, CutoffMs: a.CutoffMs, NowMs: env.NowMs(),
+	n, err := outboxretention.Trim(ctx, tx, schema, outboxretention.TrimParams{Table: table, CutoffMs: a.CutoffMs, NowMs: env.NowMs(),
 		Namespace: a.Namespace, InstanceTag: a.InstanceTag, Limit: a.Limit})
 	if err != nil {
 		return workers.Output{}, err
 	}
 	d := trimOutput{Deleted: n, Continued: n >= int64(a.Limit)}
 	if a.PartitionMs > 0 {
-		d.Partitions, err = outbox.MaintainPartitions(ctx, tx, schema, outbox.Maintenance{
+		d.Partitions, err = outboxretention.MaintainPartitions(ctx, tx, schema, outboxretention.Maintenance{
 			Table: table, Width: time.Duration(a.PartitionMs) * time.Millisecond,
 			CutoffMs: a.CutoffMs, NowMs: env.NowMs(),
 		})
@@ -190,6 +190,6 @@ type trimOutput struct {
 	Deleted   int64 `json:"deleted"`
 	Continued bool  `json:"continued"`
 	// Partitions the pass created, dropped, kept for a consumer or left
-	// locked (outbox.MaintainPartitions).
-	Partitions outbox.MaintainResult `json:"partitions"`
+	// locked (outboxretention.MaintainPartitions).
+	Partitions outboxretention.MaintainResult `json:"partitions"`
 }

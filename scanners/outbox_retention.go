@@ -11,7 +11,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/jobs"
-	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
 )
@@ -24,7 +24,7 @@ const DefaultOutboxRetention = 7 * 24 * time.Hour
 // has work; each, in one transaction, deletes at most a batch of old events
 // from the table's DEFAULT partition (the rows no time partition covers)
 // and, in an unfiltered deployment, maintains the table's time partitions
-// (outbox.MaintainPartitions: drops those older than the retention whole,
+// (outboxretention.MaintainPartitions: drops those older than the retention whole,
 // creates the next ones ahead, PartitionWidth of the retention wide). A job
 // that deleted a full batch re-enqueues itself in the same transaction, so
 // a backlog drains without waiting for the next tick.
@@ -134,7 +134,7 @@ type retentionWork struct {
 // work returns the tables that have work for a retention pass: events older
 // than the cutoff in the DEFAULT partition (that the filter matches), or,
 // in an unfiltered deployment, time partitions to create or to drop
-// (outbox.PartitionsDue).
+// (outboxretention.PartitionsDue).
 func (s *OutboxRetentionScanner) work(ctx context.Context, q workers.Querier, st *executions.Store, f ff.Filter, params json.RawMessage, now int64) (tables []retentionWork, cutoff int64, err error) {
 	ns, tag, ok := eventFilter(f)
 	if !ok {
@@ -145,7 +145,7 @@ func (s *OutboxRetentionScanner) work(ctx context.Context, q workers.Querier, st
 	}
 	var width time.Duration
 	if f.IsZero() {
-		width = outbox.PartitionWidth(time.Duration(now-cutoff) * time.Millisecond)
+		width = outboxretention.PartitionWidth(time.Duration(now-cutoff) * time.Millisecond)
 	}
 	for _, t := range []string{jobs.OutboxLease, jobs.OutboxCompletion} {
 		table, err := jobs.OutboxTable(t)
@@ -153,13 +153,13 @@ func (s *OutboxRetentionScanner) work(ctx context.Context, q workers.Querier, st
 			return nil, 0, err
 		}
 		var old bool
-		if err := q.QueryRow(ctx, dbutil.Schema(st.Schema()).SQL(`SELECT EXISTS (SELECT 1 FROM {S}`+outbox.DefaultPartition(table)+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
+		if err := q.QueryRow(ctx, dbutil.Schema(st.Schema()).SQL(`SELECT EXISTS (SELECT 1 FROM {S}`+outboxretention.DefaultPartition(table)+` WHERE occurred_at_ms < $1`+eventFilterSQL+`)`),
 			cutoff, ns, tag).Scan(&old); err != nil {
 			return nil, 0, dbutil.MapErr(err, "looking for old events")
 		}
-		var parts outbox.PartitionWork
+		var parts outboxretention.PartitionWork
 		if width > 0 {
-			if parts, err = outbox.PartitionsDue(ctx, q, dbutil.Schema(st.Schema()), table, width, cutoff); err != nil {
+			if parts, err = outboxretention.PartitionsDue(ctx, q, dbutil.Schema(st.Schema()), table, width, cutoff); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -235,7 +235,7 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q workers.Qu
 		if err != nil {
 			return nil, err
 		}
-		held := `FROM {S}` + table + ` x WHERE x.occurred_at_ms < $1` + eventFilterSQL + ` AND ` + outbox.UnackedSQL
+		held := `FROM {S}` + table + ` x WHERE x.occurred_at_ms < $1` + eventFilterSQL + ` AND ` + outboxretention.UnackedSQL
 		rows, err := q.Query(ctx, dbutil.Schema(req.Store.Schema()).SQL(`SELECT c.name, $4 - c.position_at_ms, c.max_lag_ms,
 			(SELECT count(*) FROM (SELECT 1 `+held+` LIMIT `+fmt.Sprint(heldCountLimit)+`) h)
 			FROM {S}ff_stream_consumer c
@@ -265,7 +265,7 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q workers.Qu
 					time.Duration(maxMs)*time.Millisecond, stream, name),
 				Count: n,
 				List: req.SQL(fmt.Sprintf(`SELECT x.* FROM {S}ff_stream_consumer c, {S}%s x WHERE c.stream = '%s' AND c.name = %s AND x.occurred_at_ms < %d AND %s`,
-					table, table, quoteLiteral(name), cutoff, outbox.UnackedSQL)),
+					table, table, quoteLiteral(name), cutoff, outboxretention.UnackedSQL)),
 			})
 		}
 		if err := rows.Err(); err != nil {

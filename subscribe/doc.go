@@ -106,7 +106,7 @@
 //
 // # Gaps
 //
-// Outbox retention (outbox.Trim) records what it deletes
+// Outbox retention (the outbox_retention scanner's trim) records what it deletes
 // in ff_outbox_trim: per trimming transaction, runs of the deleted rows'
 // transaction ids that span no transaction still running then, with the
 // count and the ranges of event ids and times. A stream checks them when it

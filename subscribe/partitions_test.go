@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 )
 
-// Outbox retention by partition (migration 0015, outbox.MaintainPartitions)
+// Outbox retention by partition (migration 0015, outboxretention.MaintainPartitions)
 // keeps every promise the streams make about retention: what it drops is
 // recorded, so a cursor before it gets a gap error; a named consumer's
 // unacknowledged events keep their partition; a stream reading while a
@@ -23,13 +24,13 @@ import (
 // maintain runs one maintenance of the lease outbox's partitions, 1 s wide
 // and reaching ahead, dropping what was written before cutoffMs, as the
 // outbox_retention job does.
-func maintain(t *testing.T, db *testdb.DB, ahead time.Duration, cutoffMs int64) outbox.MaintainResult {
+func maintain(t *testing.T, db *testdb.DB, ahead time.Duration, cutoffMs int64) outboxretention.MaintainResult {
 	t.Helper()
 	ctx := context.Background()
-	var res outbox.MaintainResult
+	var res outboxretention.MaintainResult
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = outbox.MaintainPartitions(ctx, tx, dbutil.Schema(db.Schema), outbox.Maintenance{
+		res, err = outboxretention.MaintainPartitions(ctx, tx, dbutil.Schema(db.Schema), outboxretention.Maintenance{
 			Table: outbox.LeaseTable, Width: time.Second, Ahead: ahead, CutoffMs: cutoffMs, NowMs: time.Now().UnixMilli(),
 		})
 		return err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
@@ -28,7 +29,7 @@ func TestPagePlanMergesPartitions(t *testing.T) {
 	today := time.Now().Truncate(day).UnixMilli()
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		for d := int64(7); d >= 0; d-- {
-			if _, err := outbox.AttachPartition(ctx, tx, s, outbox.LeaseTable, today-d*day.Milliseconds(), today-(d-1)*day.Milliseconds()); err != nil {
+			if _, err := outboxretention.AttachPartition(ctx, tx, s, outbox.LeaseTable, today-d*day.Milliseconds(), today-(d-1)*day.Milliseconds()); err != nil {
 				return err
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
@@ -211,7 +212,7 @@ func trim(t *testing.T, st *executions.Store, pool interface {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	n, err := outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: cutoffMs, NowMs: st.NowMs(), Limit: 100_000})
+	n, err := outboxretention.Trim(ctx, tx, dbutil.Schema(st.Schema()), outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: cutoffMs, NowMs: st.NowMs(), Limit: 100_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,7 @@ func TestGapUnderARunningStream(t *testing.T) {
 	if err := long.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: at + 1, NowMs: st.NowMs(), Limit: 10}); err != nil || n != 1 {
+	if n, err := outboxretention.Trim(ctx, tx, dbutil.Schema(st.Schema()), outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: at + 1, NowMs: st.NowMs(), Limit: 10}); err != nil || n != 1 {
 		t.Fatalf("trim: %d, %v", n, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

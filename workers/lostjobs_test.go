@@ -10,7 +10,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/jobs"
-	"github.com/ffriver/ffriver/outbox"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
@@ -200,7 +200,7 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			cutoff := h.clock.NowMs() - scanners.DefaultOutboxRetention.Milliseconds()
 			// Each pass also carries its table's partition maintenance:
 			// the partitions are created ahead all the same.
-			width := outbox.PartitionWidth(scanners.DefaultOutboxRetention).Milliseconds()
+			width := outboxretention.PartitionWidth(scanners.DefaultOutboxRetention).Milliseconds()
 			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxLease, CutoffMs: cutoff, Limit: 1000, PartitionMs: width}, item)
 			h.loseEach(jobs.TrimOutboxArgs{Table: jobs.OutboxCompletion, CutoffMs: cutoff, Limit: 1000, PartitionMs: width}, item)
 			return func() {

@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
@@ -107,7 +108,7 @@ func TestConsumerAbandonedHoldsRetentionUntilDropped(t *testing.T) {
 		var n int64
 		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			var err error
-			n, err = outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: time.Now().Add(-retention).UnixMilli(), NowMs: st.NowMs(), Limit: 1000})
+			n, err = outboxretention.Trim(ctx, tx, dbutil.Schema(st.Schema()), outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: time.Now().Add(-retention).UnixMilli(), NowMs: st.NowMs(), Limit: 1000})
 			return err
 		}); err != nil {
 			t.Fatal(err)

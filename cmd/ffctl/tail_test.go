@@ -16,6 +16,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
@@ -240,7 +241,7 @@ func TestTailSinceEmptyCursorFileAndGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if n, err := outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: 10_000, NowMs: st.NowMs(), Limit: 100}); err != nil || n != 6 {
+	if n, err := outboxretention.Trim(ctx, tx, dbutil.Schema(st.Schema()), outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: 10_000, NowMs: st.NowMs(), Limit: 100}); err != nil || n != 6 {
 		t.Fatalf("trim: %d, %v", n, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

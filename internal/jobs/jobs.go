@@ -304,7 +304,7 @@ func OutboxTable(name string) (string, error) {
 
 // TrimOutboxArgs is one retention pass over one outbox table: with
 // PartitionMs set, it first maintains the table's time partitions (creates
-// them ahead, drops those older than CutoffMs: outbox.MaintainPartitions),
+// them ahead, drops those older than CutoffMs: outboxretention.MaintainPartitions),
 // then deletes up to Limit events older than CutoffMs from the table's
 // DEFAULT partition. Only Table and the filter fields make it unique: one
 // trim per table (and filter) in flight.

@@ -17,6 +17,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 )
@@ -430,7 +431,7 @@ func TestLiveGapSaysWhatWasLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(e.ctx) }()
-	if n, err := outbox.Trim(e.ctx, tx, dbutil.Schema(e.store.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: t0 + 1, NowMs: e.store.NowMs(), Limit: 1000}); err != nil || n != 2 {
+	if n, err := outboxretention.Trim(e.ctx, tx, dbutil.Schema(e.store.Schema()), outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: t0 + 1, NowMs: e.store.NowMs(), Limit: 1000}); err != nil || n != 2 {
 		t.Fatalf("trimming the lease outbox: %d, %v; want the 2 events", n, err)
 	}
 	if err := tx.Commit(e.ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,8 +31,8 @@ type retentionCost struct {
 }
 
 // Retention measures outbox retention by partition (a partition of Events
-// lease events dropped by outbox.MaintainPartitions) against the row trim
-// of earlier releases (outbox.Trim deleting the same
+// lease events dropped by outboxretention.MaintainPartitions) against the row trim
+// of earlier releases (outboxretention.Trim deleting the same
 // number of events in batches of 10,000, then the VACUUM that reclaims
 // them, which autovacuum would run later), in one scratch schema: removal
 // rate, WAL written, the removing backend's CPU and the dead tuples left.
@@ -62,7 +63,7 @@ func Retention(ctx context.Context, env *Env, o RetentionOptions) ([]Result, err
 	s := dbutil.Schema(schema)
 	// Autovacuum would do the DELETE's cleanup in a process of its own,
 	// uncounted, and the drop's partition is gone anyway.
-	if _, err := conn.Exec(ctx, s.SQL(`ALTER TABLE {S}`+outbox.DefaultPartition(outbox.LeaseTable)+` SET (autovacuum_enabled = false)`)); err != nil {
+	if _, err := conn.Exec(ctx, s.SQL(`ALTER TABLE {S}`+outboxretention.DefaultPartition(outbox.LeaseTable)+` SET (autovacuum_enabled = false)`)); err != nil {
 		return nil, err
 	}
 
@@ -77,7 +78,7 @@ func Retention(ctx context.Context, env *Env, o RetentionOptions) ([]Result, err
 			var n int64
 			err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
 				var err error
-				n, err = outbox.Trim(ctx, tx, dbutil.Schema(st.Schema()), outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: old + 1, NowMs: st.NowMs(), Limit: 10_000})
+				n, err = outboxretention.Trim(ctx, tx, dbutil.Schema(st.Schema()), outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: old + 1, NowMs: st.NowMs(), Limit: 10_000})
 				return err
 			})
 			if err != nil {
@@ -88,16 +89,16 @@ func Retention(ctx context.Context, env *Env, o RetentionOptions) ([]Result, err
 			}
 		}
 		return nil
-	}, outbox.DefaultPartition(outbox.LeaseTable))
+	}, outboxretention.DefaultPartition(outbox.LeaseTable))
 	if err != nil {
 		return nil, fmt.Errorf("retention bench, row trim: %w", err)
 	}
 
 	// The partition drop: 10 s partitions; the events written into the
 	// first, which is dropped once the database's clock is past it.
-	var res outbox.MaintainResult
+	var res outboxretention.MaintainResult
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		res, err = outbox.MaintainPartitions(ctx, tx, s, outbox.Maintenance{Table: outbox.LeaseTable, Width: 10 * time.Second, Ahead: 30 * time.Second})
+		res, err = outboxretention.MaintainPartitions(ctx, tx, s, outboxretention.Maintenance{Table: outbox.LeaseTable, Width: 10 * time.Second, Ahead: 30 * time.Second})
 		return err
 	}); err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func Retention(ctx context.Context, env *Env, o RetentionOptions) ([]Result, err
 	var dropped int64
 	drop, err := measureRemoval(ctx, conn, s, func(q *pgxpool.Conn) error {
 		return pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
-			r, err := outbox.MaintainPartitions(ctx, tx, s, outbox.Maintenance{Table: outbox.LeaseTable,
+			r, err := outboxretention.MaintainPartitions(ctx, tx, s, outboxretention.Maintenance{Table: outbox.LeaseTable,
 				CutoffMs: time.Now().UnixMilli(), NowMs: time.Now().UnixMilli()})
 			dropped = r.DroppedEvents
 			return err

@@ -15,6 +15,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
@@ -192,7 +193,7 @@ func buildScaleStore(ctx context.Context, env *Env, pool *pgxpool.Pool, s dbutil
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for _, t := range []string{outbox.LeaseTable, outbox.CompletionTable} {
 			for d := int64(30); d >= 0; d-- {
-				if _, err := outbox.AttachPartition(ctx, tx, s, t, today-d*dayMs, today-(d-1)*dayMs); err != nil {
+				if _, err := outboxretention.AttachPartition(ctx, tx, s, t, today-d*dayMs, today-(d-1)*dayMs); err != nil {
 					return err
 				}
 			}
@@ -484,7 +485,7 @@ func scaleRetention(ctx context.Context, env *Env, pool *pgxpool.Pool, s dbutil.
 	began := time.Now()
 	for _, t := range []string{outbox.LeaseTable, outbox.CompletionTable} {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			r, err := outbox.MaintainPartitions(ctx, tx, s, outbox.Maintenance{Table: t, CutoffMs: cutoff, NowMs: now})
+			r, err := outboxretention.MaintainPartitions(ctx, tx, s, outboxretention.Maintenance{Table: t, CutoffMs: cutoff, NowMs: now})
 			p.events += r.DroppedEvents
 			p.partitions += int64(len(r.Dropped))
 			return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -77,7 +78,7 @@ const (
 // and their default minute: 15 s for 5 minutes). At their default minute
 // a 5-minute retention would hold up to a fifth more than it keeps: an
 // event is dropped with its partition between Retention and Retention
-// plus a partition width (a minute for 5 minutes, outbox.PartitionWidth)
+// plus a partition width (a minute for 5 minutes, outboxretention.PartitionWidth)
 // plus an interval after it was written, and an execution removed up to
 // an interval after Retention; at Retention/20 the interval adds 5 %.
 // The load starts once both outboxes have a time partition covering the
@@ -189,7 +190,7 @@ func Soak(ctx context.Context, env *Env, o SoakOptions) ([]Result, error) {
 		defer func() { stopVac(); <-vacDone }()
 	}
 	env.Logger.InfoContext(ctx, "bench soak: load starts", "duration", o.Duration, "rate", o.Rate, "retention", o.Retention,
-		"sample", o.Sample, "autovacuum", autovacuum, "stand_in_vacuum", o.Vacuum, "retention_scan_interval", interval, "partition_width", outbox.PartitionWidth(o.Retention))
+		"sample", o.Sample, "autovacuum", autovacuum, "stand_in_vacuum", o.Vacuum, "retention_scan_interval", interval, "partition_width", outboxretention.PartitionWidth(o.Retention))
 
 	load := &soakLoad{st: st, perSec: float64(o.Rate) / transitionsPerExecution}
 	stop := make(chan struct{})
@@ -485,15 +486,15 @@ func readSoakSample(ctx context.Context, pool *pgxpool.Pool, schema string) (soa
 			s.execs = live
 		case name == "ff_exec_removed":
 			s.tombstones = live
-		case (g == groupLease || g == groupCompletion) && name != root && name != outbox.DefaultPartition(root):
+		case (g == groupLease || g == groupCompletion) && name != root && name != outboxretention.DefaultPartition(root):
 			s.partitions[g-groupLease]++
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("bench: soak: reading sizes: %w", err)
 	}
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+outbox.DefaultPartition(outbox.LeaseTable)+`),
-		(SELECT count(*) FROM `+outbox.DefaultPartition(outbox.CompletionTable)+`)`).Scan(&s.defaultRows[0], &s.defaultRows[1]); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+outboxretention.DefaultPartition(outbox.LeaseTable)+`),
+		(SELECT count(*) FROM `+outboxretention.DefaultPartition(outbox.CompletionTable)+`)`).Scan(&s.defaultRows[0], &s.defaultRows[1]); err != nil {
 		return s, fmt.Errorf("bench: soak: counting the DEFAULT partitions' rows: %w", err)
 	}
 	var oldestMs float64
@@ -522,7 +523,7 @@ func soakResults(o SoakOptions, autovacuum string, samples []soakSample, overall
 				"claim (Max 1), complete; 3 per execution, so %d/s asks %.0f executions/s, paced by tokens every 10 ms, "+
 				"%d load goroutines over %d lanes; %d executions were not started because every goroutine was busy. "+
 				"Retention %s (outbox, executions, River's completed jobs), partition width %s, retention scanners every %s",
-				o.Rate, execRate, o.Workers, soakLanes, dropped, o.Retention, outbox.PartitionWidth(o.Retention), soakScanInterval(o.Retention))},
+				o.Rate, execRate, o.Workers, soakLanes, dropped, o.Retention, outboxretention.PartitionWidth(o.Retention), soakScanInterval(o.Retention))},
 	}
 	bytesRow := Result{Scenario: "soak", Figure: "total bytes at the end (" + at(last) + ")", Value: mib(last.total()), Unit: "MiB",
 		Note: soakTable(samples)}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
@@ -231,7 +232,7 @@ const StreamCountCap = 10_000
 // the newest and the DEFAULT partition's rows up to $1.
 func streamSQL(table string) string {
 	return `SELECT n.count, n.max, (SELECT occurred_at_ms FROM {S}` + table + ` ORDER BY event_id DESC LIMIT 1), p.count, p.ahead,
-		(SELECT count(*) FROM (SELECT 1 FROM {S}` + outbox.DefaultPartition(table) + ` LIMIT $1) d)
+		(SELECT count(*) FROM (SELECT 1 FROM {S}` + outboxretention.DefaultPartition(table) + ` LIMIT $1) d)
 		FROM (SELECT count(*), max(event_id) FROM (SELECT event_id FROM {S}` + table + ` ORDER BY event_id DESC LIMIT $1) x) n,
 		     (SELECT count(*), max(hi_ms) FILTER (WHERE lo_ms IS NOT NULL) AS ahead FROM {S}ff_outbox_partition WHERE stream = $2) p`
 }

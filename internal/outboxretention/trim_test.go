@@ -1,4 +1,4 @@
-package outbox_test
+package outboxretention_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
@@ -24,20 +25,20 @@ func TestTrim(t *testing.T) {
 		SELECT gen_random_uuid(), 'acquired', g, 0 FROM generate_series(1, 5) g`); err != nil {
 		t.Fatal(err)
 	}
-	trim := func(p outbox.TrimParams) (int64, error) {
+	trim := func(p outboxretention.TrimParams) (int64, error) {
 		var n int64
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			var err error
-			n, err = outbox.Trim(ctx, tx, dbutil.Schema(db.Schema), p)
+			n, err = outboxretention.Trim(ctx, tx, dbutil.Schema(db.Schema), p)
 			return err
 		})
 		return n, err
 	}
-	good := outbox.TrimParams{Table: outbox.LeaseTable, CutoffMs: 4, NowMs: 1_000, Limit: 2}
-	for field, p := range map[string]outbox.TrimParams{
+	good := outboxretention.TrimParams{Table: outbox.LeaseTable, CutoffMs: 4, NowMs: 1_000, Limit: 2}
+	for field, p := range map[string]outboxretention.TrimParams{
 		"table":  {Table: "lease", CutoffMs: 4, NowMs: 1_000, Limit: 2},
 		"now_ms": {Table: outbox.LeaseTable, CutoffMs: 4, Limit: 2},
-		"limit":  {Table: outbox.LeaseTable, CutoffMs: 4, NowMs: 1_000, Limit: outbox.MaxTrimLimit + 1},
+		"limit":  {Table: outbox.LeaseTable, CutoffMs: 4, NowMs: 1_000, Limit: outboxretention.MaxTrimLimit + 1},
 	} {
 		if _, err := trim(p); !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), field) {
 			t.Errorf("Trim with a bad %s: %v, want a validation error naming it", field, err)

@@ -1,4 +1,10 @@
-package outbox
+// Package outboxretention is how ffriver deletes old outbox events, the
+// outbox_retention scanner's job: the time partitions of both outbox tables
+// (created ahead, dropped whole) and the row trim of their DEFAULT
+// partitions, each recorded in ff_outbox_trim so that a stream positioned
+// before a deleted event reports a gap. It is internal: only the pipeline,
+// ffctl and the tests call it.
+package outboxretention
 
 import (
 	"context"
@@ -7,6 +13,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -18,13 +25,6 @@ import (
 // trim is recorded. Rows no time partition covers (written before the first
 // run, or while none runs) go to the table's DEFAULT partition,
 // <table>_default, whose old rows are trimmed row by row.
-
-// The outbox tables, by the names ff_outbox_trim and ff_outbox_partition
-// record them under.
-const (
-	LeaseTable      = "ff_lease_event"
-	CompletionTable = "ff_completion_event"
-)
 
 // DefaultPartition returns the name of table's DEFAULT partition.
 func DefaultPartition(table string) string { return table + "_default" }
@@ -76,7 +76,7 @@ const maxCreate = 64
 
 // Maintenance says what MaintainPartitions does to one outbox table.
 type Maintenance struct {
-	// Table is LeaseTable or CompletionTable.
+	// Table is outbox.LeaseTable or outbox.CompletionTable.
 	Table string
 	// Width of the partitions to create (PartitionWidth of the retention);
 	// 0 creates none.
@@ -117,10 +117,10 @@ type MaintainResult struct {
 // tableOf checks table and returns it.
 func tableOf(table string) (string, error) {
 	switch table {
-	case LeaseTable, CompletionTable:
+	case outbox.LeaseTable, outbox.CompletionTable:
 		return table, nil
 	}
-	return "", ff.Validationf("table", "%q: want %q or %q", table, LeaseTable, CompletionTable)
+	return "", ff.Validationf("table", "%q: want %q or %q", table, outbox.LeaseTable, outbox.CompletionTable)
 }
 
 // maintenanceLockKey is the high half of the key of the transaction-level
@@ -221,8 +221,8 @@ func createPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, tabl
 	return created, nil
 }
 
-// AttachPartition creates the partition of table (LeaseTable or
-// CompletionTable) for rows written in [loMs, hiMs), attaches it and
+// AttachPartition creates the partition of table (outbox.LeaseTable or
+// outbox.CompletionTable) for rows written in [loMs, hiMs), attaches it and
 // registers it in ff_outbox_partition, inside tx, and returns its name.
 // MaintainPartitions creates partitions with it; call it yourself only to
 // add a range no partition covers and the DEFAULT partition holds no row
@@ -446,3 +446,10 @@ func PartitionsDue(ctx context.Context, q interface {
 	}
 	return work, nil
 }
+
+// UnackedSQL is a SQL predicate that holds for an outbox event x that the
+// named stream consumer c (a row of ff_stream_consumer) has not
+// acknowledged: x's transaction is not visible in the snapshot of c's
+// position. Retention keeps such events while c is younger than its
+// maximum lag.
+const UnackedSQL = `NOT (x.xact_id < c.snap_xmin OR (x.xact_id < c.snap_xmax AND x.xact_id <> ALL(c.snap_xip)))`

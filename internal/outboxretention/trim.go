@@ -1,4 +1,4 @@
-package outbox
+package outboxretention
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxretention_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,7 @@ func TestPartitionWidthFollowsTheRetention(t *testing.T) {
 		{time.Minute, 10 * time.Second},
 		{time.Second, time.Second},
 	} {
-		if got := outbox.PartitionWidth(c.retention); got != c.want {
+		if got := outboxretention.PartitionWidth(c.retention); got != c.want {
 			t.Errorf("PartitionWidth(%s) = %s, want %s", c.retention, got, c.want)
 		}
 	}
@@ -39,20 +40,20 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, nil)
 	s := dbutil.Schema(db.Schema)
-	run := func(tx pgx.Tx, m outbox.Maintenance) outbox.MaintainResult {
+	run := func(tx pgx.Tx, m outboxretention.Maintenance) outboxretention.MaintainResult {
 		t.Helper()
-		res, err := outbox.MaintainPartitions(ctx, tx, s, m)
+		res, err := outboxretention.MaintainPartitions(ctx, tx, s, m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	m := outbox.Maintenance{Table: outbox.CompletionTable, Width: time.Minute}
-	due, err := outbox.PartitionsDue(ctx, db.Pool, s, outbox.CompletionTable, time.Minute, 0)
+	m := outboxretention.Maintenance{Table: outbox.CompletionTable, Width: time.Minute}
+	due, err := outboxretention.PartitionsDue(ctx, db.Pool, s, outbox.CompletionTable, time.Minute, 0)
 	if err != nil || !due.Create || due.Drop {
 		t.Fatalf("due %+v, %v: want partitions to create in a new schema, none to drop", due, err)
 	}
-	var res outbox.MaintainResult
+	var res outboxretention.MaintainResult
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { res = run(tx, m); return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	if parts[0].lo <= now || parts[len(parts)-1].hi < now+2*time.Minute.Milliseconds() {
 		t.Errorf("partitions from %d to %d at %d: want them to start ahead and reach two minutes past the clock", parts[0].lo, parts[len(parts)-1].hi, now)
 	}
-	if due, err = outbox.PartitionsDue(ctx, db.Pool, s, outbox.CompletionTable, time.Minute, 0); err != nil || due.Create {
+	if due, err = outboxretention.PartitionsDue(ctx, db.Pool, s, outbox.CompletionTable, time.Minute, 0); err != nil || due.Create {
 		t.Fatalf("due %+v, %v after a run: want nothing to create", due, err)
 	}
 
@@ -109,7 +110,7 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold.Rollback(ctx)
-	run(hold, outbox.Maintenance{Table: outbox.CompletionTable})
+	run(hold, outboxretention.Maintenance{Table: outbox.CompletionTable})
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { res = run(tx, m); return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +119,9 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	}
 	hold.Rollback(ctx)
 
-	for _, bad := range []outbox.Maintenance{{Table: "ff_exec_core"}, {Table: outbox.LeaseTable, Width: time.Millisecond}, {Table: outbox.LeaseTable, Ahead: -time.Second}} {
+	for _, bad := range []outboxretention.Maintenance{{Table: "ff_exec_core"}, {Table: outbox.LeaseTable, Width: time.Millisecond}, {Table: outbox.LeaseTable, Ahead: -time.Second}} {
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			_, err := outbox.MaintainPartitions(ctx, tx, s, bad)
+			_, err := outboxretention.MaintainPartitions(ctx, tx, s, bad)
 			return err
 		})
 		var verr *ff.ValidationError
@@ -139,7 +140,7 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM ff_completion_event`).Scan(&where); err != nil {
 		t.Fatal(err)
 	}
-	if where != outbox.DefaultPartition(outbox.CompletionTable) {
+	if where != outboxretention.DefaultPartition(outbox.CompletionTable) {
 		t.Fatalf("a row written before the first partition is in %s, want the DEFAULT partition", where)
 	}
 }
