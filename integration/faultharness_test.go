@@ -321,6 +321,14 @@ func (sc *scenario) drain(within time.Duration) {
 	})
 	sc.t.Logf("all %d transitions done %s after the window opened (%s after the wait began)",
 		total, time.Since(sc.seededAt.Add(500*time.Millisecond)).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+	// A job whose process died after its transaction committed and before
+	// River completed it is re-queued (ff.rescue, River's rescuer) and runs
+	// again, recording no_op: reconcile credits the execution with that
+	// re-run, so it waits for every item job to end first.
+	sc.await("every item job to end", within, func() (bool, string) {
+		n := sc.Count(`SELECT count(*) FROM river_job WHERE kind = ANY($1) AND state NOT IN ('completed', 'cancelled', 'discarded')`, itemKinds())
+		return n == 0, fmt.Sprintf("%d item jobs not ended", n)
+	})
 	if sc.writers != nil {
 		sc.writers.stopAndWait()
 	}

@@ -37,6 +37,12 @@ type execRow struct {
 	rerun map[string]int
 }
 
+// itemKinds are the kinds of the scenario's item jobs, the ones
+// reconcile credits executions with.
+func itemKinds() []string {
+	return []string{jobs.KindExpireAttempt, jobs.KindPromoteDelayed, jobs.KindExpireDeadline}
+}
+
 // classWant is the end state of each class: the state, the attempt, the events
 // and the item job kind that must have processed it exactly once.
 type classWant struct {
@@ -242,9 +248,8 @@ func (ct completionTable) event(id int64) (string, string, bool) {
 func (sc *scenario) readItemJobs(execs map[uuid.UUID]*execRow, probs *problems) (itemJobs int, outcomes map[string]int) {
 	t := sc.t
 	t.Helper()
-	itemKinds := []string{jobs.KindExpireAttempt, jobs.KindPromoteDelayed, jobs.KindExpireDeadline}
 	outcomes = map[string]int{} // "state/outcome" of every item job
-	rows, err := sc.db.Pool.Query(sc.ctx, `SELECT kind, args->>'id', state, coalesce(metadata->'output'->>'outcome', ''), attempt FROM river_job WHERE kind = ANY($1)`, itemKinds)
+	rows, err := sc.db.Pool.Query(sc.ctx, `SELECT kind, args->>'id', state, coalesce(metadata->'output'->>'outcome', ''), attempt FROM river_job WHERE kind = ANY($1)`, itemKinds())
 	if err != nil {
 		t.Fatal(err)
 	}
