@@ -88,13 +88,24 @@ func (p *proxy) down() {
 	clear(p.conns)
 }
 
-// up accepts again on the same address.
+// up accepts again on the same address. It runs on a timer's goroutine, so
+// it reports a failure with Errorf (the stream then never comes back, and
+// the test fails waiting for it); while another socket holds the port (the
+// tests run in parallel) it tries again for a while.
 func (p *proxy) up() {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatalf("proxy: listening again on %s: %v", p.addr, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", p.addr)
+		if err == nil {
+			p.serve(ln)
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Errorf("proxy: listening again on %s: %v", p.addr, err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // until the port is free again
 	}
-	p.serve(ln)
 }
 
 // The server going away for a while (connections cut, new ones refused)
