@@ -9,10 +9,12 @@ import (
 )
 
 // Pipeline returns the transitions ffriver's own item jobs apply to s's
-// executions (package workers runs them). They are not part of the
-// application's API: their contract lives in an internal package, so an
-// application can neither name nor implement it, and go doc lists none of
-// them here.
+// executions (the built-in items of package scanners, run by package
+// workers). They are not part of the application's API and carry no
+// compatibility promise: their contract lives in an internal package, so
+// go doc lists none of them here and an application can neither name nor
+// implement it. (Go has no way to keep the call itself from an
+// application; it has no use for it.)
 func (s *Store) Pipeline() actions.Transitions { return transitions{s} }
 
 // transitions implements actions.Transitions with s's unexported actions:
