@@ -45,25 +45,24 @@ type BuiltinOptions struct {
 	ExecutionRetention time.Duration
 }
 
-// builtinScanners returns the built-in scanners with their defaults, in the
-// order they are registered: attempt_timeout, delayed_promoter and
-// execution_deadline (every second, batch 1,000), edge_cancel_dispatcher
-// (every second, batch 50), edge_cancel_reconciler (every 10 s, batch 50),
-// outbox_retention (every minute, batch 1,000, events older than
-// o.OutboxRetention), dependency (every 5 s, batch 1,000, flow hops
-// uncounted DefaultDependencyStale after their upstream became terminal)
-// and execution_retention (every minute, batch 1,000, terminal executions
-// older than o.ExecutionRetention). Their item kinds and actions are
-// registered with them (Builtins).
-func builtinScanners(o BuiltinOptions) []workers.Scanner {
-	return []workers.Scanner{
-		AttemptTimeoutScanner{},
-		DelayedPromoterScanner{},
-		ExecutionDeadlineScanner{},
-		EdgeCancelDispatcherScanner{},
-		EdgeCancelReconcilerScanner{},
-		NewOutboxRetentionScanner(o.OutboxRetention),
-		NewDependencyScanner(0),
-		NewExecutionRetentionScanner(o.ExecutionRetention),
+// Builtins returns the built-in plug-ins, each built-in scanner with its
+// item kinds (items.go), in the order they are registered: attempt_timeout,
+// delayed_promoter and execution_deadline (every second, batch 1,000),
+// edge_cancel_dispatcher (every second, batch 50), edge_cancel_reconciler
+// (every 10 s, batch 50), outbox_retention (every minute, batch 1,000,
+// events older than o.OutboxRetention), dependency (every 5 s, batch 1,000,
+// flow hops uncounted DefaultDependencyStale after their upstream became
+// terminal) and execution_retention (every minute, batch 1,000, terminal
+// executions older than o.ExecutionRetention).
+func Builtins(o BuiltinOptions) []workers.Plugin {
+	return []workers.Plugin{
+		{Scanner: AttemptTimeoutScanner{}, Items: []workers.Item{workers.GroupItemOf(expireAttempt, expireAttemptMany)}},
+		{Scanner: DelayedPromoterScanner{}, Items: []workers.Item{workers.GroupItemOf(promoteDelayed, promoteDelayedMany)}},
+		{Scanner: ExecutionDeadlineScanner{}, Items: []workers.Item{workers.GroupItemOf(expireDeadline, expireDeadlineMany)}},
+		{Scanner: EdgeCancelDispatcherScanner{}, Items: []workers.Item{workers.ItemOf(dispatchCancelGroup)}},
+		{Scanner: EdgeCancelReconcilerScanner{}, Items: []workers.Item{workers.ItemOf(reconcileCancelGroup)}},
+		{Scanner: NewOutboxRetentionScanner(o.OutboxRetention), Items: []workers.Item{workers.ItemOf(trimOutbox)}},
+		{Scanner: NewDependencyScanner(0), Items: []workers.Item{workers.ItemOf(dispatchCompletion)}},
+		{Scanner: NewExecutionRetentionScanner(o.ExecutionRetention), Items: []workers.Item{workers.ItemOf(removeExecutions)}},
 	}
 }

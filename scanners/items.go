@@ -13,44 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The built-in item kinds, each wired to its executions action: the one
-// place where a job kind meets the transaction it runs.
-
-// builtinItems maps each built-in scanner to the items its scans produce.
-func builtinItems() map[string][]workers.Item {
-	return map[string][]workers.Item{
-		AttemptTimeout: {workers.GroupItemOf(expireAttempt, expireAttempts)},
-		DelayedPromoter: {workers.GroupItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.PromoteDelayedArgs) (workers.Output, error) {
-			out, err := env.Store.Pipeline().PromoteDelayed(ctx, tx, a.ID)
-			return workers.Output{Outcome: out}, err
-		}, func(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.PromoteDelayedArgs) ([]workers.Output, error) {
-			return outputs(env.Store.Pipeline().PromoteDelayedMany(ctx, tx, argIDs(as, func(a jobs.PromoteDelayedArgs) ff.ExecutionID { return a.ID })))
-		})},
-		ExecutionDeadline: {workers.GroupItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireDeadlineArgs) (workers.Output, error) {
-			out, err := env.Store.Pipeline().ExpireDeadline(ctx, tx, a.ID)
-			return workers.Output{Outcome: out}, err
-		}, func(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireDeadlineArgs) ([]workers.Output, error) {
-			return outputs(env.Store.Pipeline().ExpireDeadlineMany(ctx, tx, argIDs(as, func(a jobs.ExpireDeadlineArgs) ff.ExecutionID { return a.ID })))
-		})},
-		EdgeCancelDispatcher: {workers.ItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.CancelGroupArgs) (workers.Output, error) {
-			r, err := env.Store.Pipeline().DispatchCancelGroup(ctx, tx, groupKey(a.GroupKey))
-			return workers.Output{Outcome: r.Outcome, Detail: r}, err
-		})},
-		EdgeCancelReconciler: {workers.ItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ReconcileGroupArgs) (workers.Output, error) {
-			r, err := env.Store.Pipeline().ReconcileCancelGroup(ctx, tx, groupKey(a.GroupKey))
-			return workers.Output{Outcome: r.Outcome, Detail: r}, err
-		})},
-		OutboxRetention:    {workers.ItemOf(trimOutbox)},
-		ExecutionRetention: {workers.ItemOf(removeExecutions)},
-		// The dependency scanner's scans produce ff.advance jobs (flowItem,
-		// registered by every pipeline); ff.dispatch_completion is kept for
-		// jobs queued by earlier versions.
-		Dependency: {workers.ItemOf(func(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.DispatchCompletionArgs) (workers.Output, error) {
-			out, err := env.Store.Pipeline().DispatchCompletion(ctx, tx, a.EventID)
-			return workers.Output{Outcome: out}, err
-		})},
-	}
-}
+// The built-in item kinds, each wired to its executions transition (through
+// Store.Pipeline): the one place where a job kind meets the transaction it
+// runs. Builtins (builtin.go) pairs each with its scanner.
 
 // expireAttempt is ff.expire_attempt's action for one job.
 func expireAttempt(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireAttemptArgs) (workers.Output, error) {
@@ -58,13 +23,55 @@ func expireAttempt(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.Expi
 	return workers.Output{Outcome: out}, err
 }
 
-// expireAttempts is ff.expire_attempt's action for a group.
-func expireAttempts(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireAttemptArgs) ([]workers.Output, error) {
+// expireAttemptMany is ff.expire_attempt's action for a group.
+func expireAttemptMany(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireAttemptArgs) ([]workers.Output, error) {
 	refs := make([]actions.AttemptRef, len(as))
 	for i, a := range as {
 		refs[i] = actions.AttemptRef{ID: a.ID, AttemptIndex: a.AttemptIndex}
 	}
 	return outputs(env.Store.Pipeline().ExpireAttemptMany(ctx, tx, refs))
+}
+
+// promoteDelayed is ff.promote_delayed's action for one job.
+func promoteDelayed(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.PromoteDelayedArgs) (workers.Output, error) {
+	out, err := env.Store.Pipeline().PromoteDelayed(ctx, tx, a.ID)
+	return workers.Output{Outcome: out}, err
+}
+
+// promoteDelayedMany is ff.promote_delayed's action for a group.
+func promoteDelayedMany(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.PromoteDelayedArgs) ([]workers.Output, error) {
+	return outputs(env.Store.Pipeline().PromoteDelayedMany(ctx, tx, argIDs(as, func(a jobs.PromoteDelayedArgs) ff.ExecutionID { return a.ID })))
+}
+
+// expireDeadline is ff.expire_deadline's action for one job.
+func expireDeadline(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireDeadlineArgs) (workers.Output, error) {
+	out, err := env.Store.Pipeline().ExpireDeadline(ctx, tx, a.ID)
+	return workers.Output{Outcome: out}, err
+}
+
+// expireDeadlineMany is ff.expire_deadline's action for a group.
+func expireDeadlineMany(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireDeadlineArgs) ([]workers.Output, error) {
+	return outputs(env.Store.Pipeline().ExpireDeadlineMany(ctx, tx, argIDs(as, func(a jobs.ExpireDeadlineArgs) ff.ExecutionID { return a.ID })))
+}
+
+// dispatchCancelGroup is ff.cancel_group's action.
+func dispatchCancelGroup(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.CancelGroupArgs) (workers.Output, error) {
+	r, err := env.Store.Pipeline().DispatchCancelGroup(ctx, tx, groupKey(a.GroupKey))
+	return workers.Output{Outcome: r.Outcome, Detail: r}, err
+}
+
+// reconcileCancelGroup is ff.reconcile_group's action.
+func reconcileCancelGroup(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ReconcileGroupArgs) (workers.Output, error) {
+	r, err := env.Store.Pipeline().ReconcileCancelGroup(ctx, tx, groupKey(a.GroupKey))
+	return workers.Output{Outcome: r.Outcome, Detail: r}, err
+}
+
+// dispatchCompletion is ff.dispatch_completion's action, kept for jobs
+// queued by earlier versions: the dependency scanner's scans produce
+// ff.advance jobs, which every pipeline registers (workers' flow item).
+func dispatchCompletion(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.DispatchCompletionArgs) (workers.Output, error) {
+	out, err := env.Store.Pipeline().DispatchCompletion(ctx, tx, a.EventID)
+	return workers.Output{Outcome: out}, err
 }
 
 // trimOutbox is one retention pass over an outbox table: it deletes at
@@ -156,24 +163,6 @@ func argIDs[A any](as []A, id func(A) ff.ExecutionID) []ff.ExecutionID {
 
 func groupKey(k jobs.GroupKey) actions.GroupKey {
 	return actions.GroupKey{Partition: k.Partition, FlowID: k.FlowID, DownstreamEID: k.DownstreamEID}
-}
-
-// Builtins returns the built-in plug-ins, each built-in scanner with its
-// item kinds, in the order they are registered: attempt_timeout,
-// delayed_promoter and execution_deadline (every second, batch 1,000),
-// edge_cancel_dispatcher (every second, batch 50), edge_cancel_reconciler
-// (every 10 s, batch 50), outbox_retention (every minute, batch 1,000,
-// events older than o.OutboxRetention), dependency (every 5 s, batch 1,000,
-// flow hops uncounted DefaultDependencyStale after their upstream became
-// terminal) and execution_retention (every minute, batch 1,000, terminal
-// executions older than o.ExecutionRetention).
-func Builtins(o BuiltinOptions) []workers.Plugin {
-	items := builtinItems()
-	var out []workers.Plugin
-	for _, s := range builtinScanners(o) {
-		out = append(out, workers.Plugin{Scanner: s, Items: items[s.Name()]})
-	}
-	return out
 }
 
 // removeOutput is the River job output detail of an execution removal

@@ -160,14 +160,14 @@ type ScanResult struct {
 //
 // Filter values are always parameters, never spliced into SQL.
 func (r ScanRequest) FilterArgs() (namespace, tagKey, tagValue *string) {
-	return filterArgs(r.Filter)
+	return actions.FilterParams(r.Filter)
 }
 
 // FilterArgs returns the filter as the SQL parameters namespace, tag key and
 // tag value (each nil when unset), as ScanRequest.FilterArgs does: Due
 // counts with the same filter as Scan selects.
 func (r DueRequest) FilterArgs() (namespace, tagKey, tagValue *string) {
-	return filterArgs(r.Filter)
+	return actions.FilterParams(r.Filter)
 }
 
 // SQL replaces every {S} in q with the quoted schema of ffriver's tables
@@ -180,10 +180,6 @@ func (r ScanRequest) SQL(q string) string { return schemaSQL(r.Store, q) }
 
 func schemaSQL(st *executions.Store, q string) string {
 	return dbutil.Schema(st.Schema()).SQL(q)
-}
-
-func filterArgs(f ff.Filter) (namespace, tagKey, tagValue *string) {
-	return actions.FilterParams(f)
 }
 
 var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
