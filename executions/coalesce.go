@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/ffriver/ffriver/ff"
 )
 
 // Coalescing: concurrent Claim calls of one Store (for the same lane,
@@ -21,23 +24,35 @@ import (
 // A batch runs in a goroutine of its own, started when calls are waiting
 // and fewer than inFlight batches run, ending when none are waiting: the
 // Store holds no goroutine at rest. Its context carries the values of its
-// first call's context and is cancelled only once every caller in the
-// batch has given up waiting (a caller whose context ends before its call
-// is in a batch is simply dropped).
+// first call's context and is cancelled once every call in it is settled:
+// delivered, handed back to the queue (retry), or given up by its caller.
+// So a batch is bounded by its callers' contexts: it outlives none of them
+// but the one that lives longest.
+//
+// A caller whose context ends returns at once. Before its call is in a
+// batch it is simply dropped (ctx's error: nothing was written). Once in a
+// batch, the batch may still commit its part: the caller gets an
+// ff.ErrOutcomeUnknown wrapping ctx's error. A call the batch could not
+// serve without waiting for a lock (a Complete whose execution another
+// session holds) is handed back with retry: it waits in the queue, holding
+// no connection and no lock, and rides a later batch after a backoff,
+// until its lock is free or its caller gives up (then it wrote nothing,
+// and its caller got ctx's error).
 
 // coalescer gathers calls of one kind into batches.
 type coalescer[Req, Res any] struct {
-	// run runs one batch and calls deliver once for each of its calls,
-	// before it returns or later (a call it hands to a goroutine of its
-	// own, so that the next batch need not wait for it). The batch's
-	// context lives until every call is delivered.
-	run      func(ctx context.Context, reqs []Req, deliver func(i int, r result[Res]))
+	// run runs one batch and settles each of its calls once, with
+	// deliver or retry, before it returns or later (from a goroutine of
+	// its own, which must then use the call's context: ctx is the batch's).
+	run      func(ctx context.Context, reqs []Req, d *delivery[Req, Res])
 	max      int // most calls per batch
 	inFlight int // most batches at once
 
 	mu      sync.Mutex
 	queue   []*call[Req, Res]
 	running int
+	// retries counts the calls handed back (retry).
+	retries atomic.Int64
 }
 
 type result[Res any] struct {
@@ -46,27 +61,34 @@ type result[Res any] struct {
 }
 
 type call[Req, Res any] struct {
-	ctx   context.Context
-	req   Req
-	done  chan struct{}
-	out   result[Res]
-	batch *batch // set once the call is in a batch
+	ctx  context.Context
+	req  Req
+	done chan struct{}
+	out  result[Res]
+	// Under the coalescer's mu: the batch the call is in and its index
+	// there (nil while queued or waiting to retry), whether its caller gave
+	// up, and how often it was handed back.
+	batch *batch
+	index int
+	gone  bool
+	tries int
 }
 
-// batch is one running batch's cancellation: cancelled when its last
-// waiting caller gives up.
+// batch is one running batch's cancellation: cancelled once each of its
+// calls is settled.
 type batch struct {
 	cancel  context.CancelFunc
-	mu      sync.Mutex
-	waiting int
+	settled []atomic.Bool
+	left    atomic.Int64
+	// delivered counts deliveries under the ffunboundedbatch tag, where
+	// only all of them, or all callers giving up, cancel the batch.
+	delivered atomic.Int64
 }
 
-func (b *batch) leave() {
-	b.mu.Lock()
-	b.waiting--
-	last := b.waiting == 0
-	b.mu.Unlock()
-	if last {
+// settle marks call i of the batch settled; the last one cancels the
+// batch's context.
+func (b *batch) settle(i int) {
+	if b.settled[i].CompareAndSwap(false, true) && b.left.Add(-1) == 0 {
 		b.cancel()
 	}
 }
@@ -74,39 +96,49 @@ func (b *batch) leave() {
 // do runs req in a batch and returns its result.
 func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	cl := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
-	c.mu.Lock()
-	c.queue = append(c.queue, cl)
-	if c.running < c.inFlight {
-		c.running++
-		go c.loop()
-	}
-	c.mu.Unlock()
+	c.enqueue(cl)
 	select {
 	case <-cl.done:
 		return cl.out.res, cl.out.err
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
-	b := cl.batch
-	if b == nil { // not taken yet: drop it
-		for i, q := range c.queue {
+	cl.gone = true
+	b, i := cl.batch, cl.index
+	if b == nil { // queued: drop it (waiting to retry: its timer drops it)
+		for j, q := range c.queue {
 			if q == cl {
-				c.queue = append(c.queue[:i], c.queue[i+1:]...)
+				c.queue = append(c.queue[:j], c.queue[j+1:]...)
 				break
 			}
 		}
 	}
 	c.mu.Unlock()
-	if b != nil {
-		select {
-		case <-cl.done: // finished meanwhile
-			return cl.out.res, cl.out.err
-		default:
-		}
-		b.leave()
-	}
 	var zero Res
-	return zero, ctx.Err()
+	if b == nil {
+		return zero, ctx.Err()
+	}
+	select {
+	case <-cl.done: // finished meanwhile
+		return cl.out.res, cl.out.err
+	default:
+	}
+	b.settle(i)
+	return zero, ff.OutcomeUnknown("giving up on a call in a batch", context.Cause(ctx))
+}
+
+// enqueue queues cl and starts a batch loop when fewer than inFlight run.
+func (c *coalescer[Req, Res]) enqueue(cl *call[Req, Res]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl.gone {
+		return
+	}
+	c.queue = append(c.queue, cl)
+	if c.running < c.inFlight {
+		c.running++
+		go c.loop()
+	}
 }
 
 // loop runs batches until no call is waiting.
@@ -123,9 +155,10 @@ func (c *coalescer[Req, Res]) loop() {
 		copy(calls, c.queue[:n])
 		c.queue = append(c.queue[:0], c.queue[n:]...)
 		ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
-		b := &batch{cancel: cancel, waiting: n}
-		for _, cl := range calls {
-			cl.batch = b
+		b := &batch{cancel: cancel, settled: make([]atomic.Bool, n)}
+		b.left.Store(int64(n))
+		for i, cl := range calls {
+			cl.batch, cl.index = b, i
 		}
 		c.mu.Unlock()
 
@@ -133,15 +166,57 @@ func (c *coalescer[Req, Res]) loop() {
 		for i, cl := range calls {
 			reqs[i] = cl.req
 		}
-		var left atomic.Int64
-		left.Store(int64(n))
-		c.run(ctx, reqs, func(i int, r result[Res]) {
-			calls[i].out = r
-			close(calls[i].done)
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
+		c.run(ctx, reqs, &delivery[Req, Res]{c: c, b: b, calls: calls})
+	}
+}
+
+// delivery is how a batch settles its calls.
+type delivery[Req, Res any] struct {
+	c     *coalescer[Req, Res]
+	b     *batch
+	calls []*call[Req, Res]
+}
+
+// deliver gives call i its result.
+func (d *delivery[Req, Res]) deliver(i int, r result[Res]) {
+	d.calls[i].out = r
+	close(d.calls[i].done)
+	if unboundedBatch {
+		if d.b.delivered.Add(1) == int64(len(d.calls)) {
+			d.b.cancel()
+		}
+		return
+	}
+	d.b.settle(i)
+}
+
+// ctx is call i's own context, for work a batch does for that call alone
+// after the batch itself has moved on.
+func (d *delivery[Req, Res]) ctx(i int) context.Context { return d.calls[i].ctx }
+
+// retryBackoff is how long a call handed back waits before it joins the
+// queue again: 1 ms doubling with each try, at most maxRetryBackoff.
+func retryBackoff(tries int) time.Duration {
+	return min(time.Millisecond<<min(tries, 16), maxRetryBackoff)
+}
+
+// maxRetryBackoff bounds the wait of a call handed back: once its lock is
+// free, it is served within about this long.
+const maxRetryBackoff = 50 * time.Millisecond
+
+// retry hands call i back: nothing of it was written, and it joins the
+// queue again after a backoff, unless its caller has given up.
+func (d *delivery[Req, Res]) retry(i int) {
+	cl := d.calls[i]
+	d.c.retries.Add(1)
+	d.c.mu.Lock()
+	cl.batch = nil
+	cl.tries++
+	gone, wait := cl.gone, retryBackoff(cl.tries)
+	d.c.mu.Unlock()
+	d.b.settle(i)
+	if !gone {
+		time.AfterFunc(wait, func() { d.c.enqueue(cl) })
 	}
 }
 

@@ -13,3 +13,7 @@ import (
 func CancelSibling(ctx context.Context, s *Store, tx pgx.Tx, id ff.ExecutionID, reason string) (actions.Outcome, error) {
 	return s.cancelSibling(ctx, tx, id, reason)
 }
+
+// FinishRetries counts the Complete, Fail and Release calls a batch handed
+// back because another transaction held their execution.
+func FinishRetries(s *Store) int64 { return s.finisher.retries.Load() }

@@ -261,13 +261,16 @@ func IsFenced(err error) bool {
 // finishBatch runs a batch of coalesced Complete, Fail and Release calls
 // in one transaction that does not wait for locks: a call whose execution
 // another transaction holds would hold up every other call of the batch
-// for as long as that transaction runs. Each such call is finished in a
-// transaction and a goroutine of its own, waiting for its lock as a lone
-// Complete does, while the next batch goes on. When the batch fails as a
-// whole before its COMMIT was sent (nothing of it committed) its calls are
-// finished the same way, each getting its own error; when its COMMIT fails,
-// every call gets that error.
-func (s *Store) finishBatch(ctx context.Context, items []Finish, deliver func(int, result[FinishOutcome])) {
+// for as long as that transaction runs. Such a call is handed back to the
+// coalescer (retry), holding no connection while it waits, and rides a
+// later batch once its lock is free; so a session holding N executions for
+// minutes costs only the calls on those N, each bounded by its caller's
+// context. When the batch fails as a whole before its COMMIT was sent
+// (nothing of it committed) its calls are finished one by one, each in a
+// transaction and a goroutine of its own, on its caller's context, each
+// getting its own error; when its COMMIT fails, every call gets that
+// error, as an unknown outcome.
+func (s *Store) finishBatch(ctx context.Context, items []Finish, d *delivery[Finish, FinishOutcome]) {
 	var outs []FinishOutcome
 	// BEGIN travels with the lock statement; COMMIT goes alone, after the
 	// writes' guards (checked here, from their row counts) have passed: sent
@@ -286,24 +289,36 @@ func (s *Store) finishBatch(ctx context.Context, items []Finish, deliver func(in
 	// unknown outcome, and are never finished again one by one, which would
 	// tell them "not active" about their own batch's commit.
 	if err != nil && (committing || len(items) == 1) {
+		if committing && !errors.Is(err, ff.ErrOutcomeUnknown) && !isTyped(err) {
+			err = ff.OutcomeUnknown("finish: committing a batch", err)
+		}
 		for i := range items {
-			deliver(i, result[FinishOutcome]{err: err})
+			d.deliver(i, result[FinishOutcome]{err: err})
 		}
 		return
 	}
-	for i := range items {
-		if err == nil && !errors.Is(outs[i].Err, errBusy) {
-			deliver(i, result[FinishOutcome]{res: outs[i]})
-			continue
-		}
+	// alone finishes call i in a transaction of its own, on ctx.
+	alone := func(ctx context.Context, i int) {
 		go func() {
 			outs, err := s.FinishMany(ctx, items[i:i+1])
 			if err != nil {
-				deliver(i, result[FinishOutcome]{err: err})
+				d.deliver(i, result[FinishOutcome]{err: err})
 			} else {
-				deliver(i, result[FinishOutcome]{res: outs[0]})
+				d.deliver(i, result[FinishOutcome]{res: outs[0]})
 			}
 		}()
+	}
+	for i := range items {
+		switch {
+		case err == nil && errors.Is(outs[i].Err, errBusy) && unboundedBatch:
+			alone(ctx, i) // the earlier releases' way: on the batch's context
+		case err == nil && errors.Is(outs[i].Err, errBusy):
+			d.retry(i)
+		case err == nil:
+			d.deliver(i, result[FinishOutcome]{res: outs[i]})
+		default:
+			alone(d.ctx(i), i)
+		}
 	}
 }
 

@@ -204,6 +204,8 @@ func TestFinishManyCompletesWriteWhatCompleteWrites(t *testing.T) {
 // Completes of executions another transaction holds do not hold up the
 // Completes of other executions: before, two of them filled both batches
 // the Store runs at once, and every later Complete waited for the holder.
+// They wait in the Store's queue, handed back by each batch, and complete
+// once the holder commits.
 func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -224,8 +226,8 @@ func TestCompleteBehindALockDoesNotHoldUpOthers(t *testing.T) {
 		}
 		return nil
 	})
-	first := f.waiting(1, func() error { return f.st.Complete(f.ctx, held[0], nil) })
-	second := f.waiting(2, func() error { return f.st.Complete(f.ctx, held[1], nil) })
+	first := f.retrying(1, func() error { return f.st.Complete(f.ctx, held[0], nil) })
+	second := f.retrying(2, func() error { return f.st.Complete(f.ctx, held[1], nil) })
 	done := make(chan error, 1)
 	go func() { done <- f.st.Complete(f.ctx, free, []byte("free")) }()
 	select {

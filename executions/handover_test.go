@@ -88,6 +88,26 @@ func (f *fixture) waiting(n int, call func() error) <-chan error {
 	return done
 }
 
+// retrying runs call, a Complete, Fail or Release, in a goroutine and
+// returns once the Store has handed it back n times in all because its
+// execution was held (it waits in the Store's queue, not on the lock); the
+// returned channel yields call's error once it returns. A call that returns
+// before that fails the test: it did not race the holder.
+func (f *fixture) retrying(n int64, call func() error) <-chan error {
+	f.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	fftest.Await(f.t, 30*time.Second, "the call to be handed back for its held execution", func() bool {
+		select {
+		case err := <-done:
+			f.t.Fatalf("the call returned (%v) before it met the held execution", err)
+		default:
+		}
+		return executions.FinishRetries(f.st) >= n
+	})
+	return done
+}
+
 // lockWaiters counts the backends running a statement on this test's
 // schema that wait for a lock.
 func (f *fixture) lockWaiters() int {
@@ -169,7 +189,7 @@ func TestHandOverRevokeClaimThenStaleComplete(t *testing.T) {
 		fresh = leases[0]
 		return nil
 	})
-	done := f.waiting(1, func() error { return f.st.Complete(f.ctx, old, []byte("worker 1")) })
+	done := f.retrying(1, func() error { return f.st.Complete(f.ctx, old, []byte("worker 1")) })
 	h.commit()
 	wantErr(t, f.result(done), ff.ErrStaleLease)
 

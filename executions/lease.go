@@ -190,13 +190,13 @@ func (s *Store) newClaimer(k claimKey) *coalescer[claimAsk, []Lease] {
 		caps = strings.Split(k.caps, "\x00")
 	}
 	return &coalescer[claimAsk, []Lease]{max: 256, inFlight: 2,
-		run: func(ctx context.Context, asks []claimAsk, deliver func(int, result[[]Lease])) {
+		run: func(ctx context.Context, asks []claimAsk, d *delivery[claimAsk, []Lease]) {
 			got, err := s.claimPipelined(ctx, k.lane, caps, k.ttl, asks)
 			for i := range asks {
 				if err != nil {
-					deliver(i, result[[]Lease]{err: err})
+					d.deliver(i, result[[]Lease]{err: err})
 				} else {
-					deliver(i, result[[]Lease]{res: got[i]})
+					d.deliver(i, result[[]Lease]{res: got[i]})
 				}
 			}
 		}}

@@ -74,11 +74,14 @@ func (t *pipeTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	b = t.begin(b)
 	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
 		if ct.String() != "COMMIT" {
-			return fmt.Errorf("COMMIT answered %s: the transaction was rolled back", ct)
+			return fmt.Errorf("COMMIT answered %s: %w", ct, pgx.ErrTxCommitRollback)
 		}
 		return nil
 	})
-	return t.conn.SendBatch(ctx, b).Close()
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		return commitErr(err, "pipelined transaction")
+	}
+	return nil
 }
 
 // SendBatch implements pgx.Tx; the transaction's first batch carries BEGIN.

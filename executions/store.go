@@ -165,13 +165,45 @@ func (s *Store) Outbox() *outbox.Writer { return s.out }
 func (s *Store) sql(q string) string { return s.schema.SQL(q) }
 
 // inTx runs fn in a transaction of its own and pokes the waker after a
-// commit. Every non-Tx operation goes through it.
+// commit. Every non-Tx operation goes through it. When ctx ends, the call
+// returns, and the statement it was running stops on the server too (a
+// lock wait included): pgx drops the connection and sends the server a
+// cancel request for it. An error after COMMIT was sent is an unknown
+// outcome (commitErr).
 func (s *Store) inTx(ctx context.Context, doing string, fn func(pgx.Tx) error) error {
-	if err := pgx.BeginFunc(ctx, s.pool, fn); err != nil {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return dbutil.MapErr(err, doing)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
 		return txErr(err, doing)
+	}
+	if err := fn(tx); err != nil {
+		// A failed rollback closes the connection (pgx), which ends the
+		// transaction on the server as well.
+		_ = tx.Rollback(ctx)
+		return txErr(err, doing)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return commitErr(err, doing)
 	}
 	s.waker.Poke()
 	return nil
+}
+
+// commitErr is the error of a failed COMMIT. The server's answer (an error
+// of its own, or a rollback of a failed transaction) and a COMMIT that was
+// never sent are definite failures; anything else (the context ended, the
+// connection was lost while COMMIT was on its way) leaves the outcome
+// unknown: the transaction may have committed.
+func commitErr(err error, doing string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) || isTyped(err) {
+		return txErr(err, doing)
+	}
+	return ff.OutcomeUnknown(doing+": committing", dbutil.MapErr(err, "COMMIT"))
 }
 
 // txErr is the error a transaction of the Store's returns: a typed error
@@ -186,7 +218,7 @@ func txErr(err error, doing string) error {
 
 func isTyped(err error) bool {
 	for _, e := range []error{ff.ErrNotFound, ff.ErrStaleLease, ff.ErrLeaseExpired, ff.ErrNotActive,
-		ff.ErrValidation, ff.ErrUnavailable, ff.ErrLeaseHeld, ff.ErrNotMigrated} {
+		ff.ErrValidation, ff.ErrUnavailable, ff.ErrLeaseHeld, ff.ErrNotMigrated, ff.ErrOutcomeUnknown} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -324,11 +356,22 @@ FOR NO KEY UPDATE OF e`), id.Partition, dbutil.UUID(id.UUID)).Scan(l.fields()...
 	return l, nil
 }
 
-// fence checks a worker's lease against the locked row.
+// fence checks a worker's lease against the locked row: its attempt, its
+// epoch and its lease id. The epoch alone does not tell incarnations of an
+// id apart: execution retention removes an execution with its attempts, and
+// the same id created again starts at attempt 0, epoch 1, the numbers a
+// lease of the removed incarnation may still carry. The lease id is drawn
+// at random for each lease (Claim, Reclaim) and kept by Renew, so it names
+// one lease of one incarnation, however long its holder stalled.
 func (s *Store) fence(l *locked, lease Lease, now int64) error {
 	if lease.AttemptIndex != l.attemptIndex || !l.attemptExists || lease.Epoch != l.epoch {
 		return fmt.Errorf("execution %s: lease for attempt %d epoch %d, but the current attempt is %d epoch %d: %w",
 			l.id, lease.AttemptIndex, lease.Epoch, l.attemptIndex, l.epoch, ff.ErrStaleLease)
+	}
+	if !staleIncarnation && (l.leaseID == nil || *l.leaseID != lease.LeaseID) {
+		return fmt.Errorf("execution %s: lease %s of attempt %d epoch %d, but the attempt holds lease %s "+
+			"(the execution was removed and created again since): %w",
+			l.id, lease.LeaseID, lease.AttemptIndex, lease.Epoch, ptrString(l.leaseID), ff.ErrStaleLease)
 	}
 	if l.phase != ff.PhaseActive {
 		return fmt.Errorf("execution %s is %s, not active: %w", l.id, l.phase, ff.ErrNotActive)
@@ -494,4 +537,12 @@ func retryTarget(p RetryPolicy, nextAttempt int32, now int64) (eligibility, publ
 	until := now + d.Milliseconds()
 	reason := "waiting_for_retry_backoff"
 	return ff.EligibleNotUntilTime, ff.PublicDelayed, &until, &reason
+}
+
+// ptrString is *p as a string, or "none".
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
 }

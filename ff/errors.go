@@ -32,7 +32,21 @@ var (
 	// ErrNotMigrated: the schema lacks ffriver's tables or has a different
 	// partition count than the caller expects.
 	ErrNotMigrated = errors.New("schema not migrated")
+	// ErrOutcomeUnknown: the call gave up (its context ended, or its
+	// connection was lost) after its writes may have reached COMMIT, so they
+	// may or may not have committed. It wraps the cause (context.Canceled,
+	// context.DeadlineExceeded, a connection error). Read the execution to
+	// learn which: its state under the lease's attempt and epoch says
+	// whether the transition landed.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
+
+// OutcomeUnknown wraps cause, the reason a call stopped waiting, as an
+// ErrOutcomeUnknown saying what the call was doing; both match with
+// errors.Is.
+func OutcomeUnknown(doing string, cause error) error {
+	return fmt.Errorf("%s: %w (its writes may or may not have committed): %w", doing, ErrOutcomeUnknown, cause)
+}
 
 // ValidationError names the input that was rejected and why. It matches
 // ErrValidation with errors.Is.
