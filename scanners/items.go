@@ -1,7 +1,9 @@
 package scanners
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -80,7 +82,11 @@ func dispatchCompletion(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs
 // the table's time partitions (outboxretention.MaintainPartitions: last, since a
 // drop holds the table's lock until the commit that follows). When it
 // deleted a full batch, it continues with the same job after its
-// completion.
+// completion. A partition maintenance that gave up on a lock another
+// session holds is no failure: the output lists what it left
+// (partitions.locked, partitions.create_locked) and who held the table
+// (partitions.lock_holders), an info log line says so, and the next pass
+// tries again.
 func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOutboxArgs) (workers.Output, error) {
 	table, err := jobs.OutboxTable(a.Table)
 	if err != nil {
@@ -100,6 +106,19 @@ func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOut
 		})
 		if err != nil {
 			return workers.Output{}, err
+		}
+		if d.Partitions.Deferred() {
+			// Not a failure: another session holds the table (an idle
+			// transaction, a pg_dump), and waiting for it would make every
+			// reader and writer of the outbox wait too. The next pass tries
+			// again; the partitions reach far enough ahead for that.
+			holders := make([]string, len(d.Partitions.LockHolders))
+			for i, h := range d.Partitions.LockHolders {
+				holders[i] = fmt.Sprintf("pid %d (%s, transaction open %s)", h.PID, cmp.Or(h.State, "state hidden"),
+					(time.Duration(h.XactAgeMs) * time.Millisecond).Round(time.Second))
+			}
+			env.Logger.InfoContext(ctx, "ffriver: outbox partition maintenance waits for a lock another session holds; the next pass tries again",
+				"table", table, "drops_left", len(d.Partitions.Locked), "creates_left", len(d.Partitions.CreateLocked), "lock_holders", holders)
 		}
 	}
 	out := workers.Output{Outcome: workers.Processed, Detail: d}

@@ -4,11 +4,51 @@
 // partitions, each recorded in ff_outbox_trim so that a stream positioned
 // before a deleted event reports a gap. It is internal: only the pipeline,
 // ffctl and the tests call it.
+//
+// # Maintenance never makes anyone wait
+//
+// Creating, attaching and dropping a partition need locks that conflict
+// with what a reader or a writer of the outbox holds: a drop locks the
+// table ACCESS EXCLUSIVE, an ATTACH PARTITION locks the DEFAULT partition
+// ACCESS EXCLUSIVE (it must check that none of its rows belongs in the new
+// range). A lock request that waits sits in the lock queue, and every
+// query of the table that arrives after it waits behind it, even one that
+// would not conflict with the transaction it waits for. So a transaction
+// that holds the table for long (a session idle in BEGIN; SELECT count(*)
+// FROM ff_lease_event, a pg_dump, a long ffctl exec list) would stop the
+// streams, the writers and the execution view for as long as it stays
+// open, if maintenance waited for it.
+//
+// It does not wait: every step of a pass that takes such a lock runs in a
+// savepoint under a lock_timeout (Maintenance.LockTimeout, 200 ms by
+// default), one helper for attach and drop alike, and a step whose lock
+// times out is rolled back and left for the next pass. Readers and writers
+// wait at most that long behind each such wait (a pass that has both to
+// drop and to attach may make a query that arrives during both wait
+// twice). The pass itself does not fail: its
+// result names the partitions it did not create (CreateLocked) or drop
+// (Locked) and the sessions that held the table (LockHolders), and the
+// outbox_retention job records that in its output and logs it. Nothing is
+// lost by a pass that gave up: partitions are created at least two minutes
+// (three widths) ahead of the clock, so the next passes have that long to
+// get their lock, and a row written where no partition covers goes to the
+// DEFAULT partition (writers never fail for want of a partition). The
+// other DDL of a pass queues no one: CREATE TABLE … (LIKE table) takes an
+// ACCESS SHARE lock on the table, which only an ACCESS EXCLUSIVE lock
+// conflicts with; a drop's SHARE lock on its partition conflicts only with
+// writers of that partition (none: its range is past) and vacuum, and is
+// taken before the table's ACCESS EXCLUSIVE lock, never while holding it.
+//
+// What a pass still costs readers after it got its locks: the scan of the
+// DEFAULT partition by ATTACH PARTITION (its rows are only those no
+// partition covered, trimmed row by row), and the drops, until the job's
+// transaction commits.
 package outboxretention
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -60,11 +100,11 @@ func partitionsAhead(w time.Duration) time.Duration {
 // find any of its rows inside the new range.
 const startMargin = 5 * time.Second
 
-// DefaultDropLockTimeout bounds how long a drop waits for its locks: the
-// partition's writers to finish, then the whole table (a drop takes an
-// ACCESS EXCLUSIVE lock on it, so writers queue behind a waiting drop). A
-// drop that times out is left for the next run.
-const DefaultDropLockTimeout = 200 * time.Millisecond
+// DefaultLockTimeout bounds how long a step of a maintenance pass waits
+// for a lock that readers or writers of the table queue behind: a drop's
+// ACCESS EXCLUSIVE lock on the table, an attach's ACCESS EXCLUSIVE lock on
+// the DEFAULT partition. A step that times out is left for the next run.
+const DefaultLockTimeout = 200 * time.Millisecond
 
 // shareLockTimeout bounds the wait of a drop for its partition's SHARE
 // lock: its last writers, and an autovacuum of it, which the server
@@ -91,8 +131,9 @@ type Maintenance struct {
 	// NowMs is the clock a named consumer's maximum lag is measured on
 	// (the scanner's, as for the row trim).
 	NowMs int64
-	// DropLockTimeout (default DefaultDropLockTimeout).
-	DropLockTimeout time.Duration
+	// LockTimeout bounds each wait of an attach or a drop for a lock that
+	// readers or writers queue behind (default DefaultLockTimeout).
+	LockTimeout time.Duration
 }
 
 // MaintainResult says what a run did.
@@ -109,10 +150,39 @@ type MaintainResult struct {
 	// Locked names the partitions whose drop did not get its locks within
 	// the timeout; the next run tries again.
 	Locked []string `json:"locked,omitempty"`
+	// CreateLocked names the partitions this run did not create because
+	// attaching the first of them did not get its locks within the
+	// timeout; the next run tries again.
+	CreateLocked []string `json:"create_locked,omitempty"`
+	// LockHolders are the other sessions that held a lock on the table or
+	// its partitions when a step gave up (Locked or CreateLocked set), the
+	// oldest transactions first, at most maxLockHolders.
+	LockHolders []LockHolder `json:"lock_holders,omitempty"`
 	// Busy is set when another transaction was maintaining the table's
 	// partitions: this run did nothing.
 	Busy bool `json:"busy,omitempty"`
 }
+
+// Deferred reports whether the run left a drop or a creation for the next
+// run because another session held the table.
+func (r MaintainResult) Deferred() bool { return len(r.Locked)+len(r.CreateLocked) > 0 }
+
+// LockHolder is a session that held a lock on an outbox table or one of
+// its partitions when maintenance gave up waiting (pg_stat_activity).
+type LockHolder struct {
+	// PID is the session's backend process id (pg_terminate_backend's).
+	PID int32 `json:"pid"`
+	// State is the session's state ("idle in transaction", "active"; empty
+	// when the role may not see it).
+	State string `json:"state,omitempty"`
+	// Application is the session's application_name.
+	Application string `json:"application_name,omitempty"`
+	// XactAgeMs is how long its transaction had been open.
+	XactAgeMs int64 `json:"xact_age_ms"`
+}
+
+// maxLockHolders bounds MaintainResult.LockHolders.
+const maxLockHolders = 3
 
 // tableOf checks table and returns it.
 func tableOf(table string) (string, error) {
@@ -144,6 +214,13 @@ const maintenanceLockKey = 0x66666f70 // "ffop"
 // acknowledged is kept while the consumer's position is younger than its
 // maximum lag (ff_stream_consumer), as a row trim keeps the event.
 //
+// No step waits longer than m.LockTimeout for a lock that readers or
+// writers of the table would queue behind (see the package doc): a drop or
+// an attach that did not get its locks in time is rolled back to its
+// savepoint and listed in Locked or CreateLocked, with the sessions that
+// held the table in LockHolders, and the run returns no error for it; the
+// next run tries again.
+//
 // Concurrent runs on one table do not wait for each other: a run that
 // finds another one in progress returns with Busy set.
 func MaintainPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, m Maintenance) (MaintainResult, error) {
@@ -161,8 +238,8 @@ func MaintainPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, m 
 	if m.Ahead == 0 {
 		m.Ahead = partitionsAhead(m.Width)
 	}
-	if m.DropLockTimeout <= 0 {
-		m.DropLockTimeout = DefaultDropLockTimeout
+	if m.LockTimeout <= 0 {
+		m.LockTimeout = DefaultLockTimeout
 	}
 	var got bool
 	if err := tx.QueryRow(ctx, schema.SQL(`SELECT pg_try_advisory_xact_lock(($1::bigint << 32) | '{S}`+table+`'::regclass::oid::bigint)`), maintenanceLockKey).Scan(&got); err != nil {
@@ -181,50 +258,72 @@ func MaintainPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, m 
 		}
 	}
 	if m.Width > 0 {
-		if res.Created, err = createPartitions(ctx, tx, schema, table, m.Width, m.Ahead); err != nil {
+		if err := createPartitions(ctx, tx, schema, table, m, &res); err != nil {
+			return res, err
+		}
+	}
+	if res.Deferred() {
+		if res.LockHolders, err = lockHolders(ctx, tx, schema, table); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
 }
 
-// createPartitions creates the partitions of width w that the table needs
-// to reach ahead past the database's clock.
-func createPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string, w, ahead time.Duration) ([]string, error) {
+// createPartitions creates the partitions of width m.Width that the table
+// needs to reach m.Ahead past the database's clock, each in a savepoint
+// under m.LockTimeout: once an attach times out, the rest are listed in
+// res.CreateLocked, not tried.
+func createPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string, m Maintenance, res *MaintainResult) error {
 	var nowMs int64
 	var maxHi *int64
 	if err := tx.QueryRow(ctx, schema.SQL(`SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
 		(SELECT max(hi_ms) FROM {S}ff_outbox_partition WHERE stream = $1 AND lo_ms IS NOT NULL)`), table).Scan(&nowMs, &maxHi); err != nil {
-		return nil, dbutil.MapErr(err, "outbox partitions: reading "+table+"'s partitions")
+		return dbutil.MapErr(err, "outbox partitions: reading "+table+"'s partitions")
 	}
-	wMs := w.Milliseconds()
-	target := nowMs + ahead.Milliseconds()
+	wMs := m.Width.Milliseconds()
+	target := nowMs + m.Ahead.Milliseconds()
 	// A range that does not start where the newest one ends starts in the
 	// future: the DEFAULT partition may hold rows written up to now.
 	lo := nowMs + startMargin.Milliseconds()
 	if maxHi != nil && *maxHi > nowMs {
 		lo = *maxHi
 	}
-	var created []string
-	for lo < target && len(created) < maxCreate {
+	for n := 0; lo < target && n < maxCreate; n++ {
 		hi := (lo/wMs + 1) * wMs
 		if hi-lo < wMs/2 {
 			hi += wMs
 		}
-		name, err := AttachPartition(ctx, tx, schema, table, lo, hi)
-		if err != nil {
-			return created, err
+		if len(res.CreateLocked) > 0 {
+			res.CreateLocked = append(res.CreateLocked, partitionName(table, lo))
+			lo = hi
+			continue
 		}
-		created = append(created, name)
+		var name string
+		locked, err := underLockTimeout(ctx, tx, m.LockTimeout, func(sp pgx.Tx) error {
+			var err error
+			name, err = AttachPartition(ctx, sp, schema, table, lo, hi)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if locked {
+			res.CreateLocked = append(res.CreateLocked, partitionName(table, lo))
+		} else {
+			res.Created = append(res.Created, name)
+		}
 		lo = hi
 	}
-	return created, nil
+	return nil
 }
 
 // AttachPartition creates the partition of table (outbox.LeaseTable or
 // outbox.CompletionTable) for rows written in [loMs, hiMs), attaches it and
-// registers it in ff_outbox_partition, inside tx, and returns its name.
-// MaintainPartitions creates partitions with it; call it yourself only to
+// registers it in ff_outbox_partition, inside tx, and returns its name. It
+// waits for its locks as tx's lock_timeout says: MaintainPartitions calls
+// it in a savepoint under its own. MaintainPartitions creates partitions
+// with it; call it yourself only to
 // add a range no partition covers and the DEFAULT partition holds no row
 // of (ffctl bench scale builds a month of partitions with it): the attach
 // fails otherwise, naming the partition.
@@ -264,8 +363,10 @@ func partitionName(table string, loMs int64) string {
 func ident(name string) string { return `"` + name + `"` }
 
 // dropPartitions drops the table's partitions whose rows were all written
-// before m.CutoffMs, oldest first, each in a savepoint: one held by a
-// consumer is kept, one whose locks time out is left for the next run.
+// before m.CutoffMs, oldest first: one held by a consumer is kept (Held);
+// the others are recorded and dropped together in one savepoint under
+// m.LockTimeout (underLockTimeout), and listed in Locked when a lock times
+// out, for the next run.
 //
 // Whatever the cutoff, a partition is dropped only once the database's
 // clock is a second past its range: a cutoff from a clock ahead of the
@@ -282,6 +383,7 @@ func dropPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table 
 	if err != nil {
 		return dbutil.MapErr(err, "outbox partitions: reading "+table+"'s old partitions")
 	}
+	var drop []string
 	for _, name := range old {
 		var held bool
 		if err := tx.QueryRow(ctx, schema.SQL(fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM {S}ff_stream_consumer c
@@ -300,80 +402,171 @@ func dropPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table 
 			res.Held = append(res.Held, name)
 			continue
 		}
-		n, err := dropPartition(ctx, tx, schema, table, name, m.DropLockTimeout)
-		if dbutil.IsLockTimeout(err) {
-			res.Locked = append(res.Locked, name)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		res.Dropped = append(res.Dropped, name)
-		res.DroppedEvents += n
+		drop = append(drop, name)
 	}
+	if len(drop) == 0 {
+		return nil
+	}
+	// Every partition is locked and recorded before the table is locked:
+	// a wait for a partition's SHARE lock (up to shareLockTimeout) while
+	// holding the table's ACCESS EXCLUSIVE lock would make every reader
+	// wait that long.
+	var ready []string
+	var events int64
+	locked, err := underLockTimeout(ctx, tx, m.LockTimeout, func(sp pgx.Tx) error {
+		ready, events = nil, 0
+		for _, name := range drop {
+			var n int64
+			locked, err := underLockTimeout(ctx, sp, shareLockTimeout, func(sp pgx.Tx) error {
+				var err error
+				n, err = recordPartition(ctx, sp, schema, table, name)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if locked {
+				res.Locked = append(res.Locked, name)
+				continue
+			}
+			ready = append(ready, name)
+			events += n
+		}
+		if len(ready) == 0 {
+			return nil
+		}
+		return dropRecorded(ctx, sp, schema, table, ready)
+	})
+	if err != nil {
+		return err
+	}
+	if locked {
+		res.Locked = append(res.Locked, ready...)
+		return nil
+	}
+	res.Dropped = append(res.Dropped, ready...)
+	res.DroppedEvents += events
 	return nil
 }
 
-// dropPartition records what the partition holds in ff_outbox_trim and
-// drops it, in a savepoint, and returns how many events it held. It first
-// waits (up to shareLockTimeout) for a SHARE lock on the partition: every
-// transaction that wrote into it has then ended, and no row will appear in
-// it (its range is in the past), so the runs recorded are exactly its rows.
-// The drop itself then takes the table's ACCESS EXCLUSIVE lock within
-// lockTimeout.
-func dropPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, name string, lockTimeout time.Duration) (int64, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return 0, dbutil.MapErr(err, "outbox partitions: savepoint")
-	}
-	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
-	var was string
-	if err := sp.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&was); err != nil {
-		return 0, dbutil.MapErr(err, "outbox partitions: reading the lock timeout")
-	}
-	setTimeout := func(d string) error {
-		_, err := sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", d)
-		return dbutil.MapErr(err, "outbox partitions: setting the lock timeout")
-	}
-	// The SHARE lock queues no one behind it but the partition's own
-	// writers (there are none past its range) and autovacuum, which the
-	// server cancels for a lock waiting longer than deadlock_timeout (1 s
-	// by default): it may wait that long.
-	if err := setTimeout(fmt.Sprintf("%dms", shareLockTimeout.Milliseconds())); err != nil {
-		return 0, err
-	}
-	if _, err := sp.Exec(ctx, schema.SQL(fmt.Sprintf(`LOCK TABLE ONLY {S}%s IN SHARE MODE`, ident(name)))); err != nil {
+// recordPartition records what the partition holds in ff_outbox_trim and
+// returns how many events it holds. It first takes a SHARE lock on the
+// partition, as long as the lock_timeout lets it wait: every transaction
+// that wrote into it has then ended, and no row will appear in it (its
+// range is in the past), so the runs recorded are exactly its rows.
+//
+// The SHARE lock queues no one behind it but the partition's own writers
+// (there are none past its range) and vacuum: readers' ACCESS SHARE locks
+// do not conflict with it. An autovacuum of the partition is cancelled by
+// the server once a lock has waited for it longer than deadlock_timeout (1
+// s by default), so shareLockTimeout lets it wait that long.
+func recordPartition(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table, name string) (int64, error) {
+	if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`LOCK TABLE ONLY {S}%s IN SHARE MODE`, ident(name)))); err != nil {
 		return 0, wrapLock(err, "locking "+name)
 	}
-	if err := setTimeout(fmt.Sprintf("%dms", lockTimeout.Milliseconds())); err != nil {
-		return 0, err
-	}
 	var n int64
-	err = sp.QueryRow(ctx, schema.SQL(fmt.Sprintf(`WITH d AS (SELECT xact_id, event_id, occurred_at_ms FROM {S}%s),
+	err := tx.QueryRow(ctx, schema.SQL(fmt.Sprintf(`WITH d AS (SELECT xact_id, event_id, occurred_at_ms FROM {S}%s),
 	`+trimRecordSQL("$1")+`
 	SELECT coalesce(sum(events), 0)::bigint FROM runs`, ident(name))), table).Scan(&n)
 	if err != nil {
 		return 0, dbutil.MapErr(err, "outbox partitions: recording what "+name+" holds")
 	}
-	// DROP TABLE would lock the partition, then the table: a query on the
-	// table holds its lock on the table and waits for the partition's, a
-	// deadlock. Taking the table's lock first is the queries' order.
-	if _, err := sp.Exec(ctx, schema.SQL(fmt.Sprintf(`LOCK TABLE ONLY {S}%s IN ACCESS EXCLUSIVE MODE`, table))); err != nil {
-		return 0, wrapLock(err, "locking "+table)
+	return n, nil
+}
+
+// dropRecorded drops the partitions of table, recorded by recordPartition,
+// and forgets them in ff_outbox_partition. It takes the table's ACCESS
+// EXCLUSIVE lock first, as long as the lock_timeout lets it wait: DROP
+// TABLE would lock a partition, then the table, and a query on the table
+// holds its lock on the table and waits for the partition's, a deadlock.
+// Taking the table's lock first is the queries' order.
+func dropRecorded(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string, names []string) error {
+	if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`LOCK TABLE ONLY {S}%s IN ACCESS EXCLUSIVE MODE`, table))); err != nil {
+		return wrapLock(err, "locking "+table)
 	}
-	if _, err := sp.Exec(ctx, schema.SQL(fmt.Sprintf(`DROP TABLE {S}%s`, ident(name)))); err != nil {
-		return 0, wrapLock(err, "dropping "+name)
+	for _, name := range names {
+		if _, err := tx.Exec(ctx, schema.SQL(fmt.Sprintf(`DROP TABLE {S}%s`, ident(name)))); err != nil {
+			return wrapLock(err, "dropping "+name)
+		}
 	}
-	if _, err := sp.Exec(ctx, schema.SQL(`DELETE FROM {S}ff_outbox_partition WHERE stream = $1 AND partition_name = $2`), table, name); err != nil {
-		return 0, dbutil.MapErr(err, "outbox partitions: forgetting "+name)
+	if _, err := tx.Exec(ctx, schema.SQL(`DELETE FROM {S}ff_outbox_partition WHERE stream = $1 AND partition_name = ANY($2)`), table, names); err != nil {
+		return dbutil.MapErr(err, "outbox partitions: forgetting "+strings.Join(names, ", "))
 	}
-	if err := setTimeout(was); err != nil {
-		return 0, err
+	return nil
+}
+
+// underLockTimeout runs f in a savepoint of tx with lock_timeout set to d,
+// so that no lock f asks for is waited for longer than d, nor does any
+// query that queues behind that request: every step of a maintenance pass
+// that takes a lock readers or writers would queue behind (an attach, a
+// drop) runs in it. When a statement of f gives up on a lock, the
+// savepoint is rolled back, with what f did and the locks it took, and
+// underLockTimeout returns locked, without an error: the caller leaves the
+// step for the next run. Any other error of f rolls it back and is
+// returned. Otherwise the savepoint is released, with tx's lock_timeout as
+// it was.
+func underLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration, f func(sp pgx.Tx) error) (locked bool, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, dbutil.MapErr(err, "outbox partitions: savepoint")
+	}
+	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
+	var was string
+	if err := sp.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&was); err != nil {
+		return false, dbutil.MapErr(err, "outbox partitions: reading the lock timeout")
+	}
+	if err := setLockTimeout(ctx, sp, fmt.Sprintf("%dms", max(d.Milliseconds(), 1))); err != nil {
+		return false, err
+	}
+	if err := f(sp); err != nil {
+		if !dbutil.IsLockTimeout(err) {
+			return false, err
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return false, dbutil.MapErr(err, "outbox partitions: rolling back to the savepoint")
+		}
+		return true, nil
+	}
+	if err := setLockTimeout(ctx, sp, was); err != nil {
+		return false, err
 	}
 	if err := sp.Commit(ctx); err != nil {
-		return 0, dbutil.MapErr(err, "outbox partitions: releasing the savepoint")
+		return false, dbutil.MapErr(err, "outbox partitions: releasing the savepoint")
 	}
-	return n, nil
+	return false, nil
+}
+
+// setLockTimeout sets lock_timeout for the rest of tx (until a rollback to
+// a savepoint taken before).
+func setLockTimeout(ctx context.Context, tx pgx.Tx, d string) error {
+	_, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", d)
+	return dbutil.MapErr(err, "outbox partitions: setting the lock timeout")
+}
+
+// lockHolders returns the other sessions that hold a lock on table or one
+// of its partitions, the oldest transactions first, at most
+// maxLockHolders: whom a step that gave up waited for.
+func lockHolders(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string) ([]LockHolder, error) {
+	rows, err := tx.Query(ctx, schema.SQL(`SELECT a.pid, coalesce(a.state, ''), coalesce(a.application_name, ''),
+		coalesce((extract(epoch FROM clock_timestamp() - a.xact_start) * 1000)::bigint, 0)
+		FROM pg_stat_activity a
+		WHERE a.pid <> pg_backend_pid() AND a.pid IN (SELECT l.pid FROM pg_locks l
+		  WHERE l.granted AND l.locktype = 'relation'
+		    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		    AND (l.relation = '{S}`+table+`'::regclass
+		      OR l.relation IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '{S}`+table+`'::regclass)))
+		ORDER BY a.xact_start NULLS LAST, a.pid LIMIT $1`), maxLockHolders)
+	if err != nil {
+		return nil, dbutil.MapErr(err, "outbox partitions: reading who holds "+table)
+	}
+	holders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LockHolder, error) {
+		var h LockHolder
+		return h, r.Scan(&h.PID, &h.State, &h.Application, &h.XactAgeMs)
+	})
+	if err != nil {
+		return nil, dbutil.MapErr(err, "outbox partitions: reading who holds "+table)
+	}
+	return holders, nil
 }
 
 // trimRecordSQL returns the common table expressions that record the

@@ -103,6 +103,10 @@ func Retention(ctx context.Context, env *Env, o RetentionOptions) ([]Result, err
 	}); err != nil {
 		return nil, err
 	}
+	if len(res.Created) == 0 {
+		// Maintenance waits for no one: another session holds the table.
+		return nil, fmt.Errorf("retention bench: no partition created (%+v): is another session holding %s?", res, outbox.LeaseTable)
+	}
 	var lo, hi int64
 	if err := pool.QueryRow(ctx, s.SQL(`SELECT lo_ms, hi_ms FROM {S}ff_outbox_partition WHERE partition_name = $1`), res.Created[0]).Scan(&lo, &hi); err != nil {
 		return nil, err
