@@ -177,7 +177,10 @@ type DependencyParams struct {
 // member of the flow with no edge group yet; it becomes blocked by
 // dependencies (public state waiting_children) until the group resolves.
 // Upstreams already terminal are counted at once. Cycles, unknown members,
-// duplicate upstreams and bad policies are rejected with validation errors.
+// members outside the flow's partition, duplicate upstreams and bad
+// policies are rejected with validation errors; a flow that does not exist
+// is reported as ff.ErrNotFound, naming it, before its members are
+// checked.
 func (s *Store) AddDependencies(ctx context.Context, p DependencyParams) error {
 	return s.inTx(ctx, "add dependencies", func(tx pgx.Tx) error { return s.AddDependenciesTx(ctx, tx, p) })
 }
@@ -193,25 +196,19 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	if err := p.Policy.validate(len(p.Upstreams)); err != nil {
 		return err
 	}
-	part := s.parts.ForFlow(p.FlowID)
-	ups := make([]uuid.UUID, len(p.Upstreams))
 	for i, u := range p.Upstreams {
-		if u.Partition != part || u == p.Downstream {
-			if u == p.Downstream {
-				return ff.Validationf("upstreams", "%s depends on itself", u)
-			}
-			return ff.Validationf("upstreams", "%s is not in flow %s's partition %d", u, p.FlowID, part)
+		if u == p.Downstream {
+			return ff.Validationf("upstreams", "%s depends on itself", u)
 		}
-		if slices.Contains(ups[:i], u.UUID) {
+		if slices.Contains(p.Upstreams[:i], u) {
 			return ff.Validationf("upstreams", "%s is listed twice", u)
 		}
-		ups[i] = u.UUID
-	}
-	if p.Downstream.Partition != part {
-		return ff.Validationf("downstream", "%s is not in flow %s's partition %d", p.Downstream, p.FlowID, part)
 	}
 	// The flow row serialises graph changes, so two concurrent additions
-	// cannot close a cycle between them.
+	// cannot close a cycle between them. It is looked up before the
+	// members' partitions are checked against the flow's: a missing flow is
+	// reported as missing whatever partition its id hashes to.
+	part := s.parts.ForFlow(p.FlowID)
 	var rev int64
 	err := tx.QueryRow(ctx, s.sql(`UPDATE {S}ff_flow_core SET graph_revision = graph_revision + 1
 		WHERE partition_key = $1 AND flow_id = $2 RETURNING graph_revision`), part, p.FlowID).Scan(&rev)
@@ -220,6 +217,16 @@ func (s *Store) AddDependenciesTx(ctx context.Context, tx pgx.Tx, p DependencyPa
 	}
 	if err != nil {
 		return dbutil.MapErr(err, "add dependencies: locking flow")
+	}
+	ups := make([]uuid.UUID, len(p.Upstreams))
+	for i, u := range p.Upstreams {
+		if u.Partition != part {
+			return ff.Validationf("upstreams", "%s is not in flow %s's partition %d", u, p.FlowID, part)
+		}
+		ups[i] = u.UUID
+	}
+	if p.Downstream.Partition != part {
+		return ff.Validationf("downstream", "%s is not in flow %s's partition %d", p.Downstream, p.FlowID, part)
 	}
 	// The downstream and its upstreams are locked together, in key order,
 	// the order the edge-cancel dispatcher locks a group's members in: two

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -318,15 +319,43 @@ func TestFlowDependenciesOnFinishedUpstreams(t *testing.T) {
 	f.WantState(down, stWaiting)
 }
 
+// TestFlowRejectsCyclesAndBadPolicies: AddDependencies rejects cycles,
+// bad policies and edges it cannot place with validation errors, and a
+// missing flow with ff.ErrNotFound naming the flow, wherever the flow's id
+// hashes to. The flows that decide which check answers (one in the
+// upstreams' partition, one elsewhere) are chosen, not left to chance.
 func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 	t.Parallel()
 	f := newFlowFixture(t)
 	flow := f.Flow()
 	ids := f.members(flow, "a", "b", "c")
-	other := f.Create(executions.CreateParams{FlowID: f.Flow(), Lane: "x"})
+	part := ids[0].Partition
+	// flowID returns a fresh flow id whose partition is part (here true)
+	// or another one (here false).
+	flowID := func(here bool) uuid.UUID {
+		for {
+			id := uuid.New()
+			if (f.st.Partitions().ForFlow(id) == part) == here {
+				return id
+			}
+		}
+	}
+	memberOfNewFlow := func(here bool) ff.ExecutionID {
+		t.Helper()
+		other, err := f.st.CreateFlow(f.ctx, flowID(here))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Create(executions.CreateParams{FlowID: other, Lane: "x"})
+	}
+	sameParted, otherParted := memberOfNewFlow(true), memberOfNewFlow(false)
+	missingHere, missingElsewhere := flowID(true), flowID(false)
 	solo := f.Create(executions.CreateParams{Lane: "solo"})
 	add := func(down ff.ExecutionID, ups []ff.ExecutionID, p executions.EdgePolicy) error {
 		return f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: ups, Policy: p})
+	}
+	addTo := func(flow uuid.UUID) error {
+		return f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: ids[0], Upstreams: ids[1:2]})
 	}
 	if err := add(ids[1], ids[:1], executions.AllOf()); err != nil { // a → b
 		t.Fatal(err)
@@ -338,23 +367,29 @@ func TestFlowRejectsCyclesAndBadPolicies(t *testing.T) {
 		name string
 		err  error
 		want error
+		// msg, when set, is a part of the error's text.
+		msg string
 	}{
-		{"cycle c → a", add(ids[0], ids[2:3], executions.AllOf()), ff.ErrValidation},
-		{"self edge", add(ids[0], ids[:1], executions.AllOf()), ff.ErrValidation},
-		{"quorum k=0", add(ids[0], ids[1:], executions.Quorum(0, executions.LetRun)), ff.ErrValidation},
-		{"quorum k>n", add(ids[0], ids[1:], executions.Quorum(3, executions.LetRun)), ff.ErrValidation},
-		{"bad on_satisfied", add(ids[0], ids[1:], executions.AnyOf("maybe")), ff.ErrValidation},
-		{"bad kind", add(ids[0], ids[1:], executions.EdgePolicy{Kind: "most_of"}), ff.ErrValidation},
-		{"no upstreams", add(ids[0], nil, executions.AllOf()), ff.ErrValidation},
-		{"duplicate upstream", add(ids[0], []ff.ExecutionID{ids[1], ids[1]}, executions.AllOf()), ff.ErrValidation},
-		{"group already fixed", add(ids[1], ids[2:], executions.AllOf()), ff.ErrValidation},
-		{"upstream in another flow", add(ids[0], []ff.ExecutionID{other}, executions.AllOf()), ff.ErrValidation},
-		{"solo downstream", add(solo, ids[:1], executions.AllOf()), ff.ErrValidation},
-		{"missing flow", f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: uuid.New(), Downstream: ids[0], Upstreams: ids[1:2]}), ff.ErrValidation},
+		{"cycle c → a", add(ids[0], ids[2:3], executions.AllOf()), ff.ErrValidation, "cycle"},
+		{"self edge", add(ids[0], ids[:1], executions.AllOf()), ff.ErrValidation, "depends on itself"},
+		{"quorum k=0", add(ids[0], ids[1:], executions.Quorum(0, executions.LetRun)), ff.ErrValidation, ""},
+		{"quorum k>n", add(ids[0], ids[1:], executions.Quorum(3, executions.LetRun)), ff.ErrValidation, ""},
+		{"bad on_satisfied", add(ids[0], ids[1:], executions.AnyOf("maybe")), ff.ErrValidation, ""},
+		{"bad kind", add(ids[0], ids[1:], executions.EdgePolicy{Kind: "most_of"}), ff.ErrValidation, ""},
+		{"no upstreams", add(ids[0], nil, executions.AllOf()), ff.ErrValidation, ""},
+		{"duplicate upstream", add(ids[0], []ff.ExecutionID{ids[1], ids[1]}, executions.AllOf()), ff.ErrValidation, "listed twice"},
+		{"group already fixed", add(ids[1], ids[2:], executions.AllOf()), ff.ErrValidation, ""},
+		{"upstream in another flow of the partition", add(ids[0], []ff.ExecutionID{sameParted}, executions.AllOf()), ff.ErrValidation, "not members of flow"},
+		{"upstream in another partition", add(ids[0], []ff.ExecutionID{otherParted}, executions.AllOf()), ff.ErrValidation, "partition"},
+		{"solo downstream", add(solo, ids[:1], executions.AllOf()), ff.ErrValidation, ""},
+		{"missing flow in the upstreams' partition", addTo(missingHere), ff.ErrNotFound, missingHere.String()},
+		{"missing flow in another partition", addTo(missingElsewhere), ff.ErrNotFound, missingElsewhere.String()},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, c.want) {
 			t.Errorf("%s: err = %v, want %v", c.name, c.err, c.want)
+		} else if !strings.Contains(c.err.Error(), c.msg) {
+			t.Errorf("%s: err = %v, want it to say %q", c.name, c.err, c.msg)
 		}
 	}
 	f.WantState(ids[0], stWaiting)
