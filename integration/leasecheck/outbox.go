@@ -321,7 +321,8 @@ func (snap *Snapshot) readExecs(ctx context.Context, tx pgx.Tx) error {
 		a.attempt_index IS NOT NULL, COALESCE(a.lease_epoch, 0), a.lease_expires_at_ms, a.lease_id::text, a.worker_instance_id,
 		COALESCE((SELECT max(m.lease_epoch) FROM ff_attempt m WHERE m.partition_key = e.partition_key AND m.execution_id = e.execution_id), 0)
 		FROM ff_exec_core e
-		LEFT JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index`)
+		LEFT JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index
+		WHERE e.raw_fields->>'namespace' IS DISTINCT FROM $1`, probeNamespace)
 	if err != nil {
 		return err
 	}
@@ -359,7 +360,8 @@ func (snap *Snapshot) readEvents(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, `SELECT e.partition_key, e.execution_id::uuid, e.xact_id, e.event_id, s.n, e.event_type,
 		COALESCE(e.attempt_index, -1), COALESCE(e.lease_epoch, -1), COALESCE(e.lease_id, ''), COALESCE(e.worker_instance_id, ''), e.occurred_at_ms
 		FROM ff_lease_event e LEFT JOIN lc_event_seq s ON s.tbl = 'l' AND s.event_id = e.event_id
-		ORDER BY e.event_id`)
+		WHERE e.namespace IS DISTINCT FROM $1
+		ORDER BY e.event_id`, probeNamespace)
 	if err != nil {
 		return err
 	}
@@ -393,7 +395,8 @@ func (snap *Snapshot) readEvents(ctx context.Context, tx pgx.Tx) error {
 	}
 	rows, err = tx.Query(ctx, `SELECT e.partition_key, e.execution_id, e.xact_id, e.event_id, s.n, e.outcome, e.occurred_at_ms
 		FROM ff_completion_event e LEFT JOIN lc_event_seq s ON s.tbl = 'c' AND s.event_id = e.event_id
-		ORDER BY e.event_id`)
+		WHERE e.namespace IS DISTINCT FROM $1
+		ORDER BY e.event_id`, probeNamespace)
 	if err != nil {
 		return err
 	}

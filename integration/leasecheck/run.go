@@ -51,6 +51,8 @@ type Report struct {
 	Runner RunnerStats
 	// Faults injected, by kind.
 	Faults map[string]int
+	// Probes counts the probes' completed rounds, by probe (probe.go).
+	Probes map[string]int
 	// Offsets of the application processes' clocks.
 	Offsets []time.Duration
 	// Notes: binaries that exited on their own, faults that failed,
@@ -74,6 +76,9 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(&b, "runners: %s\n", r.Runner)
 	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
+	if len(r.Probes) > 0 {
+		fmt.Fprintf(&b, "probe rounds: %s\n", formatCounts(r.Probes))
+	}
 	byCheck := map[string]int{}
 	for _, vi := range v.Violations {
 		byCheck[vi.Check]++
@@ -175,7 +180,19 @@ func Run(tb testing.TB, o Options) *Report {
 		close(faultsDone)
 	}()
 	started := tl.Now()
-	w.Start(ctx, o.Seed)
+	var probeProc *AppProcess
+	if !o.Workload.NoProbes {
+		// The probes' own process: its calls are not among those
+		// terminateCalls cuts off (it names the clients' processes), so
+		// that its rounds finish; the other faults reach it.
+		p, err := OpenApp(ctx, testdb.URL(), db.Schema, tag+"-probe", len(procs), 0, 16)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer p.Pool.Close()
+		probeProc = p
+	}
+	w.Start(ctx, o.Seed, db.Pool, probeProc)
 	logf("seed %d: %d clients on %d processes (clocks %v), %d schedulers, %d workers, faults: %s, for %s",
 		o.Seed, o.Workload.Clients, o.Processes, rep.Offsets, o.Schedulers, o.Workers, o.Faults, o.Duration)
 	select {
@@ -216,6 +233,11 @@ func Run(tb testing.TB, o Options) *Report {
 	checkStart := time.Now()
 	calls := rec.Calls()
 	rep.Verdict = Judge(tl, calls, snap, streams, w.Groups(), w.SharedLanes(), o.Workload.Clients+1, o.CheckTimeout)
+	if w.probe != nil {
+		rep.Verdict.Violations = append(rep.Verdict.Violations, w.probe.Violations()...)
+		rep.Probes = w.probe.Rounds()
+		rep.Notes = append(rep.Notes, w.probe.Notes()...)
+	}
 	rep.Checked = time.Since(checkStart)
 	if at := rep.Verdict.FirstAt(); at > 0 {
 		rep.FirstViolation = time.Duration(max(at-started, 0))

@@ -80,6 +80,9 @@ type WorkloadConfig struct {
 	// process i mod the processes), each call of theirs recorded like a
 	// client's (runners.go). It needs SharedLanes.
 	Runners int
+	// NoProbes turns the probes off (probe.go): by default they run on a
+	// process of their own, alternating incarnation and bounds rounds.
+	NoProbes bool
 }
 
 // execution is one execution the workload made.
@@ -121,6 +124,8 @@ type Workload struct {
 
 	stop atomic.Bool
 	wg   sync.WaitGroup
+	// probe checks the incarnation and bounds paths (nil: NoProbes).
+	probe *probe
 	// sharedOthers counts the leases claims on shared lanes returned for
 	// other executions than the one the client had picked.
 	sharedOthers atomic.Int64
@@ -135,9 +140,15 @@ func NewWorkload(cfg WorkloadConfig, procs []*AppProcess, rec *Recorder, tl Time
 	return &Workload{cfg: cfg, procs: procs, rec: rec, tl: tl, rng: rand.New(rand.NewPCG(seed, 0)), byID: map[uuid.UUID]*execution{}}
 }
 
-// Start starts the creator and the clients.
-func (w *Workload) Start(ctx context.Context, seed uint64) {
+// Start starts the creator, the clients, the runners and, on probeProc
+// (nil: none), the probes; admin is a pool outside the application
+// processes', for the probes' holding sessions.
+func (w *Workload) Start(ctx context.Context, seed uint64, admin *pgxpool.Pool, probeProc *AppProcess) {
 	w.wg.Go(func() { w.creator(ctx) })
+	if probeProc != nil {
+		w.probe = &probe{w: w, proc: probeProc, admin: admin, rng: rand.New(rand.NewPCG(seed, 0x9b))}
+		w.wg.Go(func() { w.probe.run(ctx) })
+	}
 	for i := range w.cfg.Clients {
 		c := &client{w: w, id: i + 1, proc: w.procs[i%len(w.procs)], rng: rand.New(rand.NewPCG(seed, uint64(i+1))),
 			leases: map[string]executions.Lease{}}
