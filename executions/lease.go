@@ -14,7 +14,8 @@ import (
 )
 
 // Lease is a worker's hold on one attempt of an execution. Pass it back to
-// Renew, Complete, Fail and Delay; they are fenced by (ID, AttemptIndex, Epoch).
+// Renew, Complete, Fail, Delay and Release; they are fenced by (ID,
+// AttemptIndex, Epoch, LeaseID).
 type Lease struct {
 	ID               ff.ExecutionID
 	AttemptIndex     int32

@@ -30,12 +30,24 @@
 //
 // # Leases and fencing
 //
-// A Lease names an execution, its attempt and the attempt's lease_epoch.
-// Every lease operation is fenced by that triple: once the lease has been
-// expired, revoked, reclaimed or cancelled the epoch (or the attempt) has
-// moved on, and a late worker gets ff.ErrStaleLease instead of a silent
-// success. A lease whose expiry time has passed but that no scanner has
-// expired yet gets ff.ErrLeaseExpired.
+// A Lease names an execution, its attempt, the attempt's lease_epoch and
+// its lease id. Every lease operation is fenced by them: once the lease has
+// been expired, revoked, reclaimed or cancelled the epoch (or the attempt)
+// has moved on, and a late worker gets ff.ErrStaleLease instead of a silent
+// success. The lease id, drawn at random for each lease, fences a lease of
+// an execution that retention removed off the same id created again, whose
+// attempts and epochs start over. A lease whose expiry time has passed but
+// that no scanner has expired yet gets ff.ErrLeaseExpired.
+//
+// # Deadlines and unknown outcomes
+//
+// Every call returns by its context's deadline, holding no connection and
+// waiting on no lock once it has returned. A call that gave up after its
+// writes may have reached COMMIT returns ff.ErrOutcomeUnknown wrapping the
+// cause; any other error means nothing was written. Concurrent Complete,
+// Fail and Release calls are committed in batches (coalesce.go); one whose
+// execution another session holds waits in the Store's queue, not on a
+// connection.
 //
 // # Attempts and retries
 //

@@ -601,6 +601,11 @@ func (v *Verdict) flows(tl Timeline, hs map[string]*history, snap *Snapshot, gro
 				}
 			}
 		}
+		// Once the scanners quiesced every hop is counted: the counters
+		// are the upstreams' outcomes, each counted once.
+		if dg.Counts != c {
+			v.add("flow", g.Downstream, fmt.Sprintf("group counters %+v; its upstreams' outcomes are %+v", dg.Counts, c))
+		}
 		want := evaluate(g.Policy, c)
 		if want != dg.State {
 			v.add("flow", g.Downstream, fmt.Sprintf("group is %s; its policy %+v over its upstreams' outcomes (%+v) says %s", dg.State, g.Policy, c, want))

@@ -269,6 +269,9 @@ type DBGroup struct {
 	Downstream string
 	State      string
 	Flag       bool
+	// Counts are the group's counters (success_count, fail_count,
+	// skip_count, running_count).
+	Counts counts
 }
 
 // Snapshot is the database at the end of a run, read in one transaction.
@@ -433,7 +436,8 @@ func (snap *Snapshot) readEvents(ctx context.Context, tx pgx.Tx) error {
 }
 
 func (snap *Snapshot) readGroups(ctx context.Context, tx pgx.Tx) error {
-	rows, err := tx.Query(ctx, `SELECT partition_key, downstream_eid, group_state, cancel_siblings_pending_flag FROM ff_edge_group`)
+	rows, err := tx.Query(ctx, `SELECT partition_key, downstream_eid, group_state, cancel_siblings_pending_flag,
+		success_count, fail_count, skip_count, running_count FROM ff_edge_group`)
 	if err != nil {
 		return err
 	}
@@ -442,7 +446,7 @@ func (snap *Snapshot) readGroups(ctx context.Context, tx pgx.Tx) error {
 		var g DBGroup
 		var part int16
 		var u uuid.UUID
-		if err := rows.Scan(&part, &u, &g.State, &g.Flag); err != nil {
+		if err := rows.Scan(&part, &u, &g.State, &g.Flag, &g.Counts.Success, &g.Counts.Fail, &g.Counts.Skip, &g.Counts.Running); err != nil {
 			return err
 		}
 		g.Downstream = key(part, u)
