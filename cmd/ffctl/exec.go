@@ -90,7 +90,7 @@ func newExecFlags(name, argsUsage, summary string, stdout io.Writer) *execFlags 
 // newSubcommandFlags returns the flags of the subcommand called name (its
 // whole name, "ffctl exec get"): the common ones and --format.
 func newSubcommandFlags(name, argsUsage, summary string, stdout io.Writer) *execFlags {
-	fs := cli.NewFlagSet(name, argsUsage, summary)
+	fs := cli.NewFlagSet(name, argsUsage, summary+"\n"+cli.FailFastHelp)
 	fs.Stdout = stdout
 	f := &execFlags{fs: fs, common: cli.AddCommon(fs)}
 	f.common.AddRiverSchema(fs)

@@ -88,6 +88,8 @@ func printCommands(w io.Writer) {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintf(&b, "  %-*s  %s\n", width, "help", "list the commands, or `ffctl help <command>` for one command's flags")
-	b.WriteString("\nEvery command takes --help. Exit codes: 0 ok, 1 runtime failure, 2 usage error, 3 schema not migrated.\n")
+	b.WriteString("\nEvery command takes --help. Exit codes: 0 ok, 1 runtime failure, 2 usage error, 3 schema not migrated.\n" +
+		"tail waits at start while the server refuses for a reason that passes (--startup-wait); the other\n" +
+		"commands fail at once.\n")
 	_, _ = io.WriteString(w, b.String())
 }

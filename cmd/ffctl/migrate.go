@@ -27,7 +27,8 @@ func runMigrate(ctx context.Context, args []string) int {
 			"Embedding ffriver into an application that runs River: --river-schema names the\n"+
 			"application's River schema (its tables are shared, never duplicated). Applying nothing is success: it is\n"+
 			"safe to run twice, and from several processes at once (they take turns on a lock).\n"+
-			"--dry-run says what would be applied, --show-sql prints its SQL too; neither changes anything.")
+			"--dry-run says what would be applied, --show-sql prints its SQL too; neither changes anything.\n"+
+			cli.FailFastHelp)
 	common := cli.AddCommon(fs)
 	common.AddRiverSchema(fs)
 	partitions := fs.Int("partitions", ff.DefaultPartitions,

@@ -28,7 +28,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			"that wrote to it (their events wait for them to commit; nothing else waits); the named\n"+
 			"stream consumers with their lag, whether they hold retention back and whether a tail is\n"+
 			"attached; and the oldest open writer on the server.\n"+
-			"Exits 3 when the schema is not migrated. River's tables are read in --river-schema.")
+			"Exits 3 when the schema is not migrated. River's tables are read in --river-schema.\n"+
+			cli.FailFastHelp)
 	common := cli.AddCommon(fs)
 	common.AddRiverSchema(fs)
 	format := fs.String("format", "text", "output `format`: text or json")

@@ -58,9 +58,12 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"printed before a crash comes again).\n"+
 			"A cursor before events retention deleted, from another server, or from another stream or\n"+
 			"schema is an error (exit 1) that says so: resume with --from-start or --since. An empty\n"+
-			"--cursor or cursor file is a usage error, never \"now\".")
+			"--cursor or cursor file is a usage error, never \"now\".\n"+
+			"At start it keeps trying for up to --startup-wait while the server refuses for a reason that\n"+
+			"passes (no free connection slot, starting up, restarting), saying so about every 10 s.")
 	fs.Stdout = stdout
 	common := cli.AddCommon(fs)
+	common.AddStartupWait(fs)
 	var f tailFlags
 	fs.StringVar(&f.stream, "stream", "leases", "`stream` to tail: leases or completions")
 	fs.BoolVar(&f.fromStart, "from-start", false, "start from the first event still in the table")
@@ -122,8 +125,11 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl tail", MaxConns: 2})
+	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl tail", MaxConns: 2, Logger: logger})
 	if err != nil {
+		if _, ok := cli.Interrupted(ctx); ok {
+			return cli.ExitOK // interrupted while it waited for the server
+		}
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	defer pool.Close()

@@ -38,7 +38,8 @@ func runArgs(args []string, value string) (int, string) {
 	case "exec":
 		code = runExec(context.Background(), a[1:], &bytes.Buffer{}, &stderr)
 	case "tail":
-		code = runTail(context.Background(), a[1:], &bytes.Buffer{}, &stderr)
+		// Not waiting for the server (--startup-wait) to come.
+		code = runTail(context.Background(), append(a[1:], "--startup-wait", "0"), &bytes.Buffer{}, &stderr)
 	case "consumer":
 		code = runConsumer(context.Background(), a[1:], &bytes.Buffer{}, &stderr)
 	}

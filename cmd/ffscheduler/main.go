@@ -20,8 +20,15 @@
 // (a second scheduler on the same host) the UI is skipped with a warning;
 // an address given explicitly that cannot be bound is an error.
 //
-// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime failure, 2 usage
-// error, 3 schema not migrated or with another partition count.
+// At start, while the server refuses for a reason that passes (every
+// connection slot taken, starting up or shutting down, nothing listening
+// while it restarts), it keeps trying for up to --startup-wait (default
+// 5m, $FF_STARTUP_WAIT), logging what it waits for about every 10 s.
+//
+// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM, also while it waits to
+// start), 1 runtime failure (also the server still refusing after
+// --startup-wait), 2 usage error, 3 schema not migrated or with another
+// partition count.
 package main
 
 import (
@@ -63,7 +70,11 @@ scanners' periodic ticks, runs River's maintenance and serves River UI. It
 works the scan queue; ffworker processes work the per-item actions. Run two
 for failover; River elects one leader.
 
-Exit codes: 0 clean stop, 1 failure, 2 usage error, 3 schema not migrated.`
+At start it waits up to --startup-wait while the server refuses for a reason
+that passes (no free connection slot, starting up, restarting).
+
+Exit codes: 0 clean stop, 1 failure (also the server still refusing after
+--startup-wait), 2 usage error, 3 schema not migrated.`
 
 func main() { cli.Main("ffscheduler", parse) }
 
@@ -97,6 +108,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.AddVersion()
 	o := &options{common: cli.AddCommon(fs), intervals: map[string]*time.Duration{}, batches: map[string]*int{}}
 	o.common.AddRiverSchema(fs)
+	o.common.AddStartupWait(fs)
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.StringVar(&o.uiAddr, "ui-addr", defaultUIAddr, "`host:port` River UI listens on; \"off\" disables it.\n"+
 		"A non-loopback address requires --ui-user and --ui-password")

@@ -15,8 +15,15 @@
 // schedules logs a warning, as does any worker when no tick has been
 // inserted for --tick-stale-after (no scheduler alive).
 //
-// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime failure, 2 usage
-// error, 3 schema not migrated or with another partition count.
+// At start, while the server refuses for a reason that passes (every
+// connection slot taken, starting up or shutting down, nothing listening
+// while it restarts), it keeps trying for up to --startup-wait (default
+// 5m, $FF_STARTUP_WAIT), logging what it waits for about every 10 s.
+//
+// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM, also while it waits to
+// start), 1 runtime failure (also the server still refusing after
+// --startup-wait), 2 usage error, 3 schema not migrated or with another
+// partition count.
 package main
 
 import (
@@ -36,7 +43,11 @@ const summary = `ffworker works ffriver's per-item actions (and, with --scan-con
 partition scans) scheduled by ffscheduler. Run as many as needed; none ever
 leads River.
 
-Exit codes: 0 clean stop, 1 failure, 2 usage error, 3 schema not migrated.`
+At start it waits up to --startup-wait while the server refuses for a reason
+that passes (no free connection slot, starting up, restarting).
+
+Exit codes: 0 clean stop, 1 failure (also the server still refusing after
+--startup-wait), 2 usage error, 3 schema not migrated.`
 
 func main() { cli.Main("ffworker", parse) }
 
@@ -60,6 +71,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.AddVersion()
 	o := &options{common: cli.AddCommon(fs)}
 	o.common.AddRiverSchema(fs)
+	o.common.AddStartupWait(fs)
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
 		"items share transactions, so they need few connections); on 2 cores 128 drained about 1.5x\n"+

@@ -53,7 +53,8 @@ func TestBadFlagValues(t *testing.T) {
 
 // TestBadConnStringsNeverPrintThePassword runs ffworker's main path with
 // malformed or unreachable connection strings of each form: no password in
-// what it prints.
+// what it prints, the lines of its (short) wait for an unreachable server
+// included.
 func TestBadConnStringsNeverPrintThePassword(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ conn, pw string }{
@@ -65,7 +66,7 @@ func TestBadConnStringsNeverPrintThePassword(t *testing.T) {
 		{"host=127.0.0.1 port=1 password='Secr3t PW' connect_timeout=2", "Secr3t PW"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := cli.Run(context.Background(), "ffworker", parse, []string{"--database-url", c.conn, "--log-level", "debug"}, &stdout, &stderr, getenv)
+		code := cli.Run(context.Background(), "ffworker", parse, []string{"--database-url", c.conn, "--log-level", "debug", "--startup-wait", "300ms"}, &stdout, &stderr, getenv)
 		if code == cli.ExitOK || strings.Contains(stderr.String()+stdout.String(), c.pw) {
 			t.Errorf("%q: exit %d, printed:\n%s", c.conn, code, stderr.String())
 		}

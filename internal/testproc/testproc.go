@@ -46,13 +46,13 @@ func RepoRoot() (string, bool) {
 }
 
 // Env returns this process's environment without the database settings a
-// binary would otherwise pick up: DATABASE_URL, FF_SCHEMA, FF_UI_* and
-// libpq's PG* variables.
+// binary would otherwise pick up: DATABASE_URL, FF_SCHEMA, FF_STARTUP_WAIT,
+// FF_UI_* and libpq's PG* variables.
 func Env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || k == "FF_SCHEMA" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
+		if k == "DATABASE_URL" || k == "FF_SCHEMA" || k == "FF_STARTUP_WAIT" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
 			continue
 		}
 		env = append(env, kv)

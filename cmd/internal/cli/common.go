@@ -36,6 +36,10 @@ type Common struct {
 	LogFormat string
 	// LogLevel: --log-level.
 	LogLevel slog.Level
+	// StartupWait: --startup-wait, else $FF_STARTUP_WAIT, else
+	// DefaultStartupWait; set only on commands that registered the flag
+	// (AddStartupWait), else 0: OpenPool fails at once.
+	StartupWait time.Duration
 }
 
 // AddCommon registers --database-url, --schema, --log-format and --log-level
@@ -197,6 +201,10 @@ func (c *Common) PoolConfig(o PoolOptions) (*pgxpool.Config, error) {
 
 // OpenPool opens a pool (see PoolConfig) and checks that the server answers.
 // A server that does not answer is an ff.ErrUnavailable (exit code 1).
+// With c.StartupWait set (AddStartupWait), a refusal that passes by itself
+// (no free slot, the server starting up or shutting down, nothing
+// listening) is tried again for up to that long, saying on o.Logger what
+// it waits for; any other failure is returned at once.
 func (c *Common) OpenPool(ctx context.Context, o PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := c.PoolConfig(o)
 	if err != nil {
@@ -206,24 +214,39 @@ func (c *Common) OpenPool(ctx context.Context, o PoolOptions) (*pgxpool.Pool, er
 	if err != nil {
 		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), "connecting to "+RedactURL(c.DatabaseURL))
 	}
-	if err := pool.Ping(ctx); err != nil {
+	// A refusal before the pool is open is the start's to explain, not the
+	// running process's (connLimitTracer).
+	tracer, _ := cfg.ConnConfig.Tracer.(*connLimitTracer)
+	if tracer != nil {
+		tracer.starting.Store(true)
+	}
+	if err := c.awaitServer(ctx, pool, cfg, o); err != nil {
 		pool.Close()
-		doing := "connecting to " + RedactURL(c.DatabaseURL)
-		if o.Logger != nil {
-			o.Logger.Debug("the first connection failed", "url", RedactURL(c.DatabaseURL), "error", redactErr(err, c.DatabaseURL).Error())
-		}
-		if isConnLimit(err) {
-			return nil, dbutil.MapErr(redactErr(connLimitError(o, cfg.MaxConns, err), c.DatabaseURL), doing)
-		}
-		var ce *ConnectError
-		if errors.As(explainConnect(&cfg.ConnConfig.Config, err), &ce) {
-			// One sentence; the chain is in Unwrap (and the debug line).
-			ce.Err = redactErr(ce.Err, c.DatabaseURL)
-			return nil, fmt.Errorf("%s: %w", doing, ce)
-		}
-		return nil, dbutil.MapErr(redactErr(err, c.DatabaseURL), doing)
+		return nil, err
+	}
+	if tracer != nil {
+		tracer.starting.Store(false)
 	}
 	return pool, nil
+}
+
+// firstConnError explains err, the failure of the first connection of a
+// pool with configuration cfg: a refusal for want of a slot as a
+// *ConnLimitError, a failure explainConnect recognises as one sentence (a
+// *ConnectError), anything else as pgx said it; each prefixed with the
+// (redacted) URL.
+func (c *Common) firstConnError(cfg *pgxpool.Config, o PoolOptions, err error) error {
+	doing := "connecting to " + RedactURL(c.DatabaseURL)
+	if isConnLimit(err) {
+		return dbutil.MapErr(redactErr(connLimitError(o, cfg.MaxConns, err), c.DatabaseURL), doing)
+	}
+	var ce *ConnectError
+	if errors.As(explainConnect(&cfg.ConnConfig.Config, err), &ce) {
+		// One sentence; the chain is in Unwrap (and the debug line).
+		ce.Err = redactErr(ce.Err, c.DatabaseURL)
+		return fmt.Errorf("%s: %w", doing, ce)
+	}
+	return dbutil.MapErr(redactErr(err, c.DatabaseURL), doing)
 }
 
 // ResolveSchema returns c.Schema, or the pool's current_schema() when it is

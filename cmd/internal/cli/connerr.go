@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"syscall"
@@ -61,10 +62,16 @@ func explainConnect(cfg *pgconn.Config, err error) error {
 		case "57P03":
 			return &ConnectError{What: fmt.Sprintf("the server at %s is starting up or shutting down", addr),
 				Hint: "try again in a moment", Transient: true, Err: err}
+		case "57P01", "57P02":
+			return &ConnectError{What: fmt.Sprintf("the server at %s is shutting down or restarting", addr),
+				Hint: "try again in a moment", Transient: true, Err: err}
 		}
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return &ConnectError{What: fmt.Sprintf("nothing answers at %s (connection refused)", addr),
 			Hint: "check that the server runs and that " + checkURL + " names its host and port", Transient: true, Err: err}
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &ConnectError{What: fmt.Sprintf("the server at %s closed the connection before it was open", addr),
+			Hint: "it may be restarting; else check that " + checkURL + " names a Postgres server's host and port", Transient: true, Err: err}
 	case errors.As(err, &dnsErr):
 		return &ConnectError{What: fmt.Sprintf("the host %q is unknown", cfg.Host),
 			Hint: "check the host in " + checkURL, Transient: true, Err: err}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,6 +89,9 @@ type connLimitTracer struct {
 	logger *slog.Logger
 	opts   PoolOptions
 	max    int32
+	// starting is set while OpenPool waits for the first connection, whose
+	// refusals it explains itself.
+	starting atomic.Bool
 
 	mu   sync.Mutex
 	last time.Time
@@ -109,7 +113,7 @@ func (t *connLimitTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool
 
 // TraceAcquireEnd implements pgxpool.AcquireTracer.
 func (t *connLimitTracer) TraceAcquireEnd(_ context.Context, pool *pgxpool.Pool, data pgxpool.TraceAcquireEndData) {
-	if data.Err == nil || !isConnLimit(data.Err) {
+	if data.Err == nil || !isConnLimit(data.Err) || t.starting.Load() {
 		return
 	}
 	t.mu.Lock()

@@ -45,9 +45,11 @@ func Main(name string, parse func(args []string, stdout io.Writer, getenv func(s
 	os.Exit(code)
 }
 
-// Run parses args, opens the Daemon's pool, calls its Serve with the flags'
-// logger, and ends like ReportServe (a usage error like Report), returning
-// the exit code.
+// Run parses args, opens the Daemon's pool (waiting for the server up to
+// --startup-wait when the Daemon's flags registered it: AddStartupWait),
+// calls its Serve with the flags' logger, and ends like ReportServe (a
+// usage error like Report), returning the exit code. A stop (ctx done)
+// while it waits for the server is a clean stop, ExitOK.
 func Run(ctx context.Context, name string, parse func(args []string, stdout io.Writer, getenv func(string) string) (Daemon, error),
 	args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	d, err := parse(args, stdout, getenv)
@@ -59,6 +61,12 @@ func Run(ctx context.Context, name string, parse func(args []string, stdout io.W
 		d.Pool.Logger = logger
 	}
 	pool, err := d.Flags.OpenPool(ctx, d.Pool)
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGINT/SIGTERM) while it waited for the server: a clean
+		// stop, like one after the start.
+		logger.Info(name+" stopped before the server accepted a connection", "error", Scrub(err.Error()))
+		return ExitOK
+	}
 	if err == nil {
 		defer pool.Close()
 		err = d.Serve(ctx, pool, logger)
