@@ -60,6 +60,9 @@ type Call struct {
 	// Unknown: the outcome is unknown (an unknown error of a plain call,
 	// or of a composite's COMMIT).
 	Unknown bool
+	// RolledBack: a composite whose steps all succeeded, rolled back on
+	// purpose by its client instead of committed: it must leave nothing.
+	RolledBack bool
 	// Resolved: an unknown call whose transaction the outbox holds.
 	Resolved bool
 	// CallNs and ReturnNs on the run's timeline (ReturnNs is Unbounded
@@ -81,8 +84,12 @@ type Call struct {
 	Maybe [][]Result
 }
 
-// failed reports whether a step failed (the transaction rolled back).
+// failed reports whether a step failed or the client rolled the
+// transaction back.
 func (c *Call) failed() bool {
+	if c.RolledBack {
+		return true
+	}
 	for _, r := range c.Results {
 		if r.Err != OK {
 			return true
@@ -113,7 +120,7 @@ func (c *Call) input() Input {
 }
 
 func (c *Call) output() Output {
-	return Output{Results: c.Results, Unknown: c.Unknown, Resolved: c.Resolved, Maybe: c.Maybe}
+	return Output{Results: c.Results, Unknown: c.Unknown, Resolved: c.Resolved, Maybe: c.Maybe, RolledBack: c.RolledBack}
 }
 
 // operation is the call as porcupine sees it.

@@ -74,6 +74,8 @@ func Describe(in Input, out Output) string {
 		s = "tx{" + s + "}"
 	}
 	switch {
+	case out.RolledBack:
+		s += " [rolled back by its client]"
 	case out.Unknown && out.Resolved:
 		s += " [unknown outcome, committed per the outbox]"
 	case out.Unknown && len(out.Maybe) > 0:

@@ -389,6 +389,9 @@ type Output struct {
 	// those results.
 	Resolved bool
 	Maybe    [][]Result
+	// RolledBack: every step succeeded and the client then rolled the
+	// transaction back: the results must be legal, and nothing changes.
+	RolledBack bool
 	// Events of the operation's transaction, when known: always for a
 	// scanner transaction, and for every call in the commit-order replay.
 	// Then the model checks that the transition wrote exactly these events,
@@ -548,6 +551,12 @@ func Transition(s State, in Input, out Output) ([]State, string) {
 		if rest := c.rest(); rest != "" {
 			return nil, "events no step wrote: " + rest
 		}
+	}
+	if out.RolledBack {
+		if c != nil && (len(c.tx.Lease) > 0 || len(c.tx.Completions) > 0) {
+			return nil, "a transaction its client rolled back wrote events: " + c.tx.String()
+		}
+		return []State{s}, ""
 	}
 	return []State{cur}, ""
 }

@@ -43,6 +43,9 @@ type Report struct {
 	// Calls recorded, and how many of them had an unknown outcome
 	// (resolved: found in the outbox).
 	Calls, Unknown, Resolved int
+	// RolledBack counts the transactions whose calls all succeeded and
+	// that their clients rolled back.
+	RolledBack int
 	// SharedOthers counts the leases claims on shared lanes returned for
 	// other executions than the one the client had picked.
 	SharedOthers int64
@@ -76,6 +79,7 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(&b, "runners: %s\n", r.Runner)
 	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
+	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
 	if len(r.Probes) > 0 {
 		fmt.Fprintf(&b, "probe rounds: %s\n", formatCounts(r.Probes))
 	}
@@ -185,7 +189,7 @@ func Run(tb testing.TB, o Options) *Report {
 		// The probes' own process: its calls are not among those
 		// terminateCalls cuts off (it names the clients' processes), so
 		// that its rounds finish; the other faults reach it.
-		p, err := OpenApp(ctx, testdb.URL(), db.Schema, tag+"-probe", len(procs), 0, 16)
+		p, err := OpenApp(ctx, testdb.URL(), db.Schema, tag+"-probe", len(procs), 0, 8)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -246,6 +250,9 @@ func Run(tb testing.TB, o Options) *Report {
 	for _, c := range calls {
 		if c.Unknown {
 			rep.Unknown++
+		}
+		if c.RolledBack {
+			rep.RolledBack++
 		}
 	}
 	rep.Resolved = rep.Verdict.Resolved

@@ -635,18 +635,38 @@ func (c *client) leaseOp(ctx context.Context, x *execution, l executions.Lease) 
 		call = c.composite(ctx, x, c.holdFor(), []txStep{{complete, func(ctx context.Context, tx pgx.Tx) (Result, error) {
 			return Result{}, store.CompleteTx(ctx, tx, l, nil)
 		}}})
-	case r < 0.61:
+	case r < 0.58:
 		st := Step{Kind: OpFail, Lease: ref, Permanent: c.rng.IntN(4) == 0}
 		call = c.plain(ctx, x, st, func(ctx context.Context) (Result, error) {
 			fr, err := store.Fail(ctx, l, executions.FailParams{Message: "leasecheck", Permanent: st.Permanent})
 			return Result{Retried: fr.Retried, NextAttempt: fr.NextAttempt, DelayUntil: fr.DelayUntilMs}, err
 		})
-	case r < 0.67:
+	case r < 0.61:
+		st := Step{Kind: OpFail, Lease: ref, Permanent: c.rng.IntN(4) == 0}
+		call = c.composite(ctx, x, c.holdFor(), []txStep{{st, func(ctx context.Context, tx pgx.Tx) (Result, error) {
+			fr, err := store.FailTx(ctx, tx, l, executions.FailParams{Message: "leasecheck", Permanent: st.Permanent})
+			return Result{Retried: fr.Retried, NextAttempt: fr.NextAttempt, DelayUntil: fr.DelayUntilMs}, err
+		}}})
+	case r < 0.65:
 		until := c.proc.Clock.NowMs() + int64(c.rng.IntN(1200))
 		st := Step{Kind: OpDelay, Lease: ref, Until: until}
 		call = c.plain(ctx, x, st, func(ctx context.Context) (Result, error) {
 			return Result{}, store.Delay(ctx, l, time.UnixMilli(until))
 		})
+	case r < 0.67:
+		until := c.proc.Clock.NowMs() + int64(c.rng.IntN(1200))
+		st := Step{Kind: OpDelay, Lease: ref, Until: until}
+		call = c.composite(ctx, x, c.holdFor(), []txStep{{st, func(ctx context.Context, tx pgx.Tx) (Result, error) {
+			return Result{}, store.DelayTx(ctx, tx, l, time.UnixMilli(until))
+		}}})
+	case r < 0.68:
+		st := Step{Kind: OpRelease, Lease: ref}
+		call = c.plain(ctx, x, st, func(ctx context.Context) (Result, error) { return Result{}, store.Release(ctx, l) })
+	case r < 0.69:
+		st := Step{Kind: OpRelease, Lease: ref}
+		call = c.composite(ctx, x, c.holdFor(), []txStep{{st, func(ctx context.Context, tx pgx.Tx) (Result, error) {
+			return Result{}, store.ReleaseTx(ctx, tx, l)
+		}}})
 	case r < 0.71:
 		// The worker crashes: it forgets the lease, which expires.
 		c.drop(x.Key)
@@ -808,8 +828,8 @@ func (w *Workload) recordLease(call *Call, claim Step, l executions.Lease) *exec
 		return nil
 	}
 	w.rec.Add(&Call{Client: call.Client, Process: call.Process, Exec: y.Key, Steps: []Step{claim}, Results: []Result{{Lease: leaseRef(l)}},
-		Unknown: call.Unknown, CallNs: call.CallNs, ReturnNs: call.ReturnNs, Clock: call.Clock, WallHi: call.WallHi, Err: call.Err,
-		Runner: call.Runner})
+		Unknown: call.Unknown, RolledBack: call.RolledBack, CallNs: call.CallNs, ReturnNs: call.ReturnNs, Clock: call.Clock,
+		WallHi: call.WallHi, Err: call.Err, Runner: call.Runner})
 	y.calls.Add(1)
 	return y
 }
@@ -902,7 +922,8 @@ func (w *Workload) settle(proc *AppProcess, call *Call, r Result, err error, lan
 
 // composite runs the steps in one transaction and holds it open for hold
 // before COMMIT. A failed step rolls it back; an error at COMMIT leaves the
-// outcome unknown.
+// outcome unknown. One in five whose steps all succeeded is rolled back
+// instead of committed (RolledBack): it must leave nothing.
 func (c *client) composite(ctx context.Context, x *execution, hold time.Duration, steps []txStep) *Call {
 	sts := make([]Step, len(steps))
 	for i, s := range steps {
@@ -927,6 +948,13 @@ func (c *client) composite(ctx context.Context, x *execution, hold time.Duration
 		call.Results = append(call.Results, r)
 	}
 	time.Sleep(hold)
+	if c.rng.IntN(5) == 0 {
+		// A rollback that fails leaves the connection closed, which rolls
+		// the transaction back as well.
+		_ = tx.Rollback(context.WithoutCancel(cctx))
+		call.RolledBack = true
+		return c.end(call, false, nil)
+	}
 	if err := tx.Commit(cctx); err != nil {
 		return c.end(call, true, err)
 	}
