@@ -270,18 +270,26 @@ func VerifyTables(ctx context.Context, pool *pgxpool.Pool, schema string, want f
 	var applied int
 	err = pool.QueryRow(ctx, s.SQL(`SELECT count(*) FROM {S}ff_migration WHERE version = ANY($1)`), versionsOf(all)).Scan(&applied)
 	if dbutil.IsUndefinedTable(err) {
-		return 0, fmt.Errorf("%w: schema %q has no ffriver tables; run `ffctl migrate --schema %s` first", ff.ErrNotMigrated, s, s)
+		db, exists := whereIs(ctx, pool, s)
+		if !exists {
+			return 0, fmt.Errorf("%w: schema %q does not exist in database %q: check its name and the database, "+
+				"or create and migrate it with `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, db, s)
+		}
+		return 0, fmt.Errorf("%w: schema %q of database %q has no ffriver tables; run `ffctl migrate --schema %s` first", ff.ErrNotMigrated, s, db, s)
 	}
 	if err != nil {
 		return 0, dbutil.MapErr(err, "verify: reading ff_migration")
 	}
 	if applied != len(all) {
-		return 0, fmt.Errorf("%w: schema %q has %d of %d ffriver migrations; run `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, applied, len(all), s)
+		db, _ := whereIs(ctx, pool, s)
+		return 0, fmt.Errorf("%w: schema %q of database %q has %d of %d ffriver migrations; run `ffctl migrate --schema %s`",
+			ff.ErrNotMigrated, s, db, applied, len(all), s)
 	}
 	var n int
 	err = pool.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("%w: schema %q has no partition config row; run `ffctl migrate`", ff.ErrNotMigrated, s)
+		db, _ := whereIs(ctx, pool, s)
+		return 0, fmt.Errorf("%w: schema %q of database %q has no partition config row; run `ffctl migrate`", ff.ErrNotMigrated, s, db)
 	}
 	if err != nil {
 		return 0, dbutil.MapErr(err, "verify: reading ff_partition_config")
@@ -455,4 +463,15 @@ func appliedVersions(ctx context.Context, q interface {
 		applied[v] = true
 	}
 	return applied, nil
+}
+
+// whereIs names the database the pool is connected to and says whether
+// schema s exists there, for an error that says where ffriver looked. It
+// answers "?" for a database it could not ask.
+func whereIs(ctx context.Context, pool *pgxpool.Pool, s dbutil.Schema) (db string, exists bool) {
+	if err := pool.QueryRow(ctx, `SELECT current_database(), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`,
+		string(s)).Scan(&db, &exists); err != nil {
+		return "?", true
+	}
+	return db, exists
 }

@@ -73,12 +73,23 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	}
 }
 
+// An empty schema and a missing one are both not migrated, and the error
+// says which, and in which database ffriver looked.
 func TestVerifyRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
+	var name string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
 	_, err := migrations.Verify(context.Background(), db.Pool, db.Schema, 0)
-	if !errors.Is(err, ff.ErrNotMigrated) {
-		t.Fatalf("Verify on an empty schema: err = %v, want ErrNotMigrated", err)
+	if !errors.Is(err, ff.ErrNotMigrated) || !strings.Contains(err.Error(), "has no ffriver tables") || !strings.Contains(err.Error(), `"`+name+`"`) {
+		t.Fatalf("Verify on an empty schema: err = %v, want ErrNotMigrated saying it has no tables, naming database %q", err, name)
+	}
+	missing := "ff_missing_" + strings.TrimPrefix(db.Schema[len(db.Schema)-8:], "_")
+	_, err = migrations.Verify(context.Background(), db.Pool, missing, 0)
+	if !errors.Is(err, ff.ErrNotMigrated) || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), `"`+name+`"`) {
+		t.Fatalf("Verify on a missing schema: err = %v, want ErrNotMigrated saying it does not exist, naming database %q", err, name)
 	}
 }
 

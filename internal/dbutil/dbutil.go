@@ -67,11 +67,17 @@ func (s Schema) Resolve(ctx context.Context, q interface {
 		return s, nil
 	}
 	var name *string
-	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&name); err != nil {
+	var path, db string
+	if err := q.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path'), current_database()").Scan(&name, &path, &db); err != nil {
 		return "", MapErr(err, "resolving current_schema()")
 	}
 	if name == nil {
-		return "", ff.Validationf("schema", "the connection's search_path names no existing schema; pass a schema")
+		// The schema is missing (a --schema the binaries put on the
+		// search_path, a typo, another database): say so, as the ffriver
+		// tables being missing is said (ff.ErrNotMigrated).
+		return "", fmt.Errorf("%w: no schema of the connection's search_path (%s) exists in database %q: "+
+			"check the schema's name and the database, or create and migrate it with `ffctl migrate --schema NAME`",
+			ff.ErrNotMigrated, path, db)
 	}
 	return ParseSchema(*name)
 }
