@@ -1,40 +1,21 @@
 package scanners
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )
-
-// syncBuffer is a log destination that jobs and the test may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // An outbox_retention job whose partitions need an attach while another
 // session sits idle in a transaction that read the outbox (what a BI
@@ -47,7 +28,7 @@ func TestTrimOutboxDefersPartitionsLockedByAnotherSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := fftest.NewStore(t, executions.Config{})
-	var logs syncBuffer
+	var logs testlog.Buffer
 	env := workers.NewEnv(st, slog.New(slog.NewTextHandler(&logs, nil)))
 
 	conn, err := db.Pool.Acquire(ctx)
