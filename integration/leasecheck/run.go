@@ -49,6 +49,9 @@ type Report struct {
 	// SharedOthers counts the leases claims on shared lanes returned for
 	// other executions than the one the client had picked.
 	SharedOthers int64
+	// Batches counts the FinishMany and FinishManyTx batches the clients
+	// built themselves (live, stale and repeated items together).
+	Batches int64
 	// Runner counts the runners' calls (package runner's own loop): see
 	// RunnerStats.
 	Runner RunnerStats
@@ -80,6 +83,7 @@ func (r *Report) Summary() string {
 	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
+	fmt.Fprintf(&b, "FinishMany and FinishManyTx batches built by clients: %d\n", r.Batches)
 	if len(r.Probes) > 0 {
 		fmt.Fprintf(&b, "probe rounds: %s\n", formatCounts(r.Probes))
 	}
@@ -260,6 +264,7 @@ func Run(tb testing.TB, o Options) *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d executions' events were streamed out of commit order inside a batch (documented); the first: %s", n, first))
 	}
 	rep.SharedOthers = w.SharedOthers()
+	rep.Batches = w.Batches()
 	rep.Runner = runnerStats(calls, snap)
 	rep.Faults = inj.Counts()
 	rep.Notes = slices.Concat(rep.Notes, cluster.Notes(), inj.Errors(), w.HarnessErrors())

@@ -129,6 +129,9 @@ type Workload struct {
 	// sharedOthers counts the leases claims on shared lanes returned for
 	// other executions than the one the client had picked.
 	sharedOthers atomic.Int64
+	// batches counts the FinishMany and FinishManyTx batches clients built
+	// (batch.go).
+	batches atomic.Int64
 	harnd        []string // the harness's own errors (a validation error is a bug here)
 }
 
@@ -204,6 +207,9 @@ func (w *Workload) lookup(u uuid.UUID) *execution {
 // SharedOthers is how many leases claims on shared lanes returned for
 // other executions than the one the client had picked.
 func (w *Workload) SharedOthers() int64 { return w.sharedOthers.Load() }
+
+// Batches counts the FinishMany and FinishManyTx batches clients built.
+func (w *Workload) Batches() int64 { return w.batches.Load() }
 
 // HarnessErrors are errors that say the workload itself is wrong.
 func (w *Workload) HarnessErrors() []string {
@@ -534,7 +540,19 @@ type client struct {
 	// others are the leases a claim on a shared lane returned for other
 	// executions than the one the operation was about.
 	others []executions.Lease
+	// stale are the last leases it dropped, with their executions: a
+	// batch it builds may name one of them beside live ones.
+	stale []heldLease
 }
+
+// heldLease is a lease with its execution.
+type heldLease struct {
+	x *execution
+	l executions.Lease
+}
+
+// maxStale bounds client.stale.
+const maxStale = 8
 
 func (c *client) run(ctx context.Context) {
 	c.byKey = map[string]*execution{}
@@ -586,6 +604,12 @@ func (c *client) hold(x *execution, l executions.Lease) {
 }
 
 func (c *client) drop(key string) {
+	if l, ok := c.leases[key]; ok {
+		if len(c.stale) == maxStale {
+			c.stale = slices.Delete(c.stale, 0, 1)
+		}
+		c.stale = append(c.stale, heldLease{c.byKey[key], l})
+	}
 	delete(c.leases, key)
 	delete(c.byKey, key)
 }
@@ -673,7 +697,13 @@ func (c *client) leaseOp(ctx context.Context, x *execution, l executions.Lease) 
 		c.crashes++
 		c.instance = fmt.Sprintf("p%d-c%d-%d", c.proc.Index, c.id, c.crashes)
 		return
-	case r < 0.80:
+	case r < 0.74:
+		c.batch(ctx, x, l, false)
+		return
+	case r < 0.76:
+		c.batch(ctx, x, l, true)
+		return
+	case r < 0.83:
 		// Work until about the expiry, then renew or complete: the scanner
 		// may have expired it meanwhile, or a peer reclaimed it.
 		wait := time.Duration(l.ExpiresAtMs-c.proc.Clock.NowMs()+int64(c.rng.IntN(90))-30) * time.Millisecond
@@ -688,8 +718,13 @@ func (c *client) leaseOp(ctx context.Context, x *execution, l executions.Lease) 
 		st, plain, _ := renew(c.ttl())
 		call = c.plain(ctx, x, st, plain)
 	}
-	// What the worker keeps: a live lease; not one it finished, lost or
-	// could not use. After an unknown outcome it may try again.
+	c.after(x, call)
+}
+
+// after settles what the worker keeps once call on x returned: a live
+// lease; not one it finished, lost or could not use. After an unknown
+// outcome it may try again.
+func (c *client) after(x *execution, call *Call) {
 	switch {
 	case call.Unknown:
 		if c.rng.IntN(2) == 0 {
