@@ -132,7 +132,7 @@ type Workload struct {
 	// batches counts the FinishMany and FinishManyTx batches clients built
 	// (batch.go).
 	batches atomic.Int64
-	harnd        []string // the harness's own errors (a validation error is a bug here)
+	harnd   []string // the harness's own errors (a validation error is a bug here)
 }
 
 // CreatorClient is the client id of the goroutine that creates executions.
