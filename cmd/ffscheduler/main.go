@@ -219,9 +219,9 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
 		Scanners: overrides, OutboxRetention: o.retention, ExecutionRetention: o.execRetention, JobTimeout: o.jobTimeout,
-		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
+		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(), Clock: o.common.Clock(),
 	}, ffriver.RunOptions{
-		Name: "ffscheduler", Logger: logger, Started: []any{"ui", ui},
+		Name: "ffscheduler", Logger: logger, Started: append([]any{"ui", ui}, o.common.ClockAttrs()...),
 		Process: ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: o.shutdownTimeout, Client: ffriver.ClientOptions{
 			ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, ID: o.id,
 			RescueStuckJobsAfter: o.rescueAfter, CompletedJobRetention: o.completedRetain,

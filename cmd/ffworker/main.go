@@ -134,13 +134,13 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	defer cli.StopTelemetry(tel, logger)
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout,
-		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(),
+		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(), Clock: o.common.Clock(),
 	}, ffriver.RunOptions{
 		BeforeStart: func(p *ffriver.Process) (func(), error) {
 			tel.SetReady(p.Ready)
 			return nil, nil
 		},
-		Name: "ffworker", Logger: logger, Started: []any{"apply_concurrency", o.applyConc, "scan_concurrency", o.scanConc},
+		Name: "ffworker", Logger: logger, Started: append([]any{"apply_concurrency", o.applyConc, "scan_concurrency", o.scanConc}, o.common.ClockAttrs()...),
 		Process: ffriver.ProcessOptions{Role: ffriver.Worker, ShutdownTimeout: o.shutdownTimeout, TickStaleAfter: o.staleAfter,
 			Client: ffriver.ClientOptions{ScanWorkers: o.scanConc, ApplyWorkers: o.applyConc, ID: o.id}},
 	})

@@ -3,6 +3,7 @@ package leasecheck
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"slices"
 	"sync"
@@ -46,10 +47,17 @@ type Cluster struct {
 	schema string
 	tag    string
 
-	mu    sync.Mutex
-	procs map[string]*member
-	seq   int
-	notes []string
+	// skew: each binary started gets a clock offset drawn from
+	// [-skew/2, skew/2) by rng ($FF_CLOCK_OFFSET), as the application
+	// processes do (Faults.BinaryClockSkew).
+	skew time.Duration
+	rng  *rand.Rand
+
+	mu      sync.Mutex
+	procs   map[string]*member
+	seq     int
+	notes   []string
+	offsets []time.Duration
 }
 
 type member struct {
@@ -63,6 +71,21 @@ type member struct {
 // names.
 func NewCluster(bins Binaries, dbURL, schema, tag string) *Cluster {
 	return &Cluster{bins: bins, url: dbURL, schema: schema, tag: tag, procs: map[string]*member{}}
+}
+
+// Skew makes every binary started from now on run with its clock offset by
+// up to skew/2 either way, drawn from seed.
+func (c *Cluster) Skew(skew time.Duration, seed uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.skew, c.rng = skew, rand.New(rand.NewPCG(seed, 7))
+}
+
+// Offsets are the clock offsets of the binaries started, in start order.
+func (c *Cluster) Offsets() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.offsets)
 }
 
 func (c *Cluster) dbURL(appName string) (string, error) {
@@ -85,13 +108,22 @@ func (c *Cluster) Start(scheduler bool) (string, error) {
 		kind, bin = "sched", c.bins.Scheduler
 	}
 	id := fmt.Sprintf("%s-%s%d", c.tag, kind, c.seq)
+	var offset time.Duration
+	if c.skew > 0 {
+		offset = (time.Duration(c.rng.Int64N(int64(c.skew))) - c.skew/2).Round(time.Millisecond)
+	}
+	c.offsets = append(c.offsets, offset)
 	c.mu.Unlock()
 	u, err := c.dbURL(id)
 	if err != nil {
 		return "", err
 	}
 	args := slices.Concat([]string{"--database-url", u, "--schema", c.schema, "--id", id}, binaryFlags(scheduler))
-	p, err := testproc.Start(id, bin, args...)
+	var env []string
+	if offset != 0 {
+		env = []string{"FF_CLOCK_OFFSET=" + offset.String()}
+	}
+	p, err := testproc.StartEnv(id, bin, env, args...)
 	if err != nil {
 		return "", err
 	}

@@ -33,6 +33,14 @@ type Faults struct {
 	// ClockSkew: the application processes' clocks are up to this far
 	// apart (each offset from the system clock by up to half of it).
 	ClockSkew time.Duration
+	// BinaryClockSkew: the same for the binaries' clocks
+	// ($FF_CLOCK_OFFSET): each ffscheduler and ffworker started runs
+	// offset by up to half of it. A scanner whose clock is ahead of a
+	// writer's by more than a lease's TTL (or a commit slower than the TTL)
+	// can pass a due row with its scan cursor; the next sweep (30 s) finds
+	// it, so runs with it quiesce slower: the long run's skew fault sets
+	// it, the small runs do not.
+	BinaryClockSkew time.Duration
 	// Every is the mean time between two injections.
 	Every time.Duration
 }
@@ -57,6 +65,9 @@ func (f Faults) String() string {
 	k := f.kinds()
 	if f.ClockSkew > 0 {
 		k = append(k, fmt.Sprintf("clocks %s apart", f.ClockSkew))
+	}
+	if f.BinaryClockSkew > 0 {
+		k = append(k, fmt.Sprintf("binaries' clocks %s apart", f.BinaryClockSkew))
 	}
 	if len(k) == 0 {
 		return "none"

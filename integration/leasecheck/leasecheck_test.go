@@ -18,7 +18,7 @@ var (
 	flagSeed     = flag.Uint64("seed", 0, "seed of the run (0: random; with the small runs, replaces the random seed)")
 	flagClients  = flag.Int("clients", 0, "application clients (default 8 small, 16 long)")
 	flagRunners  = flag.Int("runners", -1, "package runner's Runners on the shared lanes (default 2 small, 4 long)")
-	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew")
+	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s)")
 )
 
 // smallRun is one of the small runs of make test: a fixed seed and the few
@@ -83,6 +83,7 @@ func allFaults(list string) Faults {
 			f.CancelJobs = true
 		case "skew":
 			f.ClockSkew = 10 * time.Second
+			f.BinaryClockSkew = 2 * time.Second
 		}
 	}
 	return f

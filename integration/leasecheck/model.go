@@ -678,12 +678,14 @@ func claim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	return n, ""
 }
 
-// fence is Store.fence without its expiry check: a lease whose attempt or
-// epoch is not the current row's is stale (ErrStaleLease), whether the call
-// waited for the lock or not; a lease that is current on an execution that
-// is not active gets ErrNotActive.
+// fence is Store.fence without its expiry check: a lease whose attempt,
+// epoch or lease id is not the current row's is stale (ErrStaleLease),
+// whether the call waited for the lock or not; a lease that is current on
+// an execution that is not active gets ErrNotActive. The lease id tells
+// apart leases that share an attempt and epoch: one a Claim returned in a
+// transaction that never committed, and the lease a later Claim took.
 func fence(s State, l LeaseRef) ErrClass {
-	if l.Attempt != s.Attempt || !s.Row || l.Epoch != s.Epoch {
+	if l.Attempt != s.Attempt || !s.Row || l.Epoch != s.Epoch || l.LeaseID != s.LeaseID {
 		return ErrStale
 	}
 	if s.Phase != Active {

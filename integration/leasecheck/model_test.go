@@ -291,3 +291,28 @@ func TestModelRelease(t *testing.T) {
 	h.add(1, 200, 210, []Step{{Kind: OpRelease, Lease: lease1()}}, ok())
 	h.check(t, porcupine.Illegal)
 }
+
+// A lease that shares its attempt and epoch with the current one but not its
+// lease id (a Claim's lease whose transaction never committed, or a lease of
+// a removed incarnation) is stale, whatever the phase: the fence compares
+// lease ids. Seen by the checker once clients kept such leases for their
+// own batches: Fail with the never-committed lease on a completed execution
+// returned ErrStaleLease, which the model without lease ids rejected.
+func TestModelFencesOnLeaseID(t *testing.T) {
+	phantom := LeaseRef{Attempt: 0, Epoch: 1, LeaseID: leaseID(9), ExpiresAt: 1010, Instance: w2}
+	h := claimed()
+	h.add(2, 100, 110, []Step{{Kind: OpComplete, Lease: phantom}}, []Result{{Err: ErrStale}})
+	h.add(1, 200, 210, []Step{{Kind: OpComplete, Lease: lease1()}}, ok())
+	h.add(2, 300, 310, []Step{{Kind: OpFail, Lease: phantom}}, []Result{{Err: ErrStale}})
+	h.check(t, porcupine.Ok)
+
+	// Once terminal, the phantom lease must not be told ErrNotActive, and
+	// while active it must not act.
+	h = claimed()
+	h.add(1, 200, 210, []Step{{Kind: OpComplete, Lease: lease1()}}, ok())
+	h.add(2, 300, 310, []Step{{Kind: OpFail, Lease: phantom}}, []Result{{Err: ErrNotActive}})
+	h.check(t, porcupine.Illegal)
+	h = claimed()
+	h.add(2, 100, 110, []Step{{Kind: OpComplete, Lease: phantom}}, ok())
+	h.check(t, porcupine.Illegal)
+}

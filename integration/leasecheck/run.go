@@ -59,8 +59,9 @@ type Report struct {
 	Faults map[string]int
 	// Probes counts the probes' completed rounds, by probe (probe.go).
 	Probes map[string]int
-	// Offsets of the application processes' clocks.
-	Offsets []time.Duration
+	// Offsets of the application processes' clocks, and of the binaries'
+	// (ffscheduler and ffworker, in start order).
+	Offsets, BinaryOffsets []time.Duration
 	// Notes: binaries that exited on their own, faults that failed,
 	// harness errors.
 	Notes     []string
@@ -81,7 +82,7 @@ func (r *Report) Summary() string {
 	if r.Runner.Calls > 0 {
 		fmt.Fprintf(&b, "runners: %s\n", r.Runner)
 	}
-	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v\n", formatCounts(r.Faults), r.Offsets)
+	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v, binaries' %v\n", formatCounts(r.Faults), r.Offsets, r.BinaryOffsets)
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
 	fmt.Fprintf(&b, "FinishMany and FinishManyTx batches built by clients: %d\n", r.Batches)
 	if len(r.Probes) > 0 {
@@ -143,6 +144,9 @@ func Run(tb testing.TB, o Options) *Report {
 	defer streams.Stop()
 
 	cluster := NewCluster(o.Bins, testdb.URL(), db.Schema, tag)
+	if o.Faults.BinaryClockSkew > 0 {
+		cluster.Skew(o.Faults.BinaryClockSkew, o.Seed)
+	}
 	defer cluster.Stop(30 * time.Second)
 	for range o.Schedulers {
 		if _, err := cluster.Start(true); err != nil {
@@ -221,12 +225,17 @@ func Run(tb testing.TB, o Options) *Report {
 	// were expired), whose events the streams have all delivered. No fixed
 	// sleeps: each is a condition.
 	var snap *Snapshot
+	said := time.Now()
 	quiet := await(ctx, o.Quiesce, func() bool {
 		s, err := ReadSnapshot(ctx, db.Pool)
 		if err != nil {
 			return false
 		}
 		snap = s
+		if time.Since(said) >= 10*time.Second {
+			said = time.Now()
+			logf("seed %d: still quiescing after %s: %d executions active or delayed, overdue: %v", o.Seed, time.Since(stopped).Round(time.Second), s.Pending, s.Overdue)
+		}
 		return len(s.Overdue) == 0 && s.Pending == 0
 	})
 	if snap == nil {
@@ -265,6 +274,7 @@ func Run(tb testing.TB, o Options) *Report {
 	}
 	rep.SharedOthers = w.SharedOthers()
 	rep.Batches = w.Batches()
+	rep.BinaryOffsets = cluster.Offsets()
 	rep.Runner = runnerStats(calls, snap)
 	rep.Faults = inj.Counts()
 	rep.Notes = slices.Concat(rep.Notes, cluster.Notes(), inj.Errors(), w.HarnessErrors())

@@ -47,12 +47,12 @@ func RepoRoot() (string, bool) {
 
 // Env returns this process's environment without the database settings a
 // binary would otherwise pick up: DATABASE_URL, FF_SCHEMA, FF_STARTUP_WAIT,
-// FF_UI_* and libpq's PG* variables.
+// FF_UI_*, FF_CLOCK_OFFSET and libpq's PG* variables.
 func Env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || k == "FF_SCHEMA" || k == "FF_STARTUP_WAIT" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
+		if k == "DATABASE_URL" || k == "FF_SCHEMA" || k == "FF_STARTUP_WAIT" || k == "FF_CLOCK_OFFSET" || strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "FF_UI") {
 			continue
 		}
 		env = append(env, kv)
@@ -110,9 +110,14 @@ type Proc struct {
 
 // Start starts bin with args and Env.
 func Start(name, bin string, args ...string) (*Proc, error) {
+	return StartEnv(name, bin, nil, args...)
+}
+
+// StartEnv starts bin with args and Env plus env (KEY=value each).
+func StartEnv(name, bin string, env []string, args ...string) (*Proc, error) {
 	p := &Proc{Name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = Env()
+	p.cmd.Env = append(Env(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)

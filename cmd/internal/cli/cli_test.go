@@ -112,6 +112,7 @@ func TestParseUsageErrors(t *testing.T) {
 		{[]string{"stray"}, env, `unexpected argument "stray"`},
 		{nil, map[string]string{}, "no database given"},
 		{[]string{"--database-url", "postgres://u@h:notaport/db"}, env, "--database-url"},
+		{nil, map[string]string{"DATABASE_URL": "postgres://u@h/db", ClockOffsetEnv: "2"}, "$FF_CLOCK_OFFSET=\"2\": not a duration with a unit"},
 	} {
 		fs, _, _ := newTestFlagSet(tc.env)
 		err := fs.Parse(tc.args)
@@ -384,5 +385,27 @@ func TestRiverSchemaFlag(t *testing.T) {
 	var ue *UsageError
 	if err := fs.Parse([]string{"--river-schema", "a b"}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--river-schema") {
 		t.Errorf("a bad --river-schema: %v, want a usage error naming the flag", err)
+	}
+}
+
+// $FF_CLOCK_OFFSET shifts the clock a binary passes to ffriver, and its
+// "started" line says so; without it the binary keeps the system clock.
+func TestClockOffset(t *testing.T) {
+	fs, c, _ := newTestFlagSet(map[string]string{"DATABASE_URL": "postgres://u@h/db", ClockOffsetEnv: "-2s"})
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Clock().NowMs() - time.Now().UnixMilli(); got > -1900 || got < -2100 {
+		t.Errorf("clock offset %d ms, want about -2000", got)
+	}
+	if got := fmt.Sprint(c.ClockAttrs()); !strings.Contains(got, "clock_offset -2s") {
+		t.Errorf("ClockAttrs() = %s, want the offset named", got)
+	}
+	fs, c, _ = newTestFlagSet(map[string]string{"DATABASE_URL": "postgres://u@h/db"})
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.Clock() != nil || c.ClockAttrs() != nil {
+		t.Errorf("without $%s: Clock() = %v, ClockAttrs() = %v, want nil (the system clock)", ClockOffsetEnv, c.Clock(), c.ClockAttrs())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/redact"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,7 +41,40 @@ type Common struct {
 	// DefaultStartupWait; set only on commands that registered the flag
 	// (AddStartupWait), else 0: OpenPool fails at once.
 	StartupWait time.Duration
+	// ClockOffset: $FF_CLOCK_OFFSET (fault testing only, no flag): how far
+	// this process's clock is shifted from the system clock (Clock).
+	ClockOffset time.Duration
 }
+
+// ClockOffsetEnv names the environment variable that shifts a binary's
+// clock, every *_ms timestamp it writes and every due time it compares, by
+// a duration ("1500ms", "-2s"). It is for fault testing: the lease checker
+// runs binaries whose clocks disagree, as the hosts of a real deployment's
+// processes do. A binary with an offset says so when it starts.
+const ClockOffsetEnv = "FF_CLOCK_OFFSET"
+
+// Clock returns the process's clock for ffriver.Config.Clock: nil (the
+// system clock) without an offset.
+func (c *Common) Clock() ff.Clock {
+	if c.ClockOffset == 0 {
+		return nil
+	}
+	return offsetClock(c.ClockOffset)
+}
+
+// ClockAttrs are the attributes of a binary's "started" line that name
+// its clock offset: none without one.
+func (c *Common) ClockAttrs() []any {
+	if c.ClockOffset == 0 {
+		return nil
+	}
+	return []any{"clock_offset", c.ClockOffset.String(), "clock_offset_from", "$" + ClockOffsetEnv}
+}
+
+// offsetClock is the system clock shifted by itself.
+type offsetClock time.Duration
+
+func (o offsetClock) NowMs() int64 { return time.Now().Add(time.Duration(o)).UnixMilli() }
 
 // AddCommon registers --database-url, --schema, --log-format and --log-level
 // on fs and returns where their values land after fs.Parse.
@@ -64,6 +98,13 @@ func AddCommon(fs *FlagSet) *Common {
 		}
 		addSecrets(redact.Secrets(c.DatabaseURL))
 		addSecrets([]string{fs.Getenv("PGPASSWORD")})
+		if v := fs.Getenv(ClockOffsetEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return Usagef("$%s=%q: not a duration with a unit, such as 1500ms or -2s", ClockOffsetEnv, v)
+			}
+			c.ClockOffset = d
+		}
 		return c.check(fs.Getenv)
 	})
 	return c
