@@ -1,9 +1,7 @@
 package scanners
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -85,8 +83,9 @@ func dispatchCompletion(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs
 // completion. A partition maintenance that gave up on a lock another
 // session holds is no failure: the output lists what it left
 // (partitions.locked, partitions.create_locked) and who held the table
-// (partitions.lock_holders), an info log line says so, and the next pass
-// tries again.
+// (partitions.lock_holders), an info log line says so, the wait is
+// recorded for ffctl status and the metrics (outboxretention.Waits), and
+// the next pass tries again.
 func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOutboxArgs) (workers.Output, error) {
 	table, err := jobs.OutboxTable(a.Table)
 	if err != nil {
@@ -114,8 +113,7 @@ func trimOutbox(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.TrimOut
 			// again; the partitions reach far enough ahead for that.
 			holders := make([]string, len(d.Partitions.LockHolders))
 			for i, h := range d.Partitions.LockHolders {
-				holders[i] = fmt.Sprintf("pid %d (%s, transaction open %s)", h.PID, cmp.Or(h.State, "state hidden"),
-					(time.Duration(h.XactAgeMs) * time.Millisecond).Round(time.Second))
+				holders[i] = h.String()
 			}
 			env.Logger.InfoContext(ctx, "ffriver: outbox partition maintenance waits for a lock another session holds; the next pass tries again",
 				"table", table, "drops_left", len(d.Partitions.Locked), "creates_left", len(d.Partitions.CreateLocked), "lock_holders", holders)

@@ -94,7 +94,7 @@ func TestTrimOutboxDefersPartitionsLockedByAnotherSession(t *testing.T) {
 			line = l
 		}
 	}
-	if !strings.Contains(line, "level=INFO") || !strings.Contains(line, fmt.Sprintf("pid %d (idle in transaction", pid)) {
+	if !strings.Contains(line, "level=INFO") || !strings.Contains(line, fmt.Sprintf("pid %d (", pid)) || !strings.Contains(line, "idle in transaction, transaction open") {
 		t.Fatalf("logs %q: want an info line saying the maintenance waits for the reader (pid %d)", logs.String(), pid)
 	}
 

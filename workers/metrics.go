@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -22,8 +23,9 @@ import (
 // ffriver's OpenTelemetry instruments, by their OpenTelemetry names. The
 // Prometheus exporter shows them as ffriver_items_total{scanner,outcome},
 // ffriver_item_duration_seconds{scanner}, ffriver_scanner_due{scanner},
-// ffriver_scanner_due_at_least{scanner} and
-// ffriver_scanner_oldest_due_seconds{scanner}.
+// ffriver_scanner_due_at_least{scanner},
+// ffriver_scanner_oldest_due_seconds{scanner} and the gauges of the
+// outbox_retention tick (the consumers', the maintenance wait).
 const (
 	// MetricItems counts item jobs River finished, by scanner and outcome
 	// (processed, no_op, orphaned, skipped_locked, failed).
@@ -49,6 +51,12 @@ const (
 	// events retention would delete (its position is older than the
 	// retention and younger than its maximum lag), else 0.
 	MetricConsumerHoldsRetention = "ffriver.stream.consumer.holds_retention"
+	// MetricRetentionWaiting is how long an outbox's partition maintenance
+	// has been waiting for a lock another session holds (its passes leave
+	// an attach or a drop for the next one), by stream, as the latest
+	// outbox_retention tick found it; 0 while it is not waiting
+	// (ffriver_outbox_retention_waiting_seconds).
+	MetricRetentionWaiting = "ffriver.outbox.retention.waiting"
 
 	// InstrumentationName names ffriver's meters and tracers.
 	InstrumentationName = "github.com/ffriver/ffriver"
@@ -165,6 +173,9 @@ type Metrics struct {
 	// named consumers, observed by the consumer gauges: a dropped
 	// consumer's series goes with the next tick.
 	consumers atomic.Pointer[[]consumerPoint]
+	// waits is the latest outbox_retention tick's reading of the outboxes'
+	// maintenance waits, by stream, observed by the retention gauge.
+	waits atomic.Pointer[map[string]time.Duration]
 
 	mu    sync.Mutex
 	spans map[int64]openSpan // item spans by River job id, until River reports the job's end
@@ -234,6 +245,21 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 	}, lag, holds); err != nil {
 		return nil, err
 	}
+	waiting, err := meter.Float64ObservableGauge(MetricRetentionWaiting, metric.WithUnit("s"),
+		metric.WithDescription("How long outbox partition maintenance has been waiting for a lock another session holds, at the latest outbox_retention tick (0: not waiting; ffctl status names the session)."))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if w := m.waits.Load(); w != nil {
+			for _, stream := range []string{subscribe.StreamLeases, subscribe.StreamCompletions} {
+				o.ObserveFloat64(waiting, (*w)[stream].Seconds(), metric.WithAttributeSet(attribute.NewSet(LabelStream.String(stream))))
+			}
+		}
+		return nil
+	}, waiting); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -258,6 +284,29 @@ func (m *Metrics) recordConsumers(cs []subscribe.ConsumerInfo, retention time.Du
 		pts[i] = consumerPoint{stream: c.Stream, name: c.Name, lag: c.Lag, holds: c.HoldsRetention(retention)}
 	}
 	m.consumers.Store(&pts)
+}
+
+// recordWaits keeps how long each outbox's partition maintenance has been
+// waiting for a lock (none waiting: every stream at 0), for the retention
+// gauge.
+func (m *Metrics) recordWaits(waits []outboxretention.Wait) error {
+	if m == nil {
+		return nil
+	}
+	byStream := map[string]time.Duration{}
+	for _, stream := range []string{subscribe.StreamLeases, subscribe.StreamCompletions} {
+		table, err := subscribe.StreamTable(stream)
+		if err != nil {
+			return err
+		}
+		for _, w := range waits {
+			if w.Table == table {
+				byStream[stream] = w.Age
+			}
+		}
+	}
+	m.waits.Store(&byStream)
+	return nil
 }
 
 // startItems records 0 items of every outcome in itemOutcomes for each

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -65,6 +67,15 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 				return fmt.Errorf("scanner %s: %w", s.Name(), err)
 			}
 			env.Metrics.recordConsumers(cs, retention)
+			// And the outboxes' maintenance waits: a pass that keeps
+			// giving up on a lock is visible to alerts too.
+			waits, err := outboxretention.Waits(ctx, tx, dbutil.Schema(env.Schema()))
+			if err != nil {
+				return fmt.Errorf("scanner %s: %w", s.Name(), err)
+			}
+			if err := env.Metrics.recordWaits(waits); err != nil {
+				return err
+			}
 		}
 		out := TickOutput{}
 		seen := map[int16]bool{}

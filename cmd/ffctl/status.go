@@ -25,9 +25,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			"partition outside the schema's count, an attempt of no execution, an unknown state), each\n"+
 			"reason with a query that lists them;\n"+
 			"River's jobs per queue and state; per stream, the newest event and the open transactions\n"+
-			"that wrote to it (their events wait for them to commit; nothing else waits); the named\n"+
-			"stream consumers with their lag, whether they hold retention back and whether a tail is\n"+
-			"attached; and the oldest open writer on the server.\n"+
+			"that wrote to it (their events wait for them to commit; nothing else waits), its time\n"+
+			"partitions, and whether outbox retention waits for a lock another session holds (who);\n"+
+			"the named stream consumers with their lag, whether they hold retention back and whether\n"+
+			"a tail is attached; and the oldest open writer on the server.\n"+
 			"Exits 3 when the schema is not migrated. River's tables are read in --river-schema.\n"+
 			cli.FailFastHelp)
 	common := cli.AddCommon(fs)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,12 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/jackc/pgx/v5"
 )
 
 func TestStatusRefusesUnmigratedSchema(t *testing.T) {
@@ -203,5 +208,84 @@ func TestStatusUnprocessable(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// While outbox partition maintenance waits for a lock another session
+// holds (a session idle in a transaction that read the outbox), status
+// says so on the stream's line, naming the session, since when and what is
+// left; once a pass does the work, the line goes.
+func TestStatusShowsRetentionWaitingForALock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	maintain := func() outboxretention.MaintainResult {
+		t.Helper()
+		var r outboxretention.MaintainResult
+		if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			var err error
+			r, err = outboxretention.MaintainPartitions(ctx, tx, dbutil.Schema(db.Schema), outboxretention.Maintenance{Table: outbox.LeaseTable, Width: time.Minute})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	text := func() string {
+		t.Helper()
+		var out, stderr bytes.Buffer
+		if code := runStatus(ctx, []string{"--database-url", testdb.URL(), "--schema", db.Schema}, &out, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		return out.String()
+	}
+
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	reader, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	var pid int
+	if _, err := reader.Exec(ctx, `SET LOCAL application_name = 'bi-report'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT count(*) FROM ff_lease_event) n`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := maintain(); !r.Deferred() {
+			t.Fatalf("a pass beside the idle reader: %+v; want it to leave the attach for the next one", r)
+		}
+	}
+	out := text()
+	line := ""
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(l, "leases outbox retention: ") {
+			line = l
+		}
+	}
+	for _, want := range []string{"waiting since ", "(2 passes, the latest at ", "for a lock on ff_lease_event_default to create ",
+		fmt.Sprintf("held by pid %d (bi-report, idle in transaction, transaction open ", pid), "the next pass tries again"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("status's leases retention line %q lacks %q; output:\n%s", line, want, out)
+		}
+	}
+	if strings.Contains(out, "completions outbox retention:") {
+		t.Errorf("status shows a wait on the completions outbox, which no pass touched:\n%s", out)
+	}
+
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := maintain(); r.Deferred() || len(r.Created) == 0 {
+		t.Fatalf("the pass after the reader committed: %+v; want the partitions created", r)
+	}
+	if out := text(); strings.Contains(out, "outbox retention:") {
+		t.Errorf("status after a pass did the work still shows a wait:\n%s", out)
 	}
 }

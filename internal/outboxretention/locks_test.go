@@ -2,7 +2,9 @@ package outboxretention_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,10 +155,33 @@ func TestMaintenanceDoesNotQueueBehindAnOpenReader(t *testing.T) {
 				}
 			}
 
+			// What an operator reads (ffctl status, the metrics): since
+			// when the passes wait, how many gave up, what the latest left
+			// and who holds the table.
+			last := results[len(results)-1]
+			waits, err := outboxretention.Waits(ctx, db.Pool, dbutil.Schema(db.Schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(waits) != 1 || waits[0].Table != outbox.LeaseTable || waits[0].Passes != int64(len(results)) ||
+				waits[0].Since.After(waits[0].Last) || waits[0].Age <= 0 ||
+				!slices.Equal(waits[0].DropsLeft, last.Locked) || !slices.Equal(waits[0].CreatesLeft, last.CreateLocked) ||
+				len(waits[0].LockHolders) == 0 || waits[0].LockHolders[0].PID != readerPID {
+				t.Fatalf("maintenance waits %+v after %d passes that gave up (the latest %+v): want one of %s, since the first pass, "+
+					"with what the latest left and the reader (pid %d)", waits, len(results), last, outbox.LeaseTable, readerPID)
+			}
+			line := waits[0].String()
+			if !strings.Contains(line, fmt.Sprintf("held by pid %d (", readerPID)) || !strings.Contains(line, "idle in transaction, transaction open") {
+				t.Errorf("the wait's line %q: want the reader (pid %d, idle in transaction) named", line, readerPID)
+			}
+
 			commitReader()
 			r, err := maintainOnce(ctx, db, m)
 			if err != nil || !sc.done(r) {
 				t.Fatalf("the pass after the reader committed: %+v, %v; want the work done", r, err)
+			}
+			if waits, err := outboxretention.Waits(ctx, db.Pool, dbutil.Schema(db.Schema)); err != nil || len(waits) != 0 {
+				t.Fatalf("maintenance waits after a pass did the work: %+v, %v; want none", waits, err)
 			}
 		})
 	}

@@ -28,7 +28,11 @@
 // twice). The pass itself does not fail: its
 // result names the partitions it did not create (CreateLocked) or drop
 // (Locked) and the sessions that held the table (LockHolders), and the
-// outbox_retention job records that in its output and logs it. Nothing is
+// outbox_retention job records that in its output and logs it. The pass
+// also records the wait in ff_outbox_maintenance_wait (since when passes
+// give up, how many did, the latest one's holders), and the first pass
+// that does all its work clears it: Waits reads it for ffctl status and
+// the metrics. Nothing is
 // lost by a pass that gave up: partitions are created at least two minutes
 // (three widths) ahead of the clock, so the next passes have that long to
 // get their lock, and a row written where no partition covers goes to the
@@ -46,6 +50,7 @@
 package outboxretention
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -179,6 +184,20 @@ type LockHolder struct {
 	Application string `json:"application_name,omitempty"`
 	// XactAgeMs is how long its transaction had been open.
 	XactAgeMs int64 `json:"xact_age_ms"`
+	// XactStart is when its transaction began (zero when the role may not
+	// see it).
+	XactStart time.Time `json:"xact_start,omitzero"`
+}
+
+// String describes the session for an operator: pid 4242 (psql, idle in
+// transaction, transaction open 1m0s since 2026-11-26T10:00:00Z), with
+// "state hidden" and no start for a session the role may not see.
+func (h LockHolder) String() string {
+	open := "transaction open " + (time.Duration(h.XactAgeMs) * time.Millisecond).Round(time.Second).String()
+	if !h.XactStart.IsZero() {
+		open += " since " + h.XactStart.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("pid %d (%s, %s, %s)", h.PID, cmp.Or(h.Application, "no application_name"), cmp.Or(h.State, "state hidden"), open)
 }
 
 // maxLockHolders bounds MaintainResult.LockHolders.
@@ -219,7 +238,9 @@ const maintenanceLockKey = 0x66666f70 // "ffop"
 // an attach that did not get its locks in time is rolled back to its
 // savepoint and listed in Locked or CreateLocked, with the sessions that
 // held the table in LockHolders, and the run returns no error for it; the
-// next run tries again.
+// next run tries again. Such a run records the wait in tx
+// (ff_outbox_maintenance_wait, read by Waits: ffctl status and the
+// metrics show it); a run that left nothing clears it.
 //
 // Concurrent runs on one table do not wait for each other: a run that
 // finds another one in progress returns with Busy set.
@@ -266,6 +287,9 @@ func MaintainPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, m 
 		if res.LockHolders, err = lockHolders(ctx, tx, schema, table); err != nil {
 			return res, err
 		}
+	}
+	if err := recordWait(ctx, tx, schema, table, res); err != nil {
+		return res, err
 	}
 	return res, nil
 }
@@ -548,7 +572,7 @@ func setLockTimeout(ctx context.Context, tx pgx.Tx, d string) error {
 // maxLockHolders: whom a step that gave up waited for.
 func lockHolders(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table string) ([]LockHolder, error) {
 	rows, err := tx.Query(ctx, schema.SQL(`SELECT a.pid, coalesce(a.state, ''), coalesce(a.application_name, ''),
-		coalesce((extract(epoch FROM clock_timestamp() - a.xact_start) * 1000)::bigint, 0)
+		coalesce((extract(epoch FROM clock_timestamp() - a.xact_start) * 1000)::bigint, 0), a.xact_start
 		FROM pg_stat_activity a
 		WHERE a.pid <> pg_backend_pid() AND a.pid IN (SELECT l.pid FROM pg_locks l
 		  WHERE l.granted AND l.locktype = 'relation'
@@ -561,7 +585,12 @@ func lockHolders(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, table str
 	}
 	holders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LockHolder, error) {
 		var h LockHolder
-		return h, r.Scan(&h.PID, &h.State, &h.Application, &h.XactAgeMs)
+		var start *time.Time
+		err := r.Scan(&h.PID, &h.State, &h.Application, &h.XactAgeMs, &start)
+		if start != nil {
+			h.XactStart = *start
+		}
+		return h, err
 	})
 	if err != nil {
 		return nil, dbutil.MapErr(err, "outbox partitions: reading who holds "+table)

@@ -187,6 +187,11 @@ type Stream struct {
 	AheadUntilMs       *int64 `json:"ahead_until_ms,omitempty"`
 	DefaultRows        int64  `json:"default_rows"`
 	DefaultRowsAtLeast bool   `json:"default_rows_at_least,omitempty"`
+	// RetentionWait, when set, says that the outbox's partition
+	// maintenance is waiting for a lock another session holds (its passes
+	// leave an attach or a drop for the next one): since when, and who
+	// holds it.
+	RetentionWait *outboxretention.Wait `json:"retention_wait,omitempty"`
 }
 
 // PartitionHealth says in words whether the outbox's time partitions are
@@ -240,7 +245,7 @@ func streamSQL(table string) string {
 // Collect reads a report. f carries the scanners (built as the processes
 // build them; its schema must be migrated); retention is the outbox
 // retention they run with, against which the consumers are judged. It
-// takes 27 statements, the scanners' bounded due reads each pipelined with
+// takes 28 statements, the scanners' bounded due reads each pipelined with
 // its settings in one round trip (it took 53, 12–14 ms at p50 on the idle
 // 2-core VM, 8–11 ms now). Running its parts side by side on more
 // connections was no faster at p50 and slower at p99 with the cores busy
@@ -290,9 +295,14 @@ func collectScanners(ctx context.Context, pool *pgxpool.Pool, p *workers.Pipelin
 	return out, nil
 }
 
-// streams reads each outbox's row of the report (streamSQL) and the open
-// transactions that wrote to it.
+// streams reads each outbox's row of the report (streamSQL), the open
+// transactions that wrote to it, and whether its partition maintenance is
+// waiting for a lock (outboxretention.Waits, one statement for both).
 func streams(ctx context.Context, pool *pgxpool.Pool, s dbutil.Schema) ([]Stream, error) {
+	waits, err := outboxretention.Waits(ctx, pool, s)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	var out []Stream
 	for _, t := range []struct{ name, table string }{{"leases", outbox.LeaseTable}, {"completions", outbox.CompletionTable}} {
 		st := Stream{Name: t.name}
@@ -306,7 +316,11 @@ func streams(ctx context.Context, pool *pgxpool.Pool, s dbutil.Schema) ([]Stream
 		if st.DefaultRows > StreamCountCap {
 			st.DefaultRows, st.DefaultRowsAtLeast = StreamCountCap, true
 		}
-		var err error
+		for _, w := range waits {
+			if w.Table == t.table {
+				st.RetentionWait = &w
+			}
+		}
 		if st.Waiting, err = subscribe.OpenWriters(ctx, pool, string(s), t.table, subscribe.WaitNoticeAfter); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
@@ -430,6 +444,9 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	for _, s := range r.Streams {
 		fmt.Fprintf(tw, "%s partitions: %s\n", s.Name, s.PartitionHealth(r.At))
+		if w := s.RetentionWait; w != nil {
+			fmt.Fprintf(tw, "%s outbox retention: %s\n", s.Name, w)
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "consumer\tstream\tlag\tmax lag\tattached\tstored at\tretention")
