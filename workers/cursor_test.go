@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver"
+	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -70,5 +72,51 @@ func TestScanCursorsSkipWorkInFlightAndSweepLostJobs(t *testing.T) {
 	h.Await("settled", func() bool { return h.jobsSettled(jobs.KindExpireAttempt) })
 	for _, id := range append(first, second...) {
 		h.WantEventStrings(id, []string{"acquired///1", "expired///1"}, []string{"expired//"})
+	}
+}
+
+// A due time written behind a partition's scan cursor (by a writer whose
+// clock is behind the scanner's, or by a commit slower than the lease) is
+// found by a catch-up read long before the next sweep: the tick sees the
+// partition's oldest due item overdue by a tenth of the sweep period, and
+// the scan that reads its cursor to the end reads one batch from the
+// beginning. The scanners' clock stands still here, so no sweep comes:
+// without the catch-up the lease would never expire. Found by the lease
+// checker with ffscheduler's and ffworker's clocks 0.7 s apart: leases
+// waited 30 s to expire.
+func TestScanCursorsCatchUpWithDueTimesWrittenBehindThem(t *testing.T) {
+	t.Parallel()
+	settings := disabled()
+	settings[scanners.AttemptTimeout] = workers.Settings{Interval: 50 * time.Millisecond, Batch: 1000, Sweep: time.Minute}
+	h := newHarness(t, ffriver.Config{Scanners: settings})
+	first := h.expiredLeases(5)
+	h.client(true, nil)
+	for _, id := range first {
+		h.AwaitState(id, terminalExpired)
+	}
+	if n := h.Count(`SELECT count(*) FROM ff_scan_cursor WHERE scanner = $1 AND after IS NOT NULL`, scanners.AttemptTimeout); n == 0 {
+		t.Fatal("no scan cursor has a position")
+	}
+
+	// A process whose clock is 10 s behind claims with a 1 s lease: its
+	// expiry lies 9 s behind the scanners' now, behind the cursor.
+	behind := ff.NewManualClock(h.clock.NowMs() - 10_000)
+	st, err := executions.Open(h.ctx, h.db.Pool, executions.Config{Schema: h.db.Name, Clock: behind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(h.ctx, executions.CreateParams{Lane: "behind"}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := st.Claim(h.ctx, executions.ClaimParams{Lane: "behind", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Second, Max: 1})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("Claim = %v, %v; want one lease", leases, err)
+	}
+	h.AwaitState(leases[0].ID, terminalExpired)
+	if n := h.Count(`SELECT COALESCE(sum((metadata->'output'->>'caught_up')::int), 0) FROM river_job WHERE kind = $1`, jobs.KindScan); n == 0 {
+		t.Error("no scan output counts a candidate caught up; want the expired lease found by a catch-up read")
+	}
+	if n := h.Count(`SELECT COALESCE(sum((metadata->'output'->>'sweeps')::int), 0) FROM river_job WHERE kind = $1`, jobs.KindScan); n != 0 {
+		t.Errorf("%d sweeps with the scanners' clock standing still; want 0", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -115,6 +116,19 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 					// The next round reads on from the advanced cursor.
 					n.Round = a.Round + 1
 					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, []int16{p}))})
+				} else if slices.Contains(a.CatchUp, p) {
+					// The cursor's end is reached, yet something has been
+					// due for a while: it may lie behind the position.
+					// One batch from the beginning finds it (its items in
+					// flight are skipped below); the cursor stays.
+					cu, err := s.Scan(ctx, tx, ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
+						Filter: filter, Params: a.Params})
+					if err != nil {
+						return fmt.Errorf("scanner %s: catching up partition %d: %w", s.Name(), p, err)
+					}
+					out.CatchUps++
+					out.CaughtUp += cu.Candidates
+					items = append(items, cu.Items...)
 				}
 			}
 		}

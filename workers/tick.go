@@ -79,12 +79,25 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		}
 		out := TickOutput{}
 		seen := map[int16]bool{}
+		// A partition whose oldest due item has waited a tenth of the
+		// sweep period is caught up (jobs.ScanArgs.CatchUp).
+		late := map[int16]bool{}
+		if catchUp := job.Args.SweepMs / 10; catchUp > 0 {
+			for _, d := range due {
+				late[d.Partition] = d.OldestMs > 0 && req.NowMs-d.OldestMs >= catchUp
+			}
+		}
 		var params []river.InsertManyParams
 		scan := func(parts []int16) {
 			a := jobs.ScanArgs{Scanner: s.Name(), Partition: parts[0], Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter,
 				SweepMs: job.Args.SweepMs}
 			if len(parts) > 1 {
 				a.Partitions = parts[1:]
+			}
+			for _, p := range parts {
+				if late[p] {
+					a.CatchUp = append(a.CatchUp, p)
+				}
 			}
 			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, parts))})
 		}

@@ -35,11 +35,9 @@ type Faults struct {
 	ClockSkew time.Duration
 	// BinaryClockSkew: the same for the binaries' clocks
 	// ($FF_CLOCK_OFFSET): each ffscheduler and ffworker started runs
-	// offset by up to half of it. A scanner whose clock is ahead of a
-	// writer's by more than a lease's TTL (or a commit slower than the TTL)
-	// can pass a due row with its scan cursor; the next sweep (30 s) finds
-	// it, so runs with it quiesce slower: the long run's skew fault sets
-	// it, the small runs do not.
+	// offset by up to half of it. (A scanner whose clock is ahead of a
+	// writer's by more than a lease's TTL passes due rows with its scan
+	// cursor; the catch-up read finds them, in about 3 s.)
 	BinaryClockSkew time.Duration
 	// Every is the mean time between two injections.
 	Every time.Duration

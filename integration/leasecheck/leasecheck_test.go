@@ -31,7 +31,7 @@ type smallRun struct {
 // With -seed N only that run is made (a fixed one's faults for its seed).
 func smallRuns() []smallRun {
 	runs := []smallRun{
-		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, Every: 700 * time.Millisecond}},
+		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, BinaryClockSkew: 2 * time.Second, Every: 700 * time.Millisecond}},
 		{seed: 2, faults: Faults{KillWorker: true, DuplicateJobs: true, CancelJobs: true, Every: 1500 * time.Millisecond}},
 	}
 	seed := *flagSeed
@@ -58,6 +58,7 @@ func randomFaults(seed uint64) Faults {
 	f.CancelJobs = rng.IntN(2) == 0
 	if rng.IntN(2) == 0 {
 		f.ClockSkew = time.Duration(1+rng.IntN(10)) * time.Second
+		f.BinaryClockSkew = f.ClockSkew / 5
 	}
 	return f
 }
