@@ -21,18 +21,27 @@ import (
 
 // expireAttempt is the attempt_timeout action for one execution: if
 // attemptIndex is still its current attempt, the execution is active and the
-// lease has expired, the attempt is interrupted and fenced (lease cleared,
-// epoch+1). The execution retries (next attempt, after the policy's backoff)
-// while attempt_index < max_retries, else becomes terminal expired with a
-// completion "expired" event. A lease "expired" event is written either way.
+// lease has expired (its expiry is now or earlier: passed), the attempt is
+// interrupted and fenced (lease cleared, epoch+1). The execution retries
+// (next attempt, after the policy's backoff) while attempt_index <
+// max_retries, else becomes terminal expired with a completion "expired"
+// event. A lease "expired" event is written either way. An execution whose
+// deadline has passed as well is not retried: it expires as the
+// execution_deadline action expires it (the same events).
 func (s *Store) expireAttempt(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, attemptIndex int32) (actions.Outcome, error) {
 	return one(s.expireAttemptMany(ctx, tx, []actions.AttemptRef{{ID: id, AttemptIndex: attemptIndex}}))
 }
 
 // decideExpireAttempt is expireAttempt's decision on the locked row.
 func (s *Store) decideExpireAttempt(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, attemptIndex int32, now int64) (actions.Outcome, error) {
-	if l.phase != ff.PhaseActive || l.attemptIndex != attemptIndex || l.leaseExpiresMs == nil || *l.leaseExpiresMs >= now {
+	if l.phase != ff.PhaseActive || l.attemptIndex != attemptIndex || l.leaseExpiresMs == nil || !passed(*l.leaseExpiresMs, now) {
 		return actions.NoOp, nil
+	}
+	if l.deadlinePassed(now) {
+		// Its deadline has passed too (a lease ends at the deadline at the
+		// latest): no retry could be claimed, so the execution expires as
+		// execution_deadline expires it, whichever scanner comes first.
+		return s.decideExpireDeadline(ctx, tx, b, l, now)
 	}
 	rp := l.retryPolicy()
 	s.queueCloseAttempt(b, l, "interrupted", true, now)
@@ -59,7 +68,7 @@ func (s *Store) promoteDelayed(ctx context.Context, tx pgx.Tx, id ff.ExecutionID
 
 // decidePromote is promoteDelayed's decision on the locked row.
 func (s *Store) decidePromote(b *pgx.Batch, l *locked, now int64) actions.Outcome {
-	if l.phase != ff.PhaseRunnable || l.eligibility != ff.EligibleNotUntilTime || l.delayUntilMs == nil || *l.delayUntilMs > now {
+	if l.phase != ff.PhaseRunnable || l.eligibility != ff.EligibleNotUntilTime || l.delayUntilMs == nil || !passed(*l.delayUntilMs, now) {
 		return actions.NoOp
 	}
 	s.queueGuarded(b, l, "promote", ff.ErrStaleLease, `UPDATE {S}ff_exec_core
@@ -70,16 +79,16 @@ func (s *Store) decidePromote(b *pgx.Batch, l *locked, now int64) actions.Outcom
 }
 
 // expireDeadline is the execution_deadline action: a non-terminal
-// execution past its deadline_at_ms becomes terminal expired, with its lease
-// fenced if it held one; a completion "expired" event is written, and a lease
-// "expired" event if it was leased.
+// execution whose deadline_at_ms has passed (it is now or earlier) becomes
+// terminal expired, with its lease fenced if it held one; a completion
+// "expired" event is written, and a lease "expired" event if it was leased.
 func (s *Store) expireDeadline(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (actions.Outcome, error) {
 	return one(s.expireDeadlineMany(ctx, tx, []ff.ExecutionID{id}))
 }
 
 // decideExpireDeadline is expireDeadline's decision on the locked row.
 func (s *Store) decideExpireDeadline(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, now int64) (actions.Outcome, error) {
-	if ff.IsTerminalPhase(l.phase) || l.deadlineAtMs == nil || *l.deadlineAtMs >= now {
+	if ff.IsTerminalPhase(l.phase) || !l.deadlinePassed(now) {
 		return actions.NoOp, nil
 	}
 	leased := l.leased()

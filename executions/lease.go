@@ -33,7 +33,8 @@ type ClaimParams struct {
 	Lane             string
 	WorkerID         string
 	WorkerInstanceID string
-	// LeaseTTL is how long the lease lives without a Renew. Required.
+	// LeaseTTL is how long the lease lives without a Renew, but never past
+	// its execution's deadline. Required.
 	LeaseTTL time.Duration
 	// Max executions to claim at once, 1..10000. 0 means 1 (a claim of
 	// none means nothing); negative is an error.
@@ -81,11 +82,17 @@ func (p *ClaimParams) validate() error {
 // taken before the row locks, and a revoke and a claim that committed in
 // between would see their epoch written back, letting a revoked lease pass
 // the fence again (see lockRowSQL).
+//
+// An execution whose deadline has passed at the claim's time ($4) is
+// skipped, not leased (see passed): the execution_deadline scanner expires
+// it. Both statements use that one reading of the clock, so a lease is
+// never granted already ended: its expiry, now + TTL capped at the
+// deadline, is after now.
 const claimLockSQL = `
 SELECT partition_key, execution_id
 FROM {S}ff_exec_core
 WHERE lane_id = $1 AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
-  AND required_capabilities <@ $2::text[]
+  AND required_capabilities <@ $2::text[] AND (deadline_at_ms IS NULL OR deadline_at_ms > $4::bigint)
 ORDER BY priority DESC, created_at_ms, execution_id
 LIMIT $3
 FOR NO KEY UPDATE SKIP LOCKED`
@@ -95,7 +102,7 @@ FOR NO KEY UPDATE SKIP LOCKED`
 // event in the same statement, one round trip less than queueing them.
 const claimSQL = `
 WITH cand AS (
-  SELECT e.partition_key, e.execution_id, e.attempt_index, k.worker_id, k.worker_instance_id
+  SELECT e.partition_key, e.execution_id, e.attempt_index, e.deadline_at_ms, k.worker_id, k.worker_instance_id
   FROM unnest($1::int2[], $2::uuid[], $3::text[], $4::text[]) AS k(partition_key, execution_id, worker_id, worker_instance_id)
   JOIN {S}ff_exec_core e USING (partition_key, execution_id)
 ), prev AS (
@@ -107,7 +114,7 @@ WITH cand AS (
     (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
      lease_epoch, lease_expires_at_ms, started_at_ms)
   SELECT c.partition_key, c.execution_id, c.attempt_index, c.worker_id, c.worker_instance_id, gen_random_uuid(),
-         COALESCE(p.max_epoch, 0) + 1, $5::bigint + $6::bigint, $5
+         COALESCE(p.max_epoch, 0) + 1, LEAST($5::bigint + $6::bigint, c.deadline_at_ms), $5
   FROM cand c LEFT JOIN prev p USING (partition_key, execution_id)
   ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
     SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
@@ -149,7 +156,9 @@ const claimLaneSQL = `SELECT EXISTS (SELECT 1 FROM {S}ff_lane_registry WHERE lan
 // Claim leases up to p.Max eligible executions of p.Lane, highest priority
 // first, then oldest, across all partitions in one query. It returns no
 // leases (and no error) when nothing is eligible, and a validation error
-// when the lane was never registered.
+// when the lane was never registered. An execution whose deadline has
+// passed is not eligible (the execution_deadline scanner expires it), and
+// a lease's expiry is now + p.LeaseTTL capped at its execution's deadline.
 //
 // Concurrent Claim calls of the same Store for the same lane, capabilities
 // and lease TTL are served together, in one transaction (see coalesce.go):
@@ -221,8 +230,8 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]Lease,
 // each ask getting at most its max. Every lease is written under its own
 // ask's worker.
 
-// claimLockArgs are claimLockSQL's arguments.
-func claimLockArgs(lane string, caps []string, asks []claimAsk) []any {
+// claimLockArgs are claimLockSQL's arguments, for a claim at now.
+func claimLockArgs(lane string, caps []string, asks []claimAsk, now int64) []any {
 	if caps == nil {
 		caps = []string{}
 	}
@@ -230,7 +239,7 @@ func claimLockArgs(lane string, caps []string, asks []claimAsk) []any {
 	for _, a := range asks {
 		total += a.max
 	}
-	return []any{lane, caps, min(total, 10_000)}
+	return []any{lane, caps, min(total, 10_000), now}
 }
 
 // scanClaimIDs reads the ids claimLockSQL locked.
@@ -259,7 +268,9 @@ type claimPlan struct {
 	args  []any
 }
 
-func (s *Store) planClaim(ids []ff.ExecutionID, asks []claimAsk, ttl time.Duration) *claimPlan {
+// planClaim plans the claim at now (the reading its lock statement used)
+// of the locked ids.
+func (s *Store) planClaim(ids []ff.ExecutionID, asks []claimAsk, ttl time.Duration, now int64) *claimPlan {
 	p := &claimPlan{asks: asks, owner: make(map[ff.ExecutionID]int, len(ids))}
 	workerIDs := make([]string, len(ids))
 	instanceIDs := make([]string, len(ids))
@@ -278,7 +289,7 @@ func (s *Store) planClaim(ids []ff.ExecutionID, asks []claimAsk, ttl time.Durati
 	}
 	parts, uuids := keyArrays(ids)
 	p.sql = s.sql(strings.Replace(claimSQL, "{EV}", events, 1))
-	p.args = []any{parts, uuids, workerIDs, instanceIDs, s.clock.NowMs(), ttl.Milliseconds()}
+	p.args = []any{parts, uuids, workerIDs, instanceIDs, now, ttl.Milliseconds()}
 	return p
 }
 
@@ -299,7 +310,8 @@ func (p *claimPlan) scan(rows pgx.Rows) ([][]Lease, error) {
 // claimRows claims for asks inside tx: the lock statement, then the claim
 // with its events.
 func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, lane string, caps []string, ttl time.Duration, asks []claimAsk) ([][]Lease, error) {
-	rows, err := tx.Query(ctx, s.sql(claimLockSQL), claimLockArgs(lane, caps, asks)...)
+	now := s.clock.NowMs()
+	rows, err := tx.Query(ctx, s.sql(claimLockSQL), claimLockArgs(lane, caps, asks, now)...)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "claim")
 	}
@@ -317,7 +329,7 @@ func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, lane string, caps []st
 		}
 		return make([][]Lease, len(asks)), nil
 	}
-	p := s.planClaim(ids, asks, ttl)
+	p := s.planClaim(ids, asks, ttl, now)
 	rows, err = tx.Query(ctx, p.sql, p.args...)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "claim")
@@ -339,7 +351,8 @@ func (s *Store) claimPipelined(ctx context.Context, lane string, caps []string, 
 	err := s.inPipeTx(ctx, "claim", func(tx *pipeTx) error {
 		b := &pgx.Batch{}
 		var ids []ff.ExecutionID
-		b.Queue(s.sql(claimLockSQL), claimLockArgs(lane, caps, asks)...).Query(func(rows pgx.Rows) error {
+		now := s.clock.NowMs()
+		b.Queue(s.sql(claimLockSQL), claimLockArgs(lane, caps, asks, now)...).Query(func(rows pgx.Rows) error {
 			var err error
 			ids, err = scanClaimIDs(rows)
 			return err
@@ -353,7 +366,7 @@ func (s *Store) claimPipelined(ctx context.Context, lane string, caps []string, 
 			out = make([][]Lease, len(asks))
 			b.Queue(s.sql(claimLaneSQL), lane).QueryRow(func(row pgx.Row) error { return row.Scan(&known) })
 		} else {
-			p := s.planClaim(ids, asks, ttl)
+			p := s.planClaim(ids, asks, ttl, now)
 			b.Queue(p.sql, p.args...).Query(func(rows pgx.Rows) error {
 				var err error
 				out, err = p.scan(rows)
@@ -404,7 +417,10 @@ func (s *Store) lockLease(ctx context.Context, tx pgx.Tx, lease Lease) (*locked,
 	return l, now, nil
 }
 
-// Renew extends a live lease by ttl from now and returns the renewed lease.
+// Renew extends a live lease by ttl from now, but never past the
+// execution's deadline, and returns the renewed lease. At and after its
+// expiry or the deadline it fails with ff.ErrLeaseExpired (see the package
+// doc's Leases and fencing).
 func (s *Store) Renew(ctx context.Context, lease Lease, ttl time.Duration) (Lease, error) {
 	var out Lease
 	err := s.inTx(ctx, "renew", func(tx pgx.Tx) error {
@@ -424,7 +440,7 @@ func (s *Store) RenewTx(ctx context.Context, tx pgx.Tx, lease Lease, ttl time.Du
 	if err != nil {
 		return Lease{}, err
 	}
-	lease.ExpiresAtMs = now + ttl.Milliseconds()
+	lease.ExpiresAtMs = l.capExpiry(now, ttl)
 	b := &pgx.Batch{}
 	s.queueGuarded(b, l, "renew", ff.ErrStaleLease, `UPDATE {S}ff_attempt SET lease_expires_at_ms = $4
 		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND lease_epoch = $5`,
@@ -652,9 +668,12 @@ func (s *Store) queueRelease(b *pgx.Batch, l *locked, now int64) error {
 // Reclaim takes over an active execution whose lease has expired before the
 // attempt_timeout scanner got to it: the old attempt is closed
 // (interrupted_reclaimed), a new attempt starts under a new lease with epoch
-// = old + 1, and a "reclaimed" event is written. It fails with
+// = old + 1, and a "reclaimed" event is written. The new lease's expiry is
+// now + p.LeaseTTL, capped at the execution's deadline. It fails with
 // ff.ErrLeaseHeld while the lease is live, ff.ErrNotActive when the
-// execution is not active or has no retry left (the scanner then expires it).
+// execution is not active, its deadline has passed (the execution_deadline
+// scanner expires it) or it has no retry left (the attempt_timeout scanner
+// expires it).
 func (s *Store) Reclaim(ctx context.Context, id ff.ExecutionID, p ClaimParams) (Lease, error) {
 	var out Lease
 	err := s.inTx(ctx, "reclaim", func(tx pgx.Tx) error {
@@ -685,7 +704,11 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 	if l.leaseExpiresMs == nil {
 		return Lease{}, fmt.Errorf("reclaim %s: the attempt holds no lease: %w", id, ff.ErrNotActive)
 	}
-	if *l.leaseExpiresMs > now {
+	if l.deadlinePassed(now) {
+		return Lease{}, fmt.Errorf("reclaim %s: its deadline passed at %d (now %d): no lease is granted past it; the execution_deadline scanner expires it: %w",
+			id, *l.deadlineAtMs, now, ff.ErrNotActive)
+	}
+	if !passed(*l.leaseExpiresMs, now) {
 		return Lease{}, fmt.Errorf("reclaim %s: lease live until %d (now %d): %w", id, *l.leaseExpiresMs, now, ff.ErrLeaseHeld)
 	}
 	if rp := l.retryPolicy(); int(l.attemptIndex) >= rp.MaxRetries {
@@ -693,7 +716,7 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 			id, l.attemptIndex, rp.MaxRetries, ff.ErrNotActive)
 	}
 	lease := Lease{ID: id, AttemptIndex: l.attemptIndex + 1, Epoch: l.epoch + 1, LeaseID: uuid.New(),
-		ExpiresAtMs: now + p.LeaseTTL.Milliseconds(), WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
+		ExpiresAtMs: l.capExpiry(now, p.LeaseTTL), WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
 	b := &pgx.Batch{}
 	s.queueCloseAttempt(b, l, "interrupted_reclaimed", false, now)
 	b.Queue(s.sql(`INSERT INTO {S}ff_attempt

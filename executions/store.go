@@ -39,6 +39,16 @@
 // attempts and epochs start over. A lease whose expiry time has passed but
 // that no scanner has expired yet gets ff.ErrLeaseExpired.
 //
+// A lease holds while now < its lease_expires_at_ms; at that instant it
+// has ended (passed: the attempt_timeout scanner expires it from then on,
+// and Reclaim may take it over). An execution's deadline fences the same
+// way: no lease is granted at or after deadline_at_ms (Claim skips such an
+// execution, Reclaim refuses it with ff.ErrNotActive), no lease's expiry
+// reaches past it (Claim, Renew and Reclaim cap lease_expires_at_ms at
+// deadline_at_ms), and from deadline_at_ms on every lease operation gets
+// ff.ErrLeaseExpired, until the execution_deadline scanner expires the
+// execution.
+//
 // # Deadlines and unknown outcomes
 //
 // Every call returns by its context's deadline, holding no connection and
@@ -388,14 +398,47 @@ func (s *Store) fence(l *locked, lease Lease, now int64) error {
 	if l.phase != ff.PhaseActive {
 		return fmt.Errorf("execution %s is %s, not active: %w", l.id, l.phase, ff.ErrNotActive)
 	}
-	if l.leaseExpiresMs == nil || *l.leaseExpiresMs <= now {
+	if l.leaseExpiresMs == nil || passed(*l.leaseExpiresMs, now) {
 		var at int64
 		if l.leaseExpiresMs != nil {
 			at = *l.leaseExpiresMs
 		}
-		return fmt.Errorf("execution %s: lease expired at %d (now %d): %w", l.id, at, now, ff.ErrLeaseExpired)
+		end := ""
+		if l.deadlineAtMs != nil && at == *l.deadlineAtMs {
+			end = ", the execution's deadline"
+		}
+		return fmt.Errorf("execution %s: lease expired at %d%s (now %d): %w", l.id, at, end, now, ff.ErrLeaseExpired)
+	}
+	if l.deadlinePassed(now) {
+		// A lease of ffriver's never reaches past the deadline (capExpiry);
+		// one written by another writer may.
+		return fmt.Errorf("execution %s: its deadline passed at %d (now %d), and its lease ended with it: %w",
+			l.id, *l.deadlineAtMs, now, ff.ErrLeaseExpired)
 	}
 	return nil
+}
+
+// passed is the one rule for the instant a time column ends, the same in
+// the API (fence, Claim, Renew, Reclaim) and in every scanner (their SQL
+// compares "column <= now"): a lease holds while now < lease_expires_at_ms,
+// an execution may run while now < deadline_at_ms, a delay lasts while now <
+// delay_until_ms; at the instant itself each has ended.
+func passed(atMs, nowMs int64) bool { return atMs <= nowMs }
+
+// deadlinePassed reports whether the execution's deadline has passed at now
+// (passed): it gets no lease any more, and a lease it holds has ended.
+func (l *locked) deadlinePassed(now int64) bool {
+	return l.deadlineAtMs != nil && passed(*l.deadlineAtMs, now)
+}
+
+// capExpiry is the expiry of a lease granted or renewed at now for ttl: now
+// + ttl, but never past the execution's deadline.
+func (l *locked) capExpiry(now int64, ttl time.Duration) int64 {
+	exp := now + ttl.Milliseconds()
+	if l.deadlineAtMs != nil && *l.deadlineAtMs < exp {
+		return *l.deadlineAtMs
+	}
+	return exp
 }
 
 // coreGuard is the end of the WHERE clause of a guarded write of an

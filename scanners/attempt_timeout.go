@@ -12,8 +12,10 @@ import (
 
 // AttemptTimeoutScanner expires attempts whose lease has passed: the
 // attempt_timeout action (the ExpireAttempt transition) on every
-// active execution whose current attempt's lease_expires_at_ms is in the
-// past. Item job: ff.expire_attempt {id, attempt_index}.
+// active execution whose current attempt's lease_expires_at_ms is now or
+// earlier: a lease holds while now < its expiry, and has ended at that
+// instant, the rule of the store's fence (executions). Item job:
+// ff.expire_attempt {id, attempt_index}.
 type AttemptTimeoutScanner struct{}
 
 // Name implements Scanner.
@@ -36,7 +38,7 @@ func (AttemptTimeoutScanner) Due(ctx context.Context, q workers.Querier, req wor
 var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
 	rows: `FROM {S}ff_attempt a
 		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $1{PART}
+		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $1{PART}
 		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + dueExecFilterSQL}
 
 // Unprocessable implements Auditor: expired leases in partitions outside
@@ -48,7 +50,7 @@ func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q workers.Querie
 	return audit(ctx, q, req, req.NowMs, "a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms, c.lifecycle_phase, c.attempt_index AS current_attempt_index",
 		`FROM {S}ff_attempt a
   LEFT JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-  WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < {AT}`, "c",
+  WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= {AT}`, "c",
 		[]auditCase{
 			outOfRange(req, "a.partition_key"),
 			{reason: "attempt of no execution", pred: "c.execution_id IS NULL"},
@@ -63,7 +65,7 @@ func (AttemptTimeoutScanner) Scan(ctx context.Context, q workers.Querier, req wo
 SELECT a.execution_id, a.lease_expires_at_ms, a.attempt_index
 FROM {S}ff_attempt a
 JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2
+WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $2
   AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+workers.ExecFilterSQL+`
   AND ($6::bigint IS NULL OR (a.lease_expires_at_ms, a.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY a.lease_expires_at_ms, a.execution_id

@@ -10,9 +10,11 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// ExecutionDeadlineScanner expires non-terminal executions past their
-// deadline_at_ms: the execution_deadline action
-// (the ExpireDeadline transition). Item job: ff.expire_deadline {id}.
+// ExecutionDeadlineScanner expires non-terminal executions whose
+// deadline_at_ms is now or earlier (a deadline has passed at that instant,
+// the rule by which the store stops granting and honouring their leases):
+// the execution_deadline action (the ExpireDeadline transition). Item job:
+// ff.expire_deadline {id}.
 type ExecutionDeadlineScanner struct{}
 
 // Name implements Scanner.
@@ -34,13 +36,13 @@ func (ExecutionDeadlineScanner) Due(ctx context.Context, q workers.Querier, req 
 
 var executionDeadlineDue = dueShape{part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
 	rows: `FROM {S}ff_exec_core c
-		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < $1{PART}` + dueExecFilterSQL}
+		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms <= $1{PART}` + dueExecFilterSQL}
 
 // Unprocessable implements Auditor: passed deadlines in partitions outside
 // the schema's count.
 func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return audit(ctx, q, req, req.NowMs, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
-		`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms < {AT}`, "c",
+		`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms <= {AT}`, "c",
 		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 
@@ -49,7 +51,7 @@ func (ExecutionDeadlineScanner) Scan(ctx context.Context, q workers.Querier, req
 	return workers.ScanExecutions(ctx, q, req, `
 SELECT c.execution_id, c.deadline_at_ms, 0
 FROM {S}ff_exec_core c
-WHERE c.partition_key = $1 AND c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms < $2
+WHERE c.partition_key = $1 AND c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms <= $2
   AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')`+workers.ExecFilterSQL+`
   AND ($6::bigint IS NULL OR (c.deadline_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY c.deadline_at_ms, c.execution_id

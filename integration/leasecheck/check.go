@@ -286,7 +286,7 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 	m := match(h.calls, h.txs)
 	amb := ambiguities(m)
 	h.cands = amb.cands
-	backoff := h.create.Steps[0].Create.BackoffMs
+	spec := h.create.Steps[0].Create
 	for i, c := range m.calls {
 		j := m.txOf[i]
 		if j < 0 {
@@ -299,7 +299,7 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 		tx := h.txs[j]
 		h.callOf[tx] = c
 		if c.Unknown && amb.maybe[c] == nil {
-			c.Results, c.Resolved = reconstruct(c, tx, backoff), true
+			c.Results, c.Resolved = reconstruct(c, tx, spec), true
 			v.Resolved++
 		}
 		if !c.Unknown || c.Resolved {
@@ -308,7 +308,7 @@ func (v *Verdict) attribute(tl Timeline, h *history) {
 	}
 	for c, txs := range amb.maybe {
 		for _, tx := range txs {
-			c.Maybe = append(c.Maybe, reconstruct(c, tx, backoff))
+			c.Maybe = append(c.Maybe, reconstruct(c, tx, spec))
 		}
 	}
 	for _, tx := range h.txs {
@@ -350,7 +350,7 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 		v.add("replay", h.key, "its Create: "+why)
 		return
 	}
-	backoff := h.create.Steps[0].Create.BackoffMs
+	spec := h.create.Steps[0].Create
 	for i, tx := range h.txs {
 		// The operation the transaction was: its call's, each candidate's
 		// when several calls of unknown outcome fit it, or a scanner's.
@@ -362,7 +362,7 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 		switch c := h.callOf[tx]; {
 		case len(h.cands[tx]) > 0:
 			for _, c := range h.cands[tx] {
-				out := Output{Results: reconstruct(c, tx, backoff), Unknown: true, Resolved: true, Events: tx}
+				out := Output{Results: reconstruct(c, tx, spec), Unknown: true, Resolved: true, Events: tx}
 				readings = append(readings, reading{c.input(), out})
 			}
 		case c != nil:

@@ -98,6 +98,50 @@ type State struct {
 // leased is the store's locked.leased(): active with a lease expiry.
 func (s State) leased() bool { return s.Phase == Active && s.HasExpiry }
 
+// The one rule for the instant a time ends (executions' passed): a lease
+// holds while now < its expiry, an execution may hold a lease while now <
+// its deadline; at the instant itself each has ended. The store's fence,
+// Claim, Renew, Reclaim and every scanner decide by it.
+
+// leaseEnd is when the row's lease ends for the fence: its expiry, or the
+// execution's deadline when that comes first (a lease the store granted
+// never reaches past the deadline; the fence checks both all the same).
+func (s State) leaseEnd() int64 {
+	if s.Deadline != 0 && s.Deadline < s.Expires {
+		return s.Deadline
+	}
+	return s.Expires
+}
+
+// grantReadings narrows w to the clock readings t at which a lease granted
+// or renewed for ttl gets the expiry exp (Claim, Renew, Reclaim): exp is
+// t+ttl capped at the deadline (0: none), and t is before the deadline (no
+// lease is granted at or past it). A capped expiry leaves a range of
+// readings open; an uncapped one names its reading. ok is false when no
+// reading fits.
+func grantReadings(w Window, exp, ttl, deadline int64) (r Window, ok bool) {
+	r = Window{exp - ttl, exp - ttl}
+	if deadline != 0 {
+		switch {
+		case exp > deadline:
+			return w, false
+		case exp == deadline:
+			r = Window{deadline - ttl, deadline - 1}
+		}
+	}
+	r = Window{max(r.Lo, w.Lo), min(r.Hi, w.Hi)}
+	return r, r.Lo <= r.Hi
+}
+
+// grantWhy says why a granted expiry fits no reading of w.
+func grantWhy(what string, exp int64, w Window, ttl, deadline int64) string {
+	if deadline == 0 {
+		return fmt.Sprintf("%s expiry %d is not the call's clock %s plus the TTL %d", what, exp, w, ttl)
+	}
+	return fmt.Sprintf("%s expiry %d is not the call's clock %s plus the TTL %d capped at the deadline %d, granted before it",
+		what, exp, w, ttl, deadline)
+}
+
 // dropRow is the state of an execution that moved on to an attempt whose
 // row does not exist yet (COALESCE(a.lease_epoch, 0) reads 0).
 func (s State) dropRow() State {
@@ -622,10 +666,11 @@ func created(p CreateSpec) State {
 	return s
 }
 
-// claim: ClaimTx picks runnable, eligible_now executions of the lane with
-// FOR NO KEY UPDATE SKIP LOCKED, opens (or re-leases) the current attempt's
-// row with epoch = max(lease_epoch)+1 and expiry now+ttl, and writes a
-// lease "acquired" event.
+// claim: ClaimTx picks runnable, eligible_now executions of the lane whose
+// deadline has not passed (deadline > now) with FOR NO KEY UPDATE SKIP
+// LOCKED, opens (or re-leases) the current attempt's row with epoch =
+// max(lease_epoch)+1 and expiry now+ttl capped at the deadline, and writes
+// a lease "acquired" event.
 func claim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	if r.Err != OK {
 		return s, fmt.Sprintf("Claim failed with %s: it has no typed failure", r.Err)
@@ -655,10 +700,11 @@ func claim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 		return s, why
 	}
 	l := r.Lease
-	at := l.ExpiresAt - st.TTL
+	rw, fits := grantReadings(w, l.ExpiresAt, st.TTL, s.Deadline)
+	at := rw.Lo // exact when the events are known
 	switch {
-	case !w.contains(at):
-		return s, fmt.Sprintf("lease expiry %d is not the call's clock %s plus the TTL %d", l.ExpiresAt, w, st.TTL)
+	case !fits:
+		return s, grantWhy("lease", l.ExpiresAt, w, st.TTL, s.Deadline)
 	case l.Attempt != s.Attempt:
 		return s, fmt.Sprintf("claimed attempt %d, the current attempt is %d", l.Attempt, s.Attempt)
 	case l.Epoch != s.MaxEpoch+1:
@@ -695,8 +741,9 @@ func fence(s State, l LeaseRef) ErrClass {
 }
 
 // leaseClasses are the outcomes the fence allows over a clock window: past
-// the attempt and epoch checks, the lease is live (ok) while its expiry is
-// after now, and expired (ErrLeaseExpired) from its expiry on.
+// the attempt and epoch checks, the lease is live (ok) while its end (its
+// expiry, or the deadline if earlier: leaseEnd) is after now, and expired
+// (ErrLeaseExpired) from its end on.
 func leaseClasses(s State, l LeaseRef, w Window) classes {
 	if f := fence(s, l); f != OK {
 		return setOf(f)
@@ -705,10 +752,10 @@ func leaseClasses(s State, l LeaseRef, w Window) classes {
 		return setOf(ErrExpired)
 	}
 	var out classes
-	if s.Expires > w.Lo {
+	if s.leaseEnd() > w.Lo {
 		out |= setOf(OK)
 	}
-	if s.Expires <= w.Hi {
+	if s.leaseEnd() <= w.Hi {
 		out |= setOf(ErrExpired)
 	}
 	return out
@@ -716,7 +763,8 @@ func leaseClasses(s State, l LeaseRef, w Window) classes {
 
 // leaseOp is Renew, Complete, Fail, Delay and Release: fenced by the lease
 // (above).
-//   - Renew moves the expiry to now+ttl and writes "renewed".
+//   - Renew moves the expiry to now+ttl, capped at the deadline, and writes
+//     "renewed".
 //   - Complete closes the attempt (no epoch bump), makes the execution
 //     terminal success and writes "revoked" and a completion "success".
 //   - Fail closes the attempt (no bump); while attempt_index < max_retries
@@ -736,12 +784,13 @@ func leaseOp(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	at := w.Lo // the reading the events record, when there are events
 	switch {
 	case st.Kind == OpRenew && r.Err == OK:
-		// The reading is exact: the new expiry is now+ttl.
-		at = r.Lease.ExpiresAt - st.TTL
-		if !w.contains(at) {
-			return s, fmt.Sprintf("renewed expiry %d is not the call's clock %s plus the TTL %d", r.Lease.ExpiresAt, w, st.TTL)
+		// The new expiry is now+ttl (the reading is exact), or the
+		// deadline (a reading in the TTL before it).
+		rw, fits := grantReadings(w, r.Lease.ExpiresAt, st.TTL, s.Deadline)
+		if !fits {
+			return s, grantWhy("renewed", r.Lease.ExpiresAt, w, st.TTL, s.Deadline)
 		}
-		w = Window{at, at}
+		w, at = rw, rw.Lo
 	case st.Kind == OpFail && r.Err == OK && r.Retried && s.BackoffMs > 0:
 		// So is a retry's: it is delayed until now+backoff.
 		at = r.DelayUntil - s.BackoffMs
@@ -758,9 +807,9 @@ func leaseOp(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 		return s, ""
 	}
 	// Past the fence at a reading where the lease was live.
-	if !s.HasExpiry || s.Expires <= at {
+	if !s.HasExpiry || s.leaseEnd() <= at {
 		// (Only reachable with events: at is then the exact reading.)
-		return s, fmt.Sprintf("%s succeeded at %d on a lease that expired at %d", st.Kind, at, s.Expires)
+		return s, fmt.Sprintf("%s succeeded at %d on a lease that ended at %d", st.Kind, at, s.leaseEnd())
 	}
 	revoked := LeaseEvent{Type: ff.LeaseRevoked, Attempt: s.Attempt, Epoch: s.Epoch, LeaseID: s.LeaseID, Instance: s.Holder, AtMs: at}
 	var n State
@@ -893,15 +942,24 @@ func revoke(s State, r Result, in Input, c *cursor) (State, string) {
 }
 
 // reclaimClasses: ReclaimTx fails with ErrNotActive when the execution is
-// not active or its attempt holds no lease, with ErrLeaseHeld while the
-// lease is live (expiry > now), and with ErrNotActive once the lease has
-// expired on an attempt with no retry left (attempt_index >= max_retries:
-// the scanner expires it); otherwise it succeeds.
+// not active, its attempt holds no lease or its deadline has passed
+// (deadline <= now), with ErrLeaseHeld while the lease is live (expiry >
+// now), and with ErrNotActive once the lease has expired on an attempt with
+// no retry left (attempt_index >= max_retries: the scanner expires it);
+// otherwise it succeeds.
 func reclaimClasses(s State, w Window) classes {
 	if s.Phase != Active || !s.Row || !s.HasExpiry {
 		return setOf(ErrNotActive)
 	}
 	var out classes
+	if s.Deadline != 0 {
+		if s.Deadline <= w.Hi {
+			out |= setOf(ErrNotActive)
+		}
+		if w.Hi = min(w.Hi, s.Deadline-1); w.Hi < w.Lo {
+			return out
+		}
+	}
 	if s.Expires > w.Lo {
 		out |= setOf(ErrHeld)
 	}
@@ -916,19 +974,19 @@ func reclaimClasses(s State, w Window) classes {
 }
 
 // reclaim: on success the old attempt is closed (no bump), a new attempt
-// row attempt+1 opens with epoch = the current epoch+1 and expiry now+ttl,
-// and a "reclaimed" event names the new lease.
+// row attempt+1 opens with epoch = the current epoch+1 and expiry now+ttl
+// capped at the deadline, and a "reclaimed" event names the new lease.
 func reclaim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	w, why := now(in, c, true)
 	if why != "" {
 		return s, why
 	}
 	if r.Err == OK {
-		at := r.Lease.ExpiresAt - st.TTL
-		if !w.contains(at) {
-			return s, fmt.Sprintf("reclaimed lease expiry %d is not the call's clock %s plus the TTL %d", r.Lease.ExpiresAt, w, st.TTL)
+		rw, fits := grantReadings(w, r.Lease.ExpiresAt, st.TTL, s.Deadline)
+		if !fits {
+			return s, grantWhy("reclaimed lease", r.Lease.ExpiresAt, w, st.TTL, s.Deadline)
 		}
-		w = Window{at, at}
+		w = rw
 	}
 	allowed := reclaimClasses(s, w)
 	if !allowed.has(r.Err) {
@@ -1012,7 +1070,8 @@ func scannerTransition(s State, tx *Tx) (State, string) {
 	case expiredLease && outcome == "":
 		n, why := expireAttempt(s, tx.Lease[0], at)
 		if why == "" && n.Phase == Terminal {
-			why = fmt.Sprintf("attempt_timeout of the last attempt (%d, max_retries %d) without a completion \"expired\"", s.Attempt, s.MaxRetries)
+			why = fmt.Sprintf("attempt_timeout that ends the execution (attempt %d, max_retries %d, deadline %d) without a completion \"expired\"",
+				s.Attempt, s.MaxRetries, s.Deadline)
 		}
 		return n, why
 	case expiredLease && outcome == ff.OutcomeExpired:
@@ -1060,17 +1119,18 @@ func scannerTransition(s State, tx *Tx) (State, string) {
 }
 
 // expireAttempt is decideExpireAttempt: the attempt named by the event is
-// still current, the execution is active and its lease expired before now
-// (expiry < now, strictly); the attempt is interrupted and fenced (epoch+1),
-// then retried (attempt+1, after the backoff) while attempt_index <
-// max_retries, else terminal expired. The "expired" event names the lease
-// as it was held.
+// still current, the execution is active and its lease has ended (expiry
+// <= now); the attempt is interrupted and fenced (epoch+1), then retried
+// (attempt+1, after the backoff) while attempt_index < max_retries and the
+// deadline has not passed, else terminal expired (past the deadline, as
+// execution_deadline expires it: the same events and state). The "expired"
+// event names the lease as it was held.
 func expireAttempt(s State, ev LeaseEvent, at int64) (State, string) {
 	switch {
 	case s.Phase != Active:
 		return s, fmt.Sprintf("expired an attempt of a %s execution", s.Phase)
-	case !s.HasExpiry || s.Expires >= at:
-		return s, fmt.Sprintf("expired at %d a lease that expires at %d (expiry must be before now)", at, s.Expires)
+	case !s.HasExpiry || s.Expires > at:
+		return s, fmt.Sprintf("expired at %d a lease that expires at %d (expiry must be now or earlier)", at, s.Expires)
 	}
 	want := LeaseEvent{Type: ff.LeaseExpired, Attempt: s.Attempt, Epoch: s.Epoch, LeaseID: s.LeaseID, Instance: s.Holder, AtMs: at}
 	ev.EventID = 0
@@ -1078,22 +1138,22 @@ func expireAttempt(s State, ev LeaseEvent, at int64) (State, string) {
 		return s, fmt.Sprintf("lease event %s, want %s", ev, want)
 	}
 	n := s.closeAttempt(true)
-	if s.Attempt < s.MaxRetries {
+	if s.Attempt < s.MaxRetries && deadlineDue(s, at) != "" {
 		return n.retry(at), ""
 	}
 	return n.terminal(ff.OutcomeExpired), ""
 }
 
 // deadlineDue is decideExpireDeadline's condition: not terminal and the
-// deadline before now (strictly).
+// deadline passed (deadline <= now). It returns why not, or "".
 func deadlineDue(s State, at int64) string {
 	switch {
 	case s.Phase == Terminal:
 		return "the execution is terminal"
 	case s.Deadline == 0:
 		return "the execution has no deadline"
-	case s.Deadline >= at:
-		return fmt.Sprintf("its deadline %d was not before %d", s.Deadline, at)
+	case s.Deadline > at:
+		return fmt.Sprintf("its deadline %d had not passed at %d", s.Deadline, at)
 	}
 	return ""
 }

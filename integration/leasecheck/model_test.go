@@ -201,16 +201,18 @@ func TestModelTimeWindows(t *testing.T) {
 	renew(500, 600, Result{Err: ErrExpired}).check(t, porcupine.Illegal)
 	renew(1010, 1020, Result{Lease: LeaseRef{Epoch: 1, LeaseID: leaseID(1), ExpiresAt: 2015, Instance: w1}}).check(t, porcupine.Illegal)
 
-	// The scanner expires only a lease whose expiry is before its clock.
+	// The scanner expires only a lease whose expiry is its clock or
+	// earlier: the lease has ended at its expiry's instant, as for the
+	// fence.
 	expired := func(at int64) *Tx {
 		return &Tx{Lease: []LeaseEvent{{Type: ff.LeaseExpired, Epoch: 1, LeaseID: leaseID(1), Instance: w1, AtMs: at}}}
 	}
 	h := claimed()
-	h.scanner(1011, 1100, expired(1011))
+	h.scanner(1010, 1100, expired(1010))
 	h.add(1, 1200, 1210, []Step{{Kind: OpRenew, TTL: 1000, Lease: lease1()}}, []Result{{Err: ErrStale}})
 	h.check(t, porcupine.Ok)
 	h = claimed()
-	h.scanner(1010, 1100, expired(1010))
+	h.scanner(1009, 1100, expired(1009))
 	h.check(t, porcupine.Illegal)
 	// An expiry racing a renew: a renew that succeeded before the expiry
 	// committed fences the scanner (its event then names a live lease).
@@ -315,4 +317,74 @@ func TestModelFencesOnLeaseID(t *testing.T) {
 	h = claimed()
 	h.add(2, 100, 110, []Step{{Kind: OpComplete, Lease: phantom}}, ok())
 	h.check(t, porcupine.Illegal)
+}
+
+// Deadlines fence: no lease is granted at or past the deadline, none
+// reaches past it, nothing ends a lease once it has passed, and an attempt
+// that times out at or past it is not retried.
+func TestModelDeadlines(t *testing.T) {
+	created := func(deadline int64) *hist {
+		h := &hist{}
+		h.add(0, 0, 1, []Step{{Kind: OpCreate, Create: CreateSpec{MaxRetries: 2, Deadline: deadline}}}, ok())
+		return h
+	}
+	claim := func(h *hist, call, ret, exp int64) {
+		h.add(1, call, ret, []Step{{Kind: OpClaim, TTL: 1000, Instance: w1}},
+			[]Result{{Lease: LeaseRef{Epoch: 1, LeaseID: leaseID(1), ExpiresAt: exp, Instance: w1}}})
+	}
+	capped := LeaseRef{Epoch: 1, LeaseID: leaseID(1), ExpiresAt: 500, Instance: w1}
+
+	// A claim at 10 gets an expiry capped at the deadline 500, not 1010.
+	h := created(500)
+	claim(h, 10, 10, 500)
+	h.check(t, porcupine.Ok)
+	h = created(500)
+	claim(h, 10, 10, 1010)
+	h.check(t, porcupine.Illegal)
+	// No claim at or after the deadline: a lease whose expiry is the
+	// deadline was granted before it.
+	h = created(500)
+	claim(h, 500, 510, 500)
+	h.check(t, porcupine.Illegal)
+	h = created(500)
+	claim(h, 490, 510, 500) // granted in [490, 499]
+	h.check(t, porcupine.Ok)
+
+	// Renew is capped alike; Complete and Renew at the deadline fail with
+	// ErrLeaseExpired, even on a lease that reaches past it.
+	h = created(500)
+	claim(h, 10, 10, 500)
+	h.add(1, 100, 110, []Step{{Kind: OpRenew, TTL: 1000, Lease: capped}}, []Result{{Lease: capped}})
+	h.add(1, 500, 510, []Step{{Kind: OpComplete, Lease: capped}}, []Result{{Err: ErrExpired}})
+	h.check(t, porcupine.Ok)
+	h = created(500)
+	claim(h, 10, 10, 500)
+	h.add(1, 100, 110, []Step{{Kind: OpRenew, TTL: 1000, Lease: capped}}, []Result{{Lease: LeaseRef{Epoch: 1, LeaseID: leaseID(1), ExpiresAt: 1105, Instance: w1}}})
+	h.check(t, porcupine.Illegal)
+	h = created(500)
+	claim(h, 10, 10, 500)
+	h.add(1, 500, 510, []Step{{Kind: OpComplete, Lease: capped}}, ok())
+	h.check(t, porcupine.Illegal)
+	if got := leaseClasses(State{Phase: Active, Row: true, Epoch: 1, HasExpiry: true, Expires: 5000, Deadline: 500}, LeaseRef{Epoch: 1}, Window{500, 510}); got != setOf(ErrExpired) {
+		t.Errorf("a lease reaching past the deadline, at the deadline: %s, want ErrLeaseExpired", got)
+	}
+
+	// Reclaim at or past the deadline: ErrNotActive.
+	if got := reclaimClasses(State{Phase: Active, Row: true, Epoch: 1, HasExpiry: true, Expires: 400, MaxRetries: 2, Deadline: 500}, Window{450, 550}); got != setOf(OK, ErrNotActive) {
+		t.Errorf("Reclaim over the deadline: %s, want ok or ErrNotActive", got)
+	}
+
+	// attempt_timeout at the deadline (the capped lease's expiry) does not
+	// retry: it expires the execution, as execution_deadline does.
+	timedOut := &Tx{Lease: []LeaseEvent{{Type: ff.LeaseExpired, Epoch: 1, LeaseID: leaseID(1), Instance: w1, AtMs: 500}}}
+	h = created(500)
+	claim(h, 10, 10, 500)
+	h.scanner(500, 600, timedOut)
+	h.check(t, porcupine.Illegal)
+	timedOut.Completions = []CompletionEvent{{Outcome: ff.OutcomeExpired, AtMs: 500}}
+	h = created(500)
+	claim(h, 10, 10, 500)
+	h.scanner(500, 600, timedOut)
+	h.add(1, 700, 710, []Step{{Kind: OpComplete, Lease: capped}}, []Result{{Err: ErrStale}})
+	h.check(t, porcupine.Ok)
 }

@@ -457,20 +457,20 @@ func (snap *Snapshot) readGroups(ctx context.Context, tx pgx.Tx) error {
 
 // overdueSQL lists the work a scanner or a hop still owes, each condition
 // the one its action rechecks: an active execution whose lease expired
-// (attempt_timeout: expiry < now), a delayed one come due (delayed_promoter:
+// (attempt_timeout: expiry <= now), a delayed one come due (delayed_promoter:
 // delay_until <= now), a non-terminal one past its deadline
-// (execution_deadline: deadline < now), a pending sibling cancel, and an
+// (execution_deadline: deadline <= now), a pending sibling cancel, and an
 // edge whose upstream is terminal but not counted yet (a hop).
 const overdueSQL = `
 SELECT 'lease expired, not expired by attempt_timeout: ' || e.partition_key || ':' || e.execution_id
 FROM ff_exec_core e JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index
-WHERE e.lifecycle_phase = 'active' AND a.lease_expires_at_ms < $1
+WHERE e.lifecycle_phase = 'active' AND a.lease_expires_at_ms <= $1
 UNION ALL
 SELECT 'delay due, not promoted: ' || partition_key || ':' || execution_id FROM ff_exec_core
 WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time' AND delay_until_ms <= $1
 UNION ALL
 SELECT 'deadline passed, not expired: ' || partition_key || ':' || execution_id FROM ff_exec_core
-WHERE lifecycle_phase <> 'terminal' AND deadline_at_ms < $1
+WHERE lifecycle_phase <> 'terminal' AND deadline_at_ms <= $1
 UNION ALL
 SELECT 'sibling cancel pending: ' || partition_key || ':' || downstream_eid FROM ff_pending_cancel_groups
 UNION ALL

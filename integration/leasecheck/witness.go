@@ -51,8 +51,13 @@ func alternatives(st Step, r *Result) []eventAlt {
 	case OpRenew:
 		same := sameLease(st.Lease)
 		if r != nil {
-			at := r.Lease.ExpiresAt - st.TTL
-			return []eventAlt{{lease: ff.LeaseRenewed, pred: func(e LeaseEvent) bool { return same(e) && e.AtMs == at }}}
+			// The new expiry is the reading plus the TTL, or the deadline
+			// (capped: after the reading, within the TTL); the model checks
+			// which against the execution's deadline.
+			exp := r.Lease.ExpiresAt
+			return []eventAlt{{lease: ff.LeaseRenewed, pred: func(e LeaseEvent) bool {
+				return same(e) && e.AtMs < exp && exp <= e.AtMs+st.TTL
+			}}}
 		}
 		return []eventAlt{{lease: ff.LeaseRenewed, pred: same}}
 	case OpComplete:
@@ -246,8 +251,9 @@ func (m *matching) followRealTime() {
 // reconstruct returns the results a call of unknown outcome had if tx was
 // its transaction: a plain call's rebuilt from the events (a composite's
 // steps had all returned before its COMMIT failed: their results are
-// known).
-func reconstruct(c *Call, tx *Tx, backoffMs int64) []Result {
+// known), with the execution's spec: a granted lease's expiry is the
+// reading plus the TTL capped at its deadline, a retry's delay its backoff.
+func reconstruct(c *Call, tx *Tx, spec CreateSpec) []Result {
 	if c.Results != nil {
 		return c.Results
 	}
@@ -259,18 +265,22 @@ func reconstruct(c *Call, tx *Tx, backoffMs int64) []Result {
 	} else if len(tx.Completions) > 0 {
 		at = tx.Completions[0].AtMs
 	}
+	exp := at + st.TTL
+	if spec.Deadline != 0 {
+		exp = min(exp, spec.Deadline)
+	}
 	switch st.Kind {
 	case OpClaim, OpReclaim:
 		e := tx.Lease[0]
-		r.Lease = LeaseRef{Attempt: e.Attempt, Epoch: e.Epoch, LeaseID: e.LeaseID, ExpiresAt: at + st.TTL, Instance: e.Instance}
+		r.Lease = LeaseRef{Attempt: e.Attempt, Epoch: e.Epoch, LeaseID: e.LeaseID, ExpiresAt: exp, Instance: e.Instance}
 	case OpRenew:
 		r.Lease = st.Lease
-		r.Lease.ExpiresAt = at + st.TTL
+		r.Lease.ExpiresAt = exp
 	case OpFail:
 		if len(tx.Completions) == 0 {
 			r.Retried, r.NextAttempt = true, st.Lease.Attempt+1
-			if backoffMs > 0 {
-				r.DelayUntil = at + backoffMs
+			if spec.BackoffMs > 0 {
+				r.DelayUntil = at + spec.BackoffMs
 			}
 		}
 	}

@@ -30,7 +30,7 @@ func TestAmbiguousUnknownCallsStayOpen(t *testing.T) {
 	s.Phase, s.Row, s.Epoch, s.MaxEpoch, s.LeaseID, s.Holder, s.HasExpiry, s.Expires = Active, true, 1, 1, leaseID(1), w1, true, 1010
 	var states []State
 	for _, c := range a.cands[renewed] {
-		n, _ := Transition(s, c.input(), Output{Results: reconstruct(c, renewed, 0), Unknown: true, Resolved: true, Events: renewed})
+		n, _ := Transition(s, c.input(), Output{Results: reconstruct(c, renewed, CreateSpec{}), Unknown: true, Resolved: true, Events: renewed})
 		states = append(states, n...)
 	}
 	expired := &Tx{Seq: 3, Lease: []LeaseEvent{{Type: ff.LeaseExpired, Attempt: 0, Epoch: 1, LeaseID: leaseID(1), Instance: w1, AtMs: 301}}}
