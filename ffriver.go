@@ -26,6 +26,13 @@
 //     and its outbox rows in one transaction (River completes the job after
 //     it, with its batch completer).
 //
+// A process that leaves Config.RiverSchema unset follows the ticks: New,
+// Attach and the tick watchdog use the River this schema's ff.tick jobs
+// are inserted into (or the client's), so a process that only uses the
+// Store, or one set up by hand, enqueues its flow hops where the workers
+// fetch; a RiverSchema that contradicts them is refused. The Service's
+// warnings go to slog.Default() unless Config.Logger is set.
+//
 // When embedding, register ffriver's workers on every River client that can
 // become leader (River's rescuer discards stuck jobs of kinds its leader
 // does not know) and give the periodic jobs to each of them: while a
@@ -787,7 +794,11 @@ func (e *TicksStaleError) Is(target error) bool { return target == ErrTicksStale
 // CheckTicks returns a *TicksStaleError when no tick of this pipeline's
 // scan queue has been inserted into River's tables (RiverSchema) for
 // staleAfter (DefaultTickStaleAfter when 0), counting from New when there
-// is none yet; nil otherwise. It is the tick watchdog's check, for an
+// is none yet; nil otherwise. It names River's leader when one has led for
+// staleAfter without inserting a tick. Ticks of this schema inserted
+// into another River are scanning, not its absence: with
+// Config.RiverSchema unset the Service takes that River (with a warning)
+// and CheckTicks returns nil; set, its error (Elsewhere) names both. It is the tick watchdog's check, for an
 // application's health endpoint. Wire it to a check that alerts rather
 // than to a readiness gate a rolling deploy waits for: while an old leader
 // without ffriver's periodic jobs leads, no new process gets ticks.
