@@ -239,3 +239,241 @@ func TestEmbedPoolTooSmall(t *testing.T) {
 		t.Fatalf("Configure with no ffriver workers on 4 connections: %v", err)
 	}
 }
+
+// flowHop creates a flow of two steps on st, up then down, and completes
+// up: its ff.advance job is inserted with the completion. It returns down.
+func flowHop(t *testing.T, st *executions.Store) ff.ExecutionID {
+	t.Helper()
+	ctx := context.Background()
+	flow, err := st.CreateFlow(ctx, [16]byte{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := st.Create(ctx, executions.CreateParams{FlowID: flow, Lane: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := st.Create(ctx, executions.CreateParams{FlowID: flow, Lane: "down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddDependencies(ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: []ff.ExecutionID{up},
+		Policy: executions.AllOf()}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := st.Claim(ctx, executions.ClaimParams{Lane: "up", WorkerInstanceID: "w", LeaseTTL: time.Minute})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim: %v, %v", leases, err)
+	}
+	if err := st.Complete(ctx, leases[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	return down
+}
+
+// advanceJobs counts the ff.advance jobs in the river_job of schema.
+func (h *hostApp) advanceJobs(schema string) int {
+	return h.Count(`SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1`, jobs.KindAdvance)
+}
+
+// Issue 39, trap 1: RiverSchema forgotten, a worker that calls Configure
+// and an API process that only uses ffriver.New(...).Store(). The API
+// process's ff.advance jobs went into the unused River of ffriver's schema
+// and stayed available until the dependency sweep (19.2 s a hop instead of
+// 0.85 s), without a word. New follows the ticks: it uses the River they
+// are inserted into, where the workers fetch.
+func TestEmbedTrapStoreOnlyProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHostApp(t)
+	// A second River in ffriver's schema, as Migrate made one unasked.
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, &migrations.Options{RiverSchema: h.ff.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	worker, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, Scanners: fastScanners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := h.config("worker")
+	if err := worker.Configure(rc, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t, rc)
+	fftest.Await(t, 60*time.Second, "the worker's first tick", func() bool {
+		return h.Count(`SELECT count(*) FROM `+h.river.Schema+`.river_job WHERE kind = $1`, jobs.KindTick) > 0
+	})
+
+	api, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if api.RiverSchema() != h.river.Schema {
+		t.Errorf("the API process's RiverSchema = %s, want %s, where the ticks go", api.RiverSchema(), h.river.Schema)
+	}
+	down := flowHop(t, api.Store())
+	if n := h.advanceJobs(h.river.Schema); n != 1 {
+		t.Errorf("%d ff.advance jobs in the workers' river_job, want 1", n)
+	}
+	if n := h.advanceJobs(h.ff.Schema); n != 0 {
+		t.Errorf("%d ff.advance jobs stranded in the unused river_job of ffriver's schema", n)
+	}
+	fftest.Await(t, 60*time.Second, "the downstream step's promotion", func() bool {
+		e, err := api.Store().Get(ctx, down)
+		return err == nil && e.EligibilityState == "eligible_now"
+	})
+
+	// Said wrong, it is refused, naming the setting and the River to name.
+	_, err = ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, RiverSchema: h.ff.Schema})
+	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "Config.RiverSchema") || !strings.Contains(err.Error(), `"`+h.river.Schema+`"`) {
+		t.Errorf("New with RiverSchema %s while the ticks go into %s: %v, want a refusal naming Config.RiverSchema and %s",
+			h.ff.Schema, h.river.Schema, err, h.river.Schema)
+	}
+}
+
+// Issue 39, trap 2: the manual path (AddWorkers, PeriodicJobs, Queues into
+// the host's own config) with RiverSchema forgotten got no schema check:
+// hops were stranded as in trap 1, and the watchdog and CheckTicks said
+// "nothing is being scanned" while the host's client scanned. Attach checks
+// the client's schema as Configure does.
+func TestEmbedTrapManualPath(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newHostApp(t)
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, &migrations.Options{RiverSchema: h.ff.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	manual := func(f *ffriver.Service, id string) *river.Config {
+		rc := h.config(id)
+		if err := f.AddWorkers(rc.Workers); err != nil {
+			t.Fatal(err)
+		}
+		rc.PeriodicJobs = append(rc.PeriodicJobs, f.PeriodicJobs()...)
+		for name, qc := range f.Queues(1, 2) {
+			rc.Queues[name] = qc
+		}
+		return rc
+	}
+
+	explicit, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, RiverSchema: h.ff.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong, err := river.NewClient(riverpgxv5.New(h.pool), manual(explicit, "mismatch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = explicit.Attach(ctx, wrong, ffriver.AttachOptions{})
+	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), `"`+h.river.Schema+`"`) || !strings.Contains(err.Error(), "Config.RiverSchema") {
+		t.Errorf("Attach with RiverSchema %s on a client of schema %s: %v, want a refusal naming both", h.ff.Schema, h.river.Schema, err)
+	}
+
+	began := time.Now()
+	f, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, Scanners: fastScanners()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(h.pool), manual(f, "manual"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const staleAfter = 3 * time.Second
+	var logs syncBuf
+	if err := f.Attach(ctx, client, ffriver.AttachOptions{TickStaleAfter: staleAfter, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	if f.RiverSchema() != h.river.Schema {
+		t.Errorf("RiverSchema after Attach = %s, want the client's %s", f.RiverSchema(), h.river.Schema)
+	}
+	down := flowHop(t, f.Store())
+	if n := h.advanceJobs(h.river.Schema); n != 1 {
+		t.Errorf("%d ff.advance jobs in the client's river_job, want 1", n)
+	}
+	fftest.Await(t, 60*time.Second, "the downstream step's promotion", func() bool {
+		e, err := f.Store().Get(ctx, down)
+		return err == nil && e.EligibilityState == "eligible_now"
+	})
+	// Past the threshold, with ticks coming, CheckTicks says all is well.
+	fftest.Await(t, 60*time.Second, "CheckTicks past the threshold", func() bool {
+		return time.Since(began) > staleAfter && f.CheckTicks(ctx, staleAfter) == nil
+	})
+	if strings.Contains(logs.String(), "nothing is being scanned") {
+		t.Errorf("the watchdog reported no scanning while the client scanned:\n%s", logs.String())
+	}
+}
+
+// Issue 39, trap 4: Migrate without RiverSchema, the application's River
+// off the search_path (named in river.Config.Schema), made a second River
+// in ffriver's schema, said only at DEBUG. It warns, naming the other
+// River and the setting.
+func TestEmbedTrapMigrateSecondRiver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHostApp(t)
+	pool := testdb.Connect(t, h.ff.Schema) // River's schema off the search_path
+	t.Cleanup(pool.Close)
+	var logs syncBuf
+	res, err := migrations.Migrate(ctx, pool, h.ff.Schema, &migrations.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RiverSchema != h.ff.Schema {
+		t.Fatalf("River's tables went to %s", res.RiverSchema)
+	}
+	for _, want := range []string{"level=WARN", h.river.Schema, "Options.RiverSchema", "--river-schema"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("Migrate's log does not say %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// Issue 39, trap 5: an old process without ffriver leads River (a rolling
+// deploy): nothing is scanned, and the watchdog said so only to
+// Config.Logger, which discarded by default. With no logger given it
+// reaches slog.Default(), and it names the leader. Not parallel: it
+// replaces slog's default logger.
+func TestEmbedTrapLeaderWithoutFFriverDefaultLogger(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newHostApp(t)
+	if _, err := migrations.Migrate(ctx, h.pool, h.ff.Schema, &migrations.Options{RiverSchema: h.river.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t, h.config("old-leader"))
+	fftest.Await(t, 90*time.Second, "the old client's leadership", func() bool {
+		return h.Count(`SELECT count(*) FROM `+h.river.Schema+`.river_leader WHERE leader_id = 'old-leader' AND expires_at > now()`) == 1
+	})
+	var logs syncBuf
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+
+	const staleAfter = time.Second
+	f, err := ffriver.New(ctx, h.pool, ffriver.Config{Schema: h.ff.Schema, RiverSchema: h.river.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := h.config("new")
+	rc.LeaderElectionDisabled = true // it never gets to lead here
+	if err := f.Configure(rc, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(h.pool), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Attach(ctx, client, ffriver.AttachOptions{TickStaleAfter: staleAfter}); err != nil {
+		t.Fatal(err)
+	}
+	fftest.Await(t, 60*time.Second, "the watchdog's warning in slog.Default()", func() bool {
+		return strings.Contains(logs.String(), `River's leader \"old-leader\"`)
+	})
+	err = f.CheckTicks(ctx, staleAfter)
+	var stale *ffriver.TicksStaleError
+	if !errors.As(err, &stale) || stale.Leader != "old-leader" || !strings.Contains(err.Error(), "does not run ffriver") {
+		t.Errorf("CheckTicks under old-leader = %v, want a *TicksStaleError naming it", err)
+	}
+}

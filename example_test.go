@@ -109,7 +109,10 @@ func Example_embed() {
 		return
 	}
 	// 3. The outbox waker, the tick watchdog and the item metrics, then River.
-	f.Attach(ctx, client, ffriver.AttachOptions{})
+	if err := f.Attach(ctx, client, ffriver.AttachOptions{}); err != nil {
+		fmt.Println(err)
+		return
+	}
 	if err := client.Start(ctx); err != nil {
 		fmt.Println(err)
 		return

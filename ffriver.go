@@ -26,6 +26,13 @@
 //     and its outbox rows in one transaction (River completes the job after
 //     it, with its batch completer).
 //
+// A process that leaves Config.RiverSchema unset follows the ticks: New,
+// Attach and the tick watchdog use the River this schema's ff.tick jobs
+// are inserted into (or the client's), so a process that only uses the
+// Store, or one set up by hand, enqueues its flow hops where the workers
+// fetch; a RiverSchema that contradicts them is refused. The Service's
+// warnings go to slog.Default() unless Config.Logger is set.
+//
 // When embedding, register ffriver's workers on every River client that can
 // become leader (River's rescuer discards stuck jobs of kinds its leader
 // does not know) and give the periodic jobs to each of them: while a
@@ -38,6 +45,7 @@ package ffriver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +62,7 @@ import (
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -118,7 +127,10 @@ type Config struct {
 	GroupLanes int
 	// Clock for every *_ms timestamp (default ff.SystemClock).
 	Clock ff.Clock
-	// Logger for the pipeline's warnings (default: discard).
+	// Logger for ffriver's warnings. The Service's own (the River schema
+	// New, Configure, Attach or the watchdog took, Attach's tick
+	// watchdog) go to slog.Default() when it is nil; the pipeline's jobs'
+	// are discarded then.
 	Logger *slog.Logger
 	// Waker is poked after each commit that wrote outbox events, so stream
 	// readers wake early; the caller runs it. nil: New makes one on the
@@ -276,13 +288,141 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	f := &Service{ownWaker: cfg.Waker == nil, riverExplicit: cfg.RiverSchema != "", pathRiver: pathRiver, cascade: cascade,
 		created: time.Now(), logger: logger, store: store, pipeline: p, periodic: periodic,
 		meters: cfg.MeterProvider, tracers: cfg.TracerProvider}
 	f.riverSchema.Store(&riverSchema)
+	if err := f.followTicks(ctx, cfg.Schema); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// followTicks makes the Service use the River its ticks go to. A process
+// that only uses the Store (an API beside the workers) never configures a
+// River client, and with RiverSchema forgotten its flow hops went into an
+// unused River in ffriver's schema, never fetched, until the dependency
+// sweep (19.2 s a hop instead of 0.85 s). So New looks where the ticks of
+// this pipeline (its scan queue, its schema) were last inserted: with
+// Config.RiverSchema unset it takes that River, with a warning; set to
+// another River whose river_job has no such tick within
+// DefaultTickStaleAfter while that one has, it refuses, naming both.
+// Without any tick yet (no leader with ffriver has run), there is nothing
+// to follow.
+func (f *Service) followTicks(ctx context.Context, schema string) error {
+	at, age, ok, err := f.newestTick(ctx)
+	if err != nil || !ok || at == f.RiverSchema() {
+		return err
+	}
+	if f.riverExplicit {
+		if age >= DefaultTickStaleAfter {
+			return nil
+		}
+		mine, seen, err := f.LastTick(ctx, "")
+		if err != nil || (seen && mine < DefaultTickStaleAfter) {
+			return err
+		}
+		return ff.Validationf("river_schema", "ffriver.Config.RiverSchema is %q, but this schema's ff.tick jobs are inserted into %q "+
+			"(the last %s ago), where ffriver's workers run: set Config.RiverSchema (--river-schema) to %q, or this process's flow "+
+			"hops go where no worker fetches", f.RiverSchema(), at, age.Round(time.Millisecond), at)
+	}
+	if err := migrations.VerifyRiverFor(ctx, f.store.Pool(), schema, at); err != nil {
+		return err
+	}
+	f.logger.WarnContext(ctx, "ffriver: this schema's ff.tick jobs are inserted into another River than Config.RiverSchema's default: "+
+		"ffriver uses that one (set ffriver.Config.RiverSchema to it to say so)", "river_schema", at, "last_tick", age.String(),
+		"unused", f.RiverSchema())
+	return f.useRiver(at)
+}
+
+// useRiver makes schema the River of the flow cascade, LastTick, CheckTicks
+// and the watchdog.
+func (f *Service) useRiver(schema string) error {
+	if err := f.cascade.use(schema); err != nil {
+		return err
+	}
+	f.riverSchema.Store(&schema)
+	return nil
+}
+
+// newestTick returns the River schema holding the newest ff.tick of this
+// pipeline (its scan queue, for its schema: jobs.TickArgs.Schema) among
+// every river_job of the database the role can read, and its age by the
+// database's clock; ok=false when there is none.
+func (f *Service) newestTick(ctx context.Context) (riverSchema string, age time.Duration, ok bool, err error) {
+	pool := f.store.Pool()
+	rows, err := pool.Query(ctx, `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname = 'river_job' AND c.relkind IN ('r', 'p') AND has_schema_privilege(n.oid, 'USAGE')
+		  AND has_table_privilege(c.oid, 'SELECT') ORDER BY 1`)
+	if err != nil {
+		return "", 0, false, dbutil.MapErr(err, "looking for River's tables")
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", 0, false, dbutil.MapErr(err, "looking for River's tables")
+	}
+	args, err := json.Marshal(map[string]string{"schema": f.store.Schema()})
+	if err != nil {
+		return "", 0, false, err
+	}
+	query := func(s string) string {
+		return dbutil.Schema(s).SQL(`SELECT extract(epoch FROM now() - max(created_at)) * 1000
+			FROM {S}river_job WHERE kind = $1 AND queue = $2 AND args @> $3`)
+	}
+	best := -1.0
+	note := func(s string, ms *float64) {
+		if ms != nil && (best < 0 || *ms < best) {
+			best, riverSchema = max(*ms, 0), s
+		}
+	}
+	// One round trip; a schema dropped meanwhile fails the batch, and the
+	// schemas are then read one by one, skipping the missing.
+	b := &pgx.Batch{}
+	for _, s := range schemas {
+		b.Queue(query(s), jobs.KindTick, f.pipeline.ScanQueue(), args)
+	}
+	res := pool.SendBatch(ctx, b)
+	ages := make([]*float64, len(schemas))
+	for i := range schemas {
+		if err = res.QueryRow().Scan(&ages[i]); err != nil {
+			break
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		for i, s := range schemas {
+			note(s, ages[i])
+		}
+	} else {
+		if ctx.Err() != nil {
+			return "", 0, false, dbutil.MapErr(err, "looking for ff.tick jobs")
+		}
+		for _, s := range schemas {
+			var ms *float64
+			if err := pool.QueryRow(ctx, query(s), jobs.KindTick, f.pipeline.ScanQueue(), args).Scan(&ms); err != nil {
+				if gone(err) {
+					continue
+				}
+				return "", 0, false, dbutil.MapErr(err, "looking for ff.tick jobs in schema "+s)
+			}
+			note(s, ms)
+		}
+	}
+	if best < 0 {
+		return "", 0, false, nil
+	}
+	return riverSchema, time.Duration(best * float64(time.Millisecond)), true, nil
+}
+
+// gone reports whether err says a table or schema no longer exists (or
+// cannot be read), as when a schema is dropped while it is being looked at.
+func gone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000" || pgErr.Code == "42501")
 }
 
 // RiverSchema returns the schema of the River tables ffriver uses:
@@ -357,21 +497,9 @@ func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 			"needs at least %d (ffriver.PoolConns) plus what the application's own queues use: raise pool_max_conns "+
 			"(pgxpool.Config.MaxConns), or River's fetches and leader election time out and leases expire late", have, scanWorkers, applyWorkers, need)
 	}
-	host, err := dbutil.ParseSchema(rc.Schema)
+	host, take, err := f.clientRiver(rc.Schema)
 	if err != nil {
 		return err
-	}
-	if host == "" {
-		host = dbutil.Schema(f.pathRiver)
-	}
-	take := string(host) != f.RiverSchema()
-	if take && f.riverExplicit {
-		said := fmt.Sprintf("%q (river.Config.Schema)", host)
-		if rc.Schema == "" {
-			said = fmt.Sprintf("%q (river.Config.Schema is empty: the search_path's River)", host)
-		}
-		return ff.Validationf("river_schema", "the River client's schema is %s but ffriver.Config.RiverSchema is %q: "+
-			"set both to the schema of River's tables, or ffriver's jobs go where this client never looks", said, f.RiverSchema())
 	}
 	if rc.Workers == nil {
 		rc.Workers = river.NewWorkers()
@@ -399,15 +527,42 @@ func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) err
 		rc.Queues[name] = qc
 	}
 	if take {
-		if err := f.cascade.use(string(host)); err != nil {
-			return err
-		}
-		f.logger.Warn("ffriver: River's tables are in the host client's schema, not ffriver's: ffriver uses the client's "+
-			"(set ffriver.Config.RiverSchema to it to say so)", "river_schema", string(host), "unused", f.RiverSchema())
-		h := string(host)
-		f.riverSchema.Store(&h)
+		return f.takeClientRiver(host)
 	}
 	return nil
+}
+
+// clientRiver resolves the schema of a River client's tables (its
+// river.Config.Schema; "" is the search_path's, as River reads it) and
+// checks it against Config.RiverSchema: when that was set and differs, an
+// error naming both; take says the Service should use the client's.
+func (f *Service) clientRiver(schema string) (host string, take bool, err error) {
+	h, err := dbutil.ParseSchema(schema)
+	if err != nil {
+		return "", false, err
+	}
+	if h == "" {
+		h = dbutil.Schema(f.pathRiver)
+	}
+	if string(h) == f.RiverSchema() {
+		return string(h), false, nil
+	}
+	if f.riverExplicit {
+		said := fmt.Sprintf("%q (river.Config.Schema)", h)
+		if schema == "" {
+			said = fmt.Sprintf("%q (river.Config.Schema is empty: the search_path's River)", h)
+		}
+		return "", false, ff.Validationf("river_schema", "the River client's schema is %s but ffriver.Config.RiverSchema is %q: "+
+			"set both to the schema of River's tables, or ffriver's jobs go where this client never looks", said, f.RiverSchema())
+	}
+	return string(h), true, nil
+}
+
+// takeClientRiver makes the client's River schema the Service's, saying so.
+func (f *Service) takeClientRiver(host string) error {
+	f.logger.Warn("ffriver: River's tables are in the host client's schema, not ffriver's: ffriver uses the client's "+
+		"(set ffriver.Config.RiverSchema to it to say so)", "river_schema", host, "unused", f.RiverSchema())
+	return f.useRiver(host)
 }
 
 // PoolConns is the least MaxConns of the pool of a River client that works
@@ -598,18 +753,39 @@ type TicksStaleError struct {
 	LastTick time.Duration
 	// Seen: there is a tick at all.
 	Seen bool
+	// Leader is the id of the client leading RiverSchema's River for
+	// StaleAfter or longer without inserting a tick: a River leader
+	// without ffriver's periodic jobs (an old process of a rolling deploy).
+	Leader string
+	// LeaderFor is how long Leader has led.
+	LeaderFor time.Duration
+	// Elsewhere, when set, is the River schema this schema's ticks are
+	// inserted into instead (the last ElsewhereAge ago): scanning runs,
+	// but Config.RiverSchema names another River, where this process's
+	// flow hops go unfetched.
+	Elsewhere    string
+	ElsewhereAge time.Duration
 }
 
 // Error implements error.
 func (e *TicksStaleError) Error() string {
+	if e.Elsewhere != "" {
+		return fmt.Sprintf("no ff.tick job inserted into %s.river_job for queue %s in %s, but this schema's ticks are inserted into "+
+			"%s.river_job (the last %s ago): scanning runs there, while ffriver.Config.RiverSchema names %q, so this process's flow "+
+			"hops go where no worker fetches; set Config.RiverSchema (--river-schema) to %q",
+			e.RiverSchema, e.Queue, e.StaleAfter, e.Elsewhere, e.ElsewhereAge.Round(time.Second), e.RiverSchema, e.Elsewhere)
+	}
 	last := "none since this process started"
 	if e.Seen {
 		last = "the last " + e.LastTick.Round(time.Second).String() + " ago"
 	}
-	return fmt.Sprintf("no ff.tick job inserted into %s.river_job for queue %s in %s (%s): no ffscheduler or other River leader "+
-		"with ffriver's periodic jobs is running, so nothing is being scanned; run ffscheduler, or give ffriver's periodic jobs "+
-		"(Configure) to every leader-eligible River client, the old ones of a rolling deploy included",
-		e.RiverSchema, e.Queue, e.StaleAfter, last)
+	who := "no ffscheduler or other River leader with ffriver's periodic jobs is running"
+	if e.Leader != "" {
+		who = fmt.Sprintf("River's leader %q (leading for %s) does not run ffriver's periodic jobs", e.Leader, e.LeaderFor.Round(time.Second))
+	}
+	return fmt.Sprintf("no ff.tick job inserted into %s.river_job for queue %s in %s (%s): %s, so nothing is being scanned; "+
+		"run ffscheduler, or give ffriver's periodic jobs (Configure) to every leader-eligible River client, the old ones of a "+
+		"rolling deploy included", e.RiverSchema, e.Queue, e.StaleAfter, last, who)
 }
 
 // Is makes errors.Is(err, ErrTicksStale) true.
@@ -618,7 +794,11 @@ func (e *TicksStaleError) Is(target error) bool { return target == ErrTicksStale
 // CheckTicks returns a *TicksStaleError when no tick of this pipeline's
 // scan queue has been inserted into River's tables (RiverSchema) for
 // staleAfter (DefaultTickStaleAfter when 0), counting from New when there
-// is none yet; nil otherwise. It is the tick watchdog's check, for an
+// is none yet; nil otherwise. It names River's leader when one has led for
+// staleAfter without inserting a tick. Ticks of this schema inserted
+// into another River are scanning, not its absence: with
+// Config.RiverSchema unset the Service takes that River (with a warning)
+// and CheckTicks returns nil; set, its error (Elsewhere) names both. It is the tick watchdog's check, for an
 // application's health endpoint. Wire it to a check that alerts rather
 // than to a readiness gate a rolling deploy waits for: while an old leader
 // without ffriver's periodic jobs leads, no new process gets ticks.
@@ -630,7 +810,8 @@ func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter
 	if staleAfter <= 0 {
 		staleAfter = DefaultTickStaleAfter
 	}
-	if riverSchema == "" {
+	own := riverSchema == ""
+	if own {
 		riverSchema = f.RiverSchema()
 	}
 	age, ok, err := f.LastTick(ctx, riverSchema)
@@ -640,7 +821,50 @@ func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter
 	if (ok && age < staleAfter) || (!ok && time.Since(since) < staleAfter) {
 		return nil
 	}
-	return &TicksStaleError{Queue: f.pipeline.ScanQueue(), RiverSchema: riverSchema, StaleAfter: staleAfter, LastTick: age, Seen: ok}
+	stale := &TicksStaleError{Queue: f.pipeline.ScanQueue(), RiverSchema: riverSchema, StaleAfter: staleAfter, LastTick: age, Seen: ok}
+	if own {
+		// Ticks inserted into another River (the host client's, set up by
+		// hand with Config.RiverSchema unset) are scanning, not its absence.
+		at, atAge, found, err := f.newestTick(ctx)
+		if err != nil {
+			return err
+		}
+		if found && at != riverSchema && atAge < staleAfter {
+			if !f.riverExplicit {
+				f.logger.WarnContext(ctx, "ffriver: this schema's ff.tick jobs are inserted into another River than the one it used: "+
+					"ffriver uses that one (set ffriver.Config.RiverSchema to it to say so)", "river_schema", at, "unused", riverSchema)
+				return f.useRiver(at)
+			}
+			stale.Elsewhere, stale.ElsewhereAge = at, atAge
+			return stale
+		}
+	}
+	if stale.Leader, stale.LeaderFor, err = riverLeader(ctx, f.store.Pool(), riverSchema); err != nil {
+		return err
+	}
+	if stale.LeaderFor < staleAfter {
+		stale.Leader, stale.LeaderFor = "", 0
+	}
+	return stale
+}
+
+// riverLeader returns the id of the client holding the leadership of
+// riverSchema's River and how long it has held it ("" when none does).
+func riverLeader(ctx context.Context, pool *pgxpool.Pool, riverSchema string) (id string, held time.Duration, err error) {
+	s, err := dbutil.ParseSchema(riverSchema)
+	if err != nil {
+		return "", 0, err
+	}
+	var ms float64
+	err = pool.QueryRow(ctx, s.SQL(`SELECT leader_id, extract(epoch FROM now() - elected_at) * 1000
+		FROM {S}river_leader WHERE expires_at > now()`)).Scan(&id, &ms)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, dbutil.MapErr(err, "reading River's leader")
+	}
+	return id, time.Duration(ms * float64(time.Millisecond)), nil
 }
 
 // WatchTicks logs a warning when no tick has been inserted for staleAfter
@@ -652,7 +876,7 @@ func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter
 // own River client runs it through Attach.
 func (f *Service) WatchTicks(ctx context.Context, riverSchema string, staleAfter time.Duration, logger *slog.Logger) {
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = f.logger
 	}
 	every := max(staleAfter/3, 100*time.Millisecond)
 	started := time.Now()
@@ -690,18 +914,34 @@ type AttachOptions struct {
 	// TickStaleAfter is the tick watchdog's threshold (default
 	// DefaultTickStaleAfter; negative: no watchdog).
 	TickStaleAfter time.Duration
-	// Logger hears the watchdog (default Config.Logger).
+	// Logger hears the watchdog (default Config.Logger, else
+	// slog.Default()).
 	Logger *slog.Logger
 }
 
 // Attach starts, until ctx is done, what a Process runs beside its River
-// client, for an application's own client set up with Configure: the item
-// metrics and spans (ObserveJobs on client), the outbox waker (when New
-// made it) and the tick watchdog (WatchTicks: a warning when no tick was
-// inserted for TickStaleAfter, e.g. because the River leader of a rolling
-// deploy has no ffriver periodic jobs). Call it once, before client.Start;
-// CheckTicks answers the watchdog's question for a health endpoint.
-func (f *Service) Attach(ctx context.Context, client *river.Client[pgx.Tx], o AttachOptions) {
+// client, for an application's own client set up with Configure or by hand
+// (AddWorkers, PeriodicJobs, Queues): the item metrics and spans
+// (ObserveJobs on client), the outbox waker (when New made it) and the
+// tick watchdog (WatchTicks: a warning when no tick was inserted for
+// TickStaleAfter, e.g. because the River leader of a rolling deploy has no
+// ffriver periodic jobs). Call it once, before client.Start; CheckTicks
+// answers the watchdog's question for a health endpoint.
+//
+// It checks the client's River schema (client.Schema()) as Configure does:
+// with Config.RiverSchema set to another schema it starts nothing and
+// returns an error naming both; unset, the Service takes the client's, so
+// the flow cascade and the watchdog use the River this client works.
+func (f *Service) Attach(ctx context.Context, client *river.Client[pgx.Tx], o AttachOptions) error {
+	host, take, err := f.clientRiver(client.Schema())
+	if err != nil {
+		return err
+	}
+	if take {
+		if err := f.takeClientRiver(host); err != nil {
+			return err
+		}
+	}
 	if o.TickStaleAfter == 0 {
 		o.TickStaleAfter = DefaultTickStaleAfter
 	}
@@ -709,6 +949,7 @@ func (f *Service) Attach(ctx context.Context, client *river.Client[pgx.Tx], o At
 		o.Logger = f.logger
 	}
 	f.attach(ctx, client, max(o.TickStaleAfter, 0), o.Logger)
+	return nil
 }
 
 // attach starts the waker (when the Service made it) and, with staleAfter

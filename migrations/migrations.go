@@ -41,7 +41,8 @@ type Options struct {
 	// or equal to the recorded count.
 	Partitions ff.Partitions
 	// Logger receives, at DEBUG, one line per applied migration, River's
-	// and ffriver's (default: discard).
+	// and ffriver's (default: discard), and the warning that River's tables
+	// are being created beside another River (default: slog.Default()).
 	Logger *slog.Logger
 	// RiverSchema receives River's migrations (ffriver.Config.RiverSchema;
 	// ffctl migrate --river-schema). Set it to the schema of an
@@ -55,7 +56,9 @@ type Options struct {
 	// River's tables in another schema, Migrate creates nothing and returns
 	// a *RiverSchemaError naming it, since a second River in ffriver's
 	// schema would hold ffriver's jobs where the application's River client
-	// never looks.
+	// never looks. When only schemas off the search_path hold River's
+	// tables, it creates them in ffriver's schema and warns (Logger),
+	// naming those schemas and this setting.
 	RiverSchema string
 	// UpTo applies ffriver's migrations up to this version only (0: all of
 	// them): for an upgrade in steps, and for the tests that upgrade a
@@ -155,6 +158,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 	riverSchema, err := riverSchemaFor(ctx, conn, s, opts)
 	if err != nil {
 		return nil, err
+	}
+	if opts.RiverSchema == "" {
+		if err := warnSecondRiver(ctx, conn, riverSchema, opts.Logger); err != nil {
+			return nil, err
+		}
 	}
 	res.RiverSchema = string(riverSchema)
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Ident()); err != nil {

@@ -124,7 +124,9 @@ func TestMigrateIsQuietAtInfo(t *testing.T) {
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	var info, debug testlog.Buffer
 	for range 2 {
-		if _, err := migrations.Migrate(ctx, db.Pool, db.Schema, &migrations.Options{
+		// RiverSchema said: the other tests' Rivers are beside it, which
+		// Migrate would warn of otherwise.
+		if _, err := migrations.Migrate(ctx, db.Pool, db.Schema, &migrations.Options{RiverSchema: db.Schema,
 			Logger: slog.New(slog.NewTextHandler(&info, &slog.HandlerOptions{Level: slog.LevelInfo}))}); err != nil {
 			t.Fatal(err)
 		}

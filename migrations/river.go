@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/ffriver/ffriver/ff"
@@ -83,6 +84,43 @@ func riverSchemaFor(ctx context.Context, q queryRower, s dbutil.Schema, opts *Op
 		return "", &RiverSchemaError{Schema: string(s), Found: found}
 	}
 	return s, nil
+}
+
+// warnSecondRiver warns (logger, else slog.Default()) when Migrate, left
+// without Options.RiverSchema, is about to create River's tables in rs while
+// other schemas, off the search_path, hold River's: an application that
+// names its River's schema in river.Config.Schema has it off the
+// search_path, and the second River then holds flow hops of any process
+// that forgets ffriver.Config.RiverSchema where no worker fetches.
+func warnSecondRiver(ctx context.Context, q interface {
+	queryRower
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, rs dbutil.Schema, logger *slog.Logger) error {
+	if ok, err := hasRiver(ctx, q, rs); err != nil || ok {
+		return err
+	}
+	// An application's River (no ffriver tables beside it) first.
+	rows, err := q.Query(ctx, `SELECT schemaname::text FROM pg_tables WHERE tablename = 'river_migration' AND schemaname <> $1
+		ORDER BY to_regclass(quote_ident(schemaname) || '.ff_partition_config') IS NOT NULL, 1 LIMIT 6`, string(rs))
+	if err != nil {
+		return dbutil.MapErr(err, "looking for River's tables")
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(others) == 0 {
+		return dbutil.MapErr(err, "looking for River's tables")
+	}
+	said := fmt.Sprintf("%q", others)
+	if len(others) > 5 {
+		said = fmt.Sprintf("%q and more", others[:5])
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.WarnContext(ctx, fmt.Sprintf("migrations: creating River's tables in schema %q, a second River: schemas %s already have them "+
+		"(off the search_path); if one is your application's River, set migrations.Options.RiverSchema (ffctl migrate --river-schema) "+
+		"to it instead, and ffriver.Config.RiverSchema too; set it to %q to say that ffriver gets a River of its own", rs, said, rs),
+		"schema", string(rs), "other_rivers", others)
+	return nil
 }
 
 // VerifyRiverFor checks that River's migrations are all applied in

@@ -153,7 +153,8 @@ func (p *Pipeline) TickArgs(name string) (river.JobArgs, error) {
 		return nil, err
 	}
 	st := p.settings[name]
-	return jobs.TickArgs{Scanner: name, Batch: st.Batch, Params: params, Filter: jobs.FilterOf(p.filter), SweepMs: st.Sweep.Milliseconds()}, nil
+	return jobs.TickArgs{Scanner: name, Batch: st.Batch, Params: params, Filter: jobs.FilterOf(p.filter), SweepMs: st.Sweep.Milliseconds(),
+		Schema: p.env.Schema()}, nil
 }
 
 // PeriodicJobs returns one River periodic job per enabled scanner: a tick

@@ -188,6 +188,11 @@ type TickArgs struct {
 	// SweepMs is the scanner's sweep period (workers.Settings.Sweep) in
 	// milliseconds; 0: no scan cursor, every scan starts from the beginning.
 	SweepMs int64 `json:"sweep_ms,omitempty"`
+	// Schema is the schema of the ffriver tables the tick is for: how a
+	// process finds the River its ticks go to, whatever River schema it was
+	// configured with (ffriver.New, CheckTicks). The tick's worker does not
+	// read it.
+	Schema string `json:"schema,omitempty"`
 }
 
 // Kind implements river.JobArgs.

@@ -116,7 +116,12 @@ func New(tb testing.TB, opts *Options) *DB {
 		}
 		return db
 	}
-	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions, RiverSchema: opts.RiverSchema})
+	riverSchema := opts.RiverSchema
+	if riverSchema == "" {
+		// Said, not left to Migrate: the other tests' Rivers are beside it.
+		riverSchema = schema
+	}
+	res, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{Partitions: opts.Partitions, RiverSchema: riverSchema})
 	if err != nil {
 		tb.Fatalf("testdb: migrating %s: %v", schema, err)
 	}
