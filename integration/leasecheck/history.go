@@ -22,10 +22,30 @@ var _ ff.Clock = OffsetClock{}
 
 // Timeline is a run's monotonic time axis, the one porcupine's call and
 // return times are on, and its mapping from the system clock.
-type Timeline struct{ start time.Time }
+type Timeline struct {
+	start time.Time
+	// scannerAhead bounds how far a binary's clock may be ahead of the
+	// system clock (Faults.BinaryClockSkew / 2): a scanner transaction's
+	// reading is that much late at most.
+	scannerAhead time.Duration
+}
 
 // NewTimeline starts a timeline now.
 func NewTimeline() Timeline { return Timeline{start: time.Now()} }
+
+// WithScannerSkew returns the timeline for binaries whose clocks are up to
+// ahead of the system clock.
+func (tl Timeline) WithScannerSkew(ahead time.Duration) Timeline {
+	tl.scannerAhead = ahead
+	return tl
+}
+
+// FromScannerMs places a scanner's clock reading (ms) on the timeline: a
+// lower bound of when it was taken, however far ahead its binary's clock
+// ran (WithScannerSkew).
+func (tl Timeline) FromScannerMs(ms int64) int64 {
+	return tl.FromWallMs(ms) - int64(tl.scannerAhead)
+}
 
 // Now returns the monotonic time since the start, in ns.
 func (tl Timeline) Now() int64 { return int64(time.Since(tl.start)) }

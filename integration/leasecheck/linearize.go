@@ -31,7 +31,17 @@ func Model() porcupine.NondeterministicModel {
 			fmt.Fprintf(h, "%+v", state.(State))
 			return h.Sum64()
 		},
-		DescribeOperation: func(input, output any) string { return Describe(input.(Input), output.(Output)) },
+		DescribeOperation: func(input, output any) string {
+			// The visualization also describes operations it made up
+			// itself (nil input and output) when a partition's longest
+			// legal prefix ends early.
+			in, ok := input.(Input)
+			out, ok2 := output.(Output)
+			if !ok || !ok2 {
+				return ""
+			}
+			return Describe(in, out)
+		},
 		DescribeState:     func(state any) string { return state.(State).String() },
 	}
 }

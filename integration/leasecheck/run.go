@@ -136,7 +136,7 @@ func Run(tb testing.TB, o Options) *Report {
 	if err := InstallCommitOrder(ctx, db.Pool); err != nil {
 		tb.Fatal(err)
 	}
-	tl := NewTimeline()
+	tl := NewTimeline().WithScannerSkew(o.Faults.BinaryClockSkew / 2)
 	streams, err := StartStreams(ctx, db.Pool, db.Schema, "leasecheck-stream", tl)
 	if err != nil {
 		tb.Fatal(err)

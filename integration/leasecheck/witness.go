@@ -352,7 +352,7 @@ func bounds(tl Timeline, c *Call, tx *Tx) (lo, hi int64) {
 	} else {
 		at = tx.Completions[0].AtMs
 	}
-	return tl.FromWallMs(at), hi
+	return tl.FromScannerMs(at), hi
 }
 
 // orderViolations returns the pairs of transactions whose commit order
