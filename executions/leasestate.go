@@ -56,14 +56,20 @@ type LeaseState struct {
 const MaxLeaseStates = 10_000
 
 // leaseStatesSQL reads, for each lease ($1 partitions, $2 UUIDs, $3 attempt
-// indexes), its execution and the attempt the lease was for, by their
-// primary keys: one row per lease, numbered from 1 in the order given.
+// indexes), its execution and the attempt the lease was for, each by its
+// primary key: one row per lease, numbered from 1 in the order given. The
+// lookups are LATERAL subqueries with OFFSET 0, which the planner cannot
+// flatten into joins: a join of 10,000 keys turns into hash joins over
+// sequential scans of both tables, which grow with the store; this plan
+// costs two index lookups per lease whatever the store's size.
 const leaseStatesSQL = `SELECT k.i, e.lifecycle_phase, e.public_state, e.attempt_index, e.deadline_at_ms,
        a.lease_id, a.lease_epoch, a.lease_expires_at_ms, a.outcome
 FROM unnest($1::int2[], $2::uuid[], $3::int[]) WITH ORDINALITY AS k(partition_key, execution_id, attempt_index, i)
-LEFT JOIN {S}ff_exec_core e ON e.partition_key = k.partition_key AND e.execution_id = k.execution_id
-LEFT JOIN {S}ff_attempt a ON a.partition_key = k.partition_key AND a.execution_id = k.execution_id
-  AND a.attempt_index = k.attempt_index`
+LEFT JOIN LATERAL (SELECT e.lifecycle_phase, e.public_state, e.attempt_index, e.deadline_at_ms FROM {S}ff_exec_core e
+  WHERE e.partition_key = k.partition_key AND e.execution_id = k.execution_id OFFSET 0) e ON true
+LEFT JOIN LATERAL (SELECT a.lease_id, a.lease_epoch, a.lease_expires_at_ms, a.outcome FROM {S}ff_attempt a
+  WHERE a.partition_key = k.partition_key AND a.execution_id = k.execution_id AND a.attempt_index = k.attempt_index
+  OFFSET 0) a ON true`
 
 // LeaseStates reads where each of leases stands, in one query (two primary
 // key lookups per lease) that takes no lock and writes nothing: whether it
