@@ -15,9 +15,13 @@
 //     wraps Permanent. A handler that panics fails its attempt the same way
 //     (the panic and its stack are logged).
 //   - A handler's context is cancelled with cause ErrLeaseLost when its
-//     lease is gone (revoked, cancelled, expired while a renewal could not
-//     get through, reclaimed); whatever it returns then is dropped: another
-//     worker, or nobody, owns the execution now.
+//     lease is gone (revoked, cancelled, reclaimed, expired, or its
+//     execution's deadline passed); whatever it returns then is dropped:
+//     another worker, or nobody, owns the execution now. The runner learns
+//     it within LeaseCheckInterval (1 s by default) and a query, whatever
+//     LeaseTTL is: every interval it reads the states of all the leases it
+//     holds, in one query (executions.Store.LeaseStates); a renewal that is
+//     refused tells it too.
 //   - Leases are renewed once a third of LeaseTTL is left, by a background
 //     loop. A renewal that fails for a reason other than fencing (the
 //     database is away) is tried again until the lease runs out.
@@ -26,11 +30,25 @@
 //     running handlers, then cancels their contexts with cause ErrStopping;
 //     a handler that returns an error after that is released (runnable at
 //     once, without using a retry) instead of failed. Run then waits for
-//     every end to be committed.
-//   - An end the runner cannot commit (the database is away) is
-//     not retried forever: the lease then runs out and the attempt_timeout
-//     scanner expires or retries the execution, as for a worker that died.
-//     Nothing is carried only by the runner.
+//     every end to be committed (or given up, below).
+//   - An end whose commit failed for a reason other than its lease (the
+//     database was away, or the connection was lost with the COMMIT's
+//     answer: ff.ErrOutcomeUnknown) is resolved, not abandoned: the runner
+//     reads the lease's state (executions.Store.LeaseStates), counts the
+//     end as committed when the lease's own end is there, and commits it
+//     again when the lease still holds, backing off from 50 ms to 1 s
+//     between tries, until the lease runs out, or until StopTimeout after
+//     Run's context is done. So a handler that succeeded ends completed,
+//     without a retry spent, as long as the database is back before its
+//     lease runs out (renewals stop when the handler returns, with at
+//     least about a sixth of LeaseTTL left, usually a third or more).
+//   - An end the runner could not commit before then leaves the lease to
+//     run out, and the attempt_timeout scanner expires or retries the
+//     execution, as for a worker that died. Nothing is carried only by the
+//     runner.
+//   - The lease checks and the resolution of ends need a Store that is
+//     also a LeaseReader (*executions.Store is); without one, lost leases
+//     are noticed at renewal, and ends that failed are left to run out.
 package runner
 
 import (
@@ -94,6 +112,18 @@ type Store interface {
 
 var _ Store = (*executions.Store)(nil)
 
+// LeaseReader is what a Store may offer besides Store, as *executions.Store
+// does: the states of many leases in one query (see
+// executions.Store.LeaseStates). A Runner whose Store is a LeaseReader
+// checks the leases it holds every LeaseCheckInterval, and resolves the
+// ends it could not commit (see the package doc). A wrapper that passes
+// Store's calls through should pass this one through too.
+type LeaseReader interface {
+	LeaseStates(ctx context.Context, leases []executions.Lease) ([]executions.LeaseState, error)
+}
+
+var _ LeaseReader = (*executions.Store)(nil)
+
 // Execution is what a handler works on: the execution's lease (ID,
 // attempt, epoch) and its payload.
 type Execution struct {
@@ -128,8 +158,14 @@ type Config struct {
 	FetchCooldown time.Duration
 	// StopTimeout is how long Run waits for running handlers once its
 	// context is done before it cancels their contexts. 0 cancels them at
-	// once.
+	// once. It also bounds, from the same moment, how long ends whose
+	// commit failed are still resolved.
 	StopTimeout time.Duration
+	// LeaseCheckInterval is how often the runner reads the states of the
+	// leases it holds, in one query, to cancel the handlers whose lease is
+	// gone (with a LeaseReader store). 0 means the default, 1 s; otherwise
+	// at least 10 ms.
+	LeaseCheckInterval time.Duration
 	// Logger receives the runner's warnings (default slog.Default()).
 	Logger *slog.Logger
 	// MeterProvider, when set, receives the runner's metrics (see
@@ -139,7 +175,15 @@ type Config struct {
 
 // Defaults of the Config fields whose zero value cannot mean itself.
 const (
-	DefaultFetchPollInterval = 100 * time.Millisecond
+	DefaultFetchPollInterval  = 100 * time.Millisecond
+	DefaultLeaseCheckInterval = time.Second
+)
+
+// Resolving an end whose commit failed: the wait before the first read of
+// its lease, doubling with each try up to maxResolveBackoff.
+const (
+	minResolveBackoff = 50 * time.Millisecond
+	maxResolveBackoff = time.Second
 )
 
 func (c *Config) check() error {
@@ -159,9 +203,15 @@ func (c *Config) check() error {
 		return ff.Validationf("lease_ttl", "%s: want at least 100ms", c.LeaseTTL)
 	case c.FetchPollInterval < 0 || c.FetchCooldown < 0 || c.StopTimeout < 0:
 		return ff.Validationf("runner", "negative FetchPollInterval, FetchCooldown or StopTimeout")
+	case c.LeaseCheckInterval != 0 && c.LeaseCheckInterval < 10*time.Millisecond:
+		return ff.Validationf("lease_check_interval", "%s: want at least 10ms (0 means the default, %s)",
+			c.LeaseCheckInterval, DefaultLeaseCheckInterval)
 	}
 	if c.FetchPollInterval == 0 {
 		c.FetchPollInterval = DefaultFetchPollInterval
+	}
+	if c.LeaseCheckInterval == 0 {
+		c.LeaseCheckInterval = DefaultLeaseCheckInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -173,6 +223,7 @@ func (c *Config) check() error {
 // call Run once.
 type Runner struct {
 	st      Store
+	lr      LeaseReader // st, when it is one; else nil
 	cfg     Config
 	handler Handler
 	m       *metrics
@@ -180,8 +231,14 @@ type Runner struct {
 	active atomic.Int64
 	freed  chan struct{} // a handler slot was freed (buffered 1)
 	mu     sync.Mutex
-	held   map[ff.ExecutionID]*running
-	ran    atomic.Bool
+	// held are the running handlers by lease id: an execution whose lease
+	// was lost may be claimed again while the first handler still runs.
+	held map[uuid.UUID]*running
+	ran  atomic.Bool
+	// resolving bounds the resolution of ends whose commit failed: done
+	// StopTimeout after Run's context. Set by Run before it starts any
+	// goroutine.
+	resolving context.Context
 }
 
 // running is one execution in a handler.
@@ -204,8 +261,9 @@ func New(store Store, cfg Config, h Handler) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{st: store, cfg: cfg, handler: h, m: m,
-		freed: make(chan struct{}, 1), held: make(map[ff.ExecutionID]*running)}, nil
+	lr, _ := store.(LeaseReader)
+	return &Runner{st: store, lr: lr, cfg: cfg, handler: h, m: m,
+		freed: make(chan struct{}, 1), held: make(map[uuid.UUID]*running)}, nil
 }
 
 // Run registers the lane (so that a runner may start before the first
@@ -222,15 +280,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	// Handlers and the ends they hand on outlive ctx until they are done.
 	base := context.WithoutCancel(ctx)
-	var handlers, ends sync.WaitGroup
+	var handlers, ends, loops sync.WaitGroup
+	resolving, stopResolving := context.WithCancel(base)
+	defer stopResolving()
+	r.resolving = resolving
 	renewCtx, stopRenew := context.WithCancel(base)
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		r.renew(renewCtx)
-	}()
+	loops.Go(func() { r.renew(renewCtx) })
+	if r.lr != nil {
+		loops.Go(func() { r.watch(renewCtx) })
+	}
 
 	r.fetch(ctx, base, &handlers, &ends)
+	resolveTimer := time.AfterFunc(r.cfg.StopTimeout, stopResolving)
+	defer resolveTimer.Stop()
 
 	// Stopping: wait for the handlers, then cancel what is left.
 	waited := make(chan struct{})
@@ -252,7 +314,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	ends.Wait()
 	stopRenew()
-	<-renewDone
+	loops.Wait()
 	return nil
 }
 
@@ -322,14 +384,14 @@ func (r *Runner) start(base context.Context, l executions.Lease, handlers, ends 
 	hctx, cancel := context.WithCancelCause(base)
 	h := &running{lease: l, cancel: cancel, ctx: hctx, ex: &Execution{Lease: l}}
 	r.mu.Lock()
-	r.held[l.ID] = h
+	r.held[l.LeaseID] = h
 	r.mu.Unlock()
 	r.active.Add(1)
 	r.m.activeAdd(base, 1)
 	handlers.Go(func() {
 		defer func() {
 			r.mu.Lock()
-			delete(r.held, l.ID)
+			delete(r.held, l.LeaseID)
 			r.mu.Unlock()
 			cancel(nil)
 			r.active.Add(-1)
@@ -392,17 +454,17 @@ func message(err error) string {
 // finish commits how an attempt ended through the Store's Complete, Fail
 // or Release, which commit concurrent calls together (one FinishMany per
 // batch, each call fenced on its own; a call whose execution another
-// transaction holds is finished alone so that it holds up no other).
+// transaction holds is finished alone so that it holds up no other). An end
+// whose commit failed for a reason other than its lease is resolved
+// (resolve).
 func (r *Runner) finish(ctx context.Context, it executions.Finish) {
-	var err error
-	var fr executions.FailResult
-	switch {
-	case it.Release:
-		err = r.st.Release(ctx, it.Lease)
-	case it.Fail != nil:
-		fr, err = r.st.Fail(ctx, it.Lease, *it.Fail)
-	default:
-		err = r.st.Complete(ctx, it.Lease, it.Result)
+	fr, err := r.commit(ctx, it)
+	resolved := false
+	if err != nil && r.lr != nil && resolvable(err) {
+		r.cfg.Logger.WarnContext(ctx, "runner: an execution's end may not have committed; resolving it while its lease lasts",
+			"execution", it.Lease.ID.String(), "error", err)
+		fr, err = r.resolve(it, err)
+		resolved = err == nil
 	}
 	switch {
 	case err == nil && it.Release:
@@ -421,6 +483,129 @@ func (r *Runner) finish(ctx context.Context, it executions.Finish) {
 		r.m.finished(ctx, outcomeError)
 		r.cfg.Logger.ErrorContext(ctx, "runner: could not commit an execution's end; its lease will run out and the attempt_timeout scanner takes it over",
 			"execution", it.Lease.ID.String(), "error", err)
+	}
+	if resolved {
+		r.cfg.Logger.InfoContext(ctx, "runner: an execution's end is committed after all", "execution", it.Lease.ID.String())
+	}
+}
+
+// commit sends the end it through the Store once.
+func (r *Runner) commit(ctx context.Context, it executions.Finish) (executions.FailResult, error) {
+	switch {
+	case it.Release:
+		return executions.FailResult{}, r.st.Release(ctx, it.Lease)
+	case it.Fail != nil:
+		return r.st.Fail(ctx, it.Lease, *it.Fail)
+	default:
+		return executions.FailResult{}, r.st.Complete(ctx, it.Lease, it.Result)
+	}
+}
+
+// resolvable reports whether an end that failed with err may still be
+// committed under its lease: the failure was not the lease's (fenced) nor
+// the input's (validation), so the database was away or the answer to the
+// end's COMMIT was lost (ff.ErrOutcomeUnknown).
+func resolvable(err error) bool {
+	return !executions.IsFenced(err) && !errors.Is(err, ff.ErrValidation)
+}
+
+// resolve finds out whether the end it, whose commit failed with err (see
+// resolvable), committed after all, and commits it again while its lease
+// still holds, backing off between tries, until the lease runs out or
+// Run's stop bound (r.resolving) ends. It returns nil once the end is
+// committed (its FailResult says only whether a Fail was retried), a fenced
+// error once the lease is known to have ended otherwise, or the last error
+// when it gave up.
+func (r *Runner) resolve(it executions.Finish, err error) (executions.FailResult, error) {
+	ctx, cancel := context.WithDeadline(r.resolving, time.UnixMilli(it.Lease.ExpiresAtMs))
+	defer cancel()
+	wait := minResolveBackoff
+	recommitted := false // the last commit was refused by the fence
+	for {
+		if !recommitted {
+			if !sleep(ctx, wait) {
+				return executions.FailResult{}, err
+			}
+			wait = min(2*wait, maxResolveBackoff)
+		}
+		states, rerr := r.lr.LeaseStates(ctx, []executions.Lease{it.Lease})
+		if rerr != nil {
+			if ctx.Err() == nil {
+				err = rerr
+			}
+			recommitted = false
+			continue
+		}
+		st := states[0]
+		switch {
+		case st.Status == executions.LeaseEnded:
+			return executions.FailResult{Retried: st.Outcome == "retry"}, nil
+		case st.Status == executions.LeaseHeld && !recommitted:
+			fr, cerr := r.commit(ctx, it)
+			if cerr == nil || errors.Is(cerr, ff.ErrValidation) {
+				return fr, cerr
+			}
+			// Refused by the fence: an earlier try may have committed
+			// meanwhile (its COMMIT was still on its way); read once more.
+			recommitted, err = executions.IsFenced(cerr), cerr
+		case st.Status == executions.LeaseExpired:
+			return executions.FailResult{}, fmt.Errorf("execution %s: resolving its end: the lease ran out: %w", it.Lease.ID, ff.ErrLeaseExpired)
+		default:
+			if recommitted {
+				return executions.FailResult{}, err
+			}
+			return executions.FailResult{}, fmt.Errorf("execution %s: resolving its end: the lease is %s (execution %s): %w",
+				it.Lease.ID, st.Status, st.PublicState, ff.ErrStaleLease)
+		}
+	}
+}
+
+// watch reads the states of the leases of the running handlers every
+// LeaseCheckInterval, all in one query, until ctx is done, and cancels
+// with ErrLeaseLost the handlers whose lease no longer holds (or whose
+// execution's deadline has passed). A check that fails (the database is
+// away) is logged once and tried again at the next tick; each is bounded by
+// four intervals.
+func (r *Runner) watch(ctx context.Context) {
+	every := r.cfg.LeaseCheckInterval
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var hs []*running
+		var leases []executions.Lease
+		r.mu.Lock()
+		for _, h := range r.held {
+			if h.ctx.Err() == nil {
+				hs, leases = append(hs, h), append(leases, h.lease)
+			}
+		}
+		r.mu.Unlock()
+		if len(hs) == 0 {
+			continue
+		}
+		checkCtx, cancel := context.WithTimeout(ctx, 4*every)
+		states, err := r.lr.LeaseStates(checkCtx, leases)
+		cancel()
+		if err != nil {
+			if !failing && ctx.Err() == nil {
+				r.cfg.Logger.WarnContext(ctx, "runner: checking the leases in hand failed; trying again each interval",
+					"leases", len(leases), "error", err)
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		for i, st := range states {
+			if st.Status != executions.LeaseHeld || st.DeadlinePassed {
+				hs[i].cancel(ErrLeaseLost)
+			}
+		}
 	}
 }
 

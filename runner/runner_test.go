@@ -305,6 +305,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Lane: lane, MaxWorkers: 1},
 		{Lane: lane, MaxWorkers: 1, LeaseTTL: time.Second, FetchCooldown: -1},
 		{Lane: "\xff", MaxWorkers: 1, LeaseTTL: time.Second},
+		{Lane: lane, MaxWorkers: 1, LeaseTTL: time.Second, LeaseCheckInterval: time.Millisecond},
 	} {
 		if _, err := runner.New(f.st, cfg, h); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("New(%+v) = %v, want a validation error", cfg, err)

@@ -111,7 +111,17 @@ type recordingStore struct {
 	client int
 }
 
-var _ runner.Store = (*recordingStore)(nil)
+var (
+	_ runner.Store       = (*recordingStore)(nil)
+	_ runner.LeaseReader = (*recordingStore)(nil)
+)
+
+// LeaseStates passes the runner's lease checks (a read) through, unrecorded:
+// they change nothing, and what the runner does on them (a handler
+// cancelled, an end of unknown outcome committed again) is recorded.
+func (s *recordingStore) LeaseStates(ctx context.Context, leases []executions.Lease) ([]executions.LeaseState, error) {
+	return s.proc.Store.LeaseStates(ctx, leases)
+}
 
 func (s *recordingStore) RegisterLane(ctx context.Context, lane, by string) error {
 	return s.proc.Store.RegisterLane(ctx, lane, by)
