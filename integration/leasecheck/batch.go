@@ -73,6 +73,7 @@ func (c *client) batch(ctx context.Context, x *execution, l executions.Lease, in
 		tx, err = c.proc.Pool.Begin(cctx)
 		if err == nil {
 			outs, err = c.proc.Store.FinishManyTx(cctx, tx, fin)
+			c.w.bounds.returned(x.Key, "FinishManyTx", cctx)
 			switch {
 			case err != nil:
 				_ = tx.Rollback(context.WithoutCancel(cctx))
@@ -87,6 +88,7 @@ func (c *client) batch(ctx context.Context, x *execution, l executions.Lease, in
 		}
 	} else {
 		outs, err = c.proc.Store.FinishMany(cctx, fin)
+		c.w.bounds.returned(x.Key, "FinishMany", cctx)
 	}
 	if err == nil && len(outs) != len(items) {
 		c.w.harness("FinishMany returned %d outcomes for %d items", len(outs), len(items))

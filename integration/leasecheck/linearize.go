@@ -42,7 +42,7 @@ func Model() porcupine.NondeterministicModel {
 			}
 			return Describe(in, out)
 		},
-		DescribeState:     func(state any) string { return state.(State).String() },
+		DescribeState: func(state any) string { return state.(State).String() },
 	}
 }
 

@@ -52,6 +52,9 @@ type Report struct {
 	// Batches counts the FinishMany and FinishManyTx batches the clients
 	// built themselves (live, stale and repeated items together).
 	Batches int64
+	// Bounds says how late the clients' calls returned after their
+	// deadlines (bounds.go).
+	Bounds string
 	// Runner counts the runners' calls (package runner's own loop): see
 	// RunnerStats.
 	Runner RunnerStats
@@ -85,6 +88,7 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v, binaries' %v\n", formatCounts(r.Faults), r.Offsets, r.BinaryOffsets)
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
 	fmt.Fprintf(&b, "FinishMany and FinishManyTx batches built by clients: %d\n", r.Batches)
+	fmt.Fprintf(&b, "bounds: %s\n", r.Bounds)
 	if len(r.Probes) > 0 {
 		fmt.Fprintf(&b, "probe rounds: %s\n", formatCounts(r.Probes))
 	}
@@ -215,6 +219,11 @@ func Run(tb testing.TB, o Options) *Report {
 	<-faultsDone
 	w.Stop()
 	stopped := time.Now()
+	appNames := make([]string, 0, len(procs))
+	for _, p := range procs {
+		appNames = append(appNames, p.AppName)
+	}
+	w.bounds.idle(ctx, db.Pool, appNames)
 	if err := cluster.Restore(); err != nil {
 		tb.Fatal(err)
 	}
@@ -252,6 +261,10 @@ func Run(tb testing.TB, o Options) *Report {
 	rep.Verdict = Judge(tl, calls, snap, streams, w.Groups(), w.SharedLanes(), o.Workload.Clients+1, o.CheckTimeout)
 	if w.probe != nil {
 		rep.Verdict.Violations = append(rep.Verdict.Violations, w.probe.Violations()...)
+	}
+	rep.Verdict.Violations = append(rep.Verdict.Violations, w.bounds.violations()...)
+	rep.Bounds = w.bounds.String()
+	if w.probe != nil {
 		rep.Probes = w.probe.Rounds()
 		rep.Notes = append(rep.Notes, w.probe.Notes()...)
 	}

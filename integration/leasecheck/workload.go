@@ -132,7 +132,10 @@ type Workload struct {
 	// batches counts the FinishMany and FinishManyTx batches clients built
 	// (batch.go).
 	batches atomic.Int64
-	harnd   []string // the harness's own errors (a validation error is a bug here)
+	// bounds checks that the clients' calls return by their deadlines
+	// (bounds.go).
+	bounds callBounds
+	harnd  []string // the harness's own errors (a validation error is a bug here)
 }
 
 // CreatorClient is the client id of the goroutine that creates executions.
@@ -929,6 +932,7 @@ func (c *client) plain(ctx context.Context, x *execution, st Step, do func(conte
 		defer cancelSoon()
 	}
 	r, err := do(cctx)
+	c.w.bounds.returned(x.Key, st.Kind.String(), cctx)
 	laneWide := ""
 	if st.Kind == OpClaim && x.Shared {
 		laneWide = x.Lane
@@ -974,6 +978,7 @@ func (c *client) composite(ctx context.Context, x *execution, hold time.Duration
 	}
 	for _, s := range steps {
 		r, err := s.do(cctx, tx)
+		c.w.bounds.returned(x.Key, s.st.Kind.String()+" (in a transaction)", cctx)
 		r.Err = Classify(err)
 		if r.Err != OK {
 			call.Results = append(call.Results, Result{Err: r.Err})
