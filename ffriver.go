@@ -56,7 +56,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/scanners"

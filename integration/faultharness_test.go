@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/google/uuid"
 )

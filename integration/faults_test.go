@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"

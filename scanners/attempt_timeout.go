@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )

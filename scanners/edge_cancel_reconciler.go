@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )

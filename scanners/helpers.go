@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/riverqueue/river"
 )
 

@@ -7,8 +7,8 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )

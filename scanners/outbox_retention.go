@@ -10,8 +10,8 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
 )

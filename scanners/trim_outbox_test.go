@@ -11,8 +11,8 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/testlog"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/jobopts"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -38,9 +38,9 @@ type itemWorker[T river.JobArgs] struct {
 // Timeout implements river.Worker.
 func (w *itemWorker[T]) Timeout(*river.Job[T]) time.Duration { return w.env.JobTimeout }
 
-// NextRetry implements river.Worker: a short backoff (jobs.RetryDelay).
+// NextRetry implements river.Worker: a short backoff (jobopts.RetryDelay).
 func (w *itemWorker[T]) NextRetry(job *river.Job[T]) time.Time {
-	return time.Now().Add(jobs.RetryDelay(job.Attempt))
+	return time.Now().Add(jobopts.RetryDelay(job.Attempt))
 }
 
 // Work implements river.Worker.

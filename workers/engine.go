@@ -10,7 +10,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/jobopts"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -361,7 +361,7 @@ func (g *engine[T]) then(ctx context.Context, tx pgx.Tx, e *entry[T], out Output
 			return Output{}, dbutil.MapErr(err, "completing job")
 		}
 		// The successor carries on the same item: it keeps its tags.
-		opts := &river.InsertOpts{Queue: e.job.Queue, MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight(),
+		opts := &river.InsertOpts{Queue: e.job.Queue, MaxAttempts: jobopts.ItemMaxAttempts, UniqueOpts: jobopts.UniqueInFlight(),
 			Tags: slices.Clone(e.job.Tags)}
 		if _, _, err := insertMany(ctx, tx, []river.InsertManyParams{{Args: out.Then, InsertOpts: opts}}); err != nil {
 			return Output{}, err

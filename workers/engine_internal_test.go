@@ -11,7 +11,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/actions"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"

@@ -11,7 +11,8 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/jobopts"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
@@ -137,7 +138,7 @@ func TestItemOutcomes(t *testing.T) {
 	if bad.State != rivertype.JobStateCancelled || bad.Attempt != 1 {
 		t.Errorf("invalid id: state %s after %d attempts, want cancelled after 1", bad.State, bad.Attempt)
 	}
-	if bad.MaxAttempts != jobs.ItemMaxAttempts {
+	if bad.MaxAttempts != jobopts.ItemMaxAttempts {
 		t.Errorf("item max attempts = %d", bad.MaxAttempts)
 	}
 }

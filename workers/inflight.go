@@ -34,7 +34,7 @@ import (
 //
 // So a scan first asks River's unique index which of its items are already
 // in flight and inserts only the others. The key is computed as River
-// computes it for jobs.UniqueInFlight (ByArgs over all fields, ByState; no
+// computes it for jobopts.UniqueInFlight (ByArgs over all fields, ByState; no
 // period, no queue): sha256("&kind=" + kind + "&args=" + the encoded args
 // with their top-level keys sorted). Args with `river:"unique"` field tags
 // are not pre-checked. The check only saves work: River's unique insert
@@ -44,7 +44,7 @@ import (
 // guards it) would merely match nothing.
 
 // inFlightKey returns River's unique_key of a job of args inserted with
-// jobs.UniqueInFlight, and ok=false when args cannot be pre-checked.
+// jobopts.UniqueInFlight, and ok=false when args cannot be pre-checked.
 func inFlightKey(args river.JobArgs) (key []byte, ok bool, err error) {
 	if hasUniqueTags(reflect.TypeOf(args)) {
 		return nil, false, nil
@@ -128,7 +128,7 @@ func walkUniqueTags(t reflect.Type, seen map[reflect.Type]bool) bool {
 }
 
 // skipInFlight drops from params the jobs River already holds in flight
-// (same unique key, in a state of jobs.InFlight), looked up in riverSchema's
+// (same unique key, in a state of jobopts.InFlight), looked up in riverSchema's
 // river_job through its unique index. It returns the params left and how
 // many it dropped.
 func skipInFlight(ctx context.Context, tx pgx.Tx, riverSchema string, params []river.InsertManyParams) ([]river.InsertManyParams, int, error) {

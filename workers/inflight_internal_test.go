@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"

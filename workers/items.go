@@ -5,7 +5,7 @@ import (
 
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )

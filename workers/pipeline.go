@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/jobopts"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/riverqueue/river"
 )
 
@@ -138,7 +139,7 @@ func (p *Pipeline) AddWorkers(workers *river.Workers) error {
 
 // TickInsertOpts are the insert options of this pipeline's ticks.
 func (p *Pipeline) TickInsertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: p.ScanQueue(), MaxAttempts: jobs.TickMaxAttempts, UniqueOpts: jobs.UniqueTick()}
+	return &river.InsertOpts{Queue: p.ScanQueue(), MaxAttempts: jobopts.TickMaxAttempts, UniqueOpts: jobopts.UniqueTick()}
 }
 
 // TickArgs returns the tick of the scanner called name, as the periodic job
@@ -209,13 +210,13 @@ func (p *Pipeline) Queues(scanWorkers, applyWorkers int) map[string]river.QueueC
 // itemInsertOpts are the insert options of an item job of a pipeline with
 // filter f: its apply queue, unique while in flight, a few attempts.
 func itemInsertOpts(f ff.Filter) *river.InsertOpts {
-	return &river.InsertOpts{Queue: jobs.ApplyQueue(f), MaxAttempts: jobs.ItemMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+	return &river.InsertOpts{Queue: jobs.ApplyQueue(f), MaxAttempts: jobopts.ItemMaxAttempts, UniqueOpts: jobopts.UniqueInFlight()}
 }
 
 // scanInsertOpts are the insert options of a scan job of a pipeline with
 // filter f.
 func scanInsertOpts(f ff.Filter) *river.InsertOpts {
-	return &river.InsertOpts{Queue: jobs.ScanQueue(f), MaxAttempts: jobs.ScanMaxAttempts, UniqueOpts: jobs.UniqueInFlight()}
+	return &river.InsertOpts{Queue: jobs.ScanQueue(f), MaxAttempts: jobopts.ScanMaxAttempts, UniqueOpts: jobopts.UniqueInFlight()}
 }
 
 // Backlog is one scanner's due work now.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )

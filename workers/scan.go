@@ -9,7 +9,8 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/jobopts"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -29,7 +30,7 @@ func (w *scanWorker) Timeout(*river.Job[jobs.ScanArgs]) time.Duration { return w
 
 // NextRetry implements river.Worker.
 func (w *scanWorker) NextRetry(job *river.Job[jobs.ScanArgs]) time.Time {
-	return time.Now().Add(jobs.RetryDelay(job.Attempt))
+	return time.Now().Add(jobopts.RetryDelay(job.Attempt))
 }
 
 // Work implements river.Worker.

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"

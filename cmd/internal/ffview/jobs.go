@@ -9,7 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/internal/jobs"
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"

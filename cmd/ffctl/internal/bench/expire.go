@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"

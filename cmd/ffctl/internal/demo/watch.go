@@ -11,7 +11,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
