@@ -15,6 +15,7 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/redact"
 )
 
 var demoCommand = command{
@@ -123,6 +124,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		Logger:      logger,
 		RiverLogger: cli.NewLogger(stderr, common.LogFormat, riverLevel),
 		Target:      cli.RedactURL(common.DatabaseURL),
+		KeepURL:     keepURL(common.DatabaseURL),
 
 		MeterProvider:  tel.MeterProvider(),
 		TracerProvider: tel.TracerProvider(),
@@ -167,4 +169,18 @@ func isTerminal(w io.Writer, getenv func(string) string) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// keepURL is the URL the demo's kept-schema commands export: the database
+// URL itself, with a password replaced by a placeholder to fill in (the
+// commands are printed, so no secret is); "" without a URL (PG*
+// variables).
+func keepURL(u string) string {
+	if u == "" {
+		return ""
+	}
+	if len(redact.Secrets(u)) == 0 {
+		return u
+	}
+	return strings.ReplaceAll(cli.RedactURL(u), redact.Mask, "PASSWORD")
 }

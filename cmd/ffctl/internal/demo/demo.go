@@ -103,6 +103,11 @@ type Options struct {
 	RiverLogger *slog.Logger
 	// Target describes the database in the introduction (a redacted URL).
 	Target string
+	// KeepURL is the database URL the commands printed for a kept schema
+	// export as DATABASE_URL, so that they look at the database the demo
+	// ran on ("": they keep the shell's connection settings). Its password,
+	// if any, is best left out or redacted.
+	KeepURL string
 	// MeterProvider and TracerProvider, when set, receive the metrics and
 	// spans of the demo's processes and streams (ffctl demo
 	// --metrics-addr).
@@ -284,7 +289,11 @@ func (d *demo) finish(ctx context.Context, sum *Summary) error {
 		// Written to be pasted from the repository's root into a new shell:
 		// make demo builds bin/ffctl only and sets DATABASE_URL for itself.
 		fmt.Fprintf(d.out, "\nThe schema %s is kept. To look at it, from the repository's root:\n", d.schema)
-		fmt.Fprintf(d.out, "  export DATABASE_URL=\"$(scripts/devdb.sh)\"   # the database make demo found (or your own URL)\n")
+		if d.opts.KeepURL != "" {
+			fmt.Fprintf(d.out, "  export DATABASE_URL=%s   # the database this demo ran on\n", shellQuote(d.opts.KeepURL))
+		} else {
+			fmt.Fprintf(d.out, "  # with the connection settings (PG* variables) this demo ran with\n")
+		}
 		fmt.Fprintf(d.out, "  make build\n")
 		fmt.Fprintf(d.out, "  bin/ffctl status --schema %s\n", d.schema)
 		fmt.Fprintf(d.out, "  bin/ffctl tail --schema %s --stream completions --from-start --idle-exit 2s\n", d.schema)
@@ -429,3 +438,6 @@ func (d *demo) intro(c *cluster, wl *workload) {
 	}
 	fmt.Fprintf(d.out, "  duration    %s (Ctrl-C ends it early)\n\n", d.opts.Duration)
 }
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

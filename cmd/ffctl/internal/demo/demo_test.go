@@ -126,7 +126,8 @@ func TestRunInterruptedAndKept(t *testing.T) {
 	// The intro ends with the duration line.
 	out := &signalBuffer{marker: "(Ctrl-C ends it early)", seen: make(chan struct{})}
 	go func() {
-		sum, err := Run(ctx, Options{PoolConfig: poolConfig(t), Schema: schema, Duration: time.Minute, Keep: true, Out: out})
+		sum, err := Run(ctx, Options{PoolConfig: poolConfig(t), Schema: schema, Duration: time.Minute, Keep: true, Out: out,
+			KeepURL: "postgres://demo@db.example:6543/d?sslmode=disable"})
 		ran <- result{sum, err}
 	}()
 	select {
@@ -158,7 +159,10 @@ func TestRunInterruptedAndKept(t *testing.T) {
 	if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM "`+schema+`".ff_exec_core`).Scan(&n); err != nil || n == 0 {
 		t.Errorf("kept schema: %d executions, %v", n, err)
 	}
-	for _, want := range []string{"Interrupted after", "(interrupted)", "The schema " + schema + " is kept", "DROP SCHEMA"} {
+	// The commands name the demo's own database, not whatever
+	// scripts/devdb.sh would find in a new shell.
+	for _, want := range []string{"Interrupted after", "(interrupted)", "The schema " + schema + " is kept", "DROP SCHEMA",
+		"export DATABASE_URL='postgres://demo@db.example:6543/d?sslmode=disable'"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
