@@ -211,7 +211,17 @@ func runExecList(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	f.fs.StringVar(&id, "id", "", fmt.Sprintf("only the execution with this `id` ({fp:N}:<uuid>) or whose id begins so\n"+
 		"({fp:N}:<hex>, or at least %d hex digits of the UUID)", executions.MinIDPrefix))
 	f.fs.IntVar(&p.Limit, "limit", executions.DefaultListLimit, fmt.Sprintf("list at most `n` executions (at most %d)", executions.MaxListLimit))
+	var after string
+	f.fs.StringVar(&after, "after", "", "the next page: the executions after this `cursor` (a full page ends with the\n"+
+		"--after to pass; in JSON each execution's list_cursor)")
 	f.fs.AfterParse(func() error {
+		if after != "" {
+			c, err := executions.ParseListCursor(after)
+			if err != nil {
+				return &cli.UsageError{Err: fmt.Errorf("--after: %w", err)}
+			}
+			p.After = c
+		}
 		for _, t := range []struct{ flag, v string }{{"namespace", p.Namespace}, {"lane", p.Lane}, {"state", p.State}} {
 			if err := cli.CheckText(t.flag, t.v, ff.MaxName); err != nil {
 				return err
@@ -251,12 +261,14 @@ func runExecList(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	now := st.NowMs()
 	views := make([]execView, 0, len(es))
 	for _, e := range es {
-		views = append(views, newExecView(e, now))
+		v := newExecView(e, now)
+		v.ListCursor = executions.ListCursorOf(e).String()
+		views = append(views, v)
 	}
 	if *f.format == "json" {
 		return cli.Report(stderr, f.fs.Name(), writeJSON(stdout, views))
 	}
-	return cli.Report(stderr, f.fs.Name(), writeListText(stdout, views))
+	return cli.Report(stderr, f.fs.Name(), writeListText(stdout, views, p.Limit))
 }
 
 func runExecCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -338,6 +350,9 @@ type execView struct {
 	Lease              *leaseView        `json:"lease,omitempty"`
 	Attempt            *attemptView      `json:"attempt,omitempty"`
 	Events             []eventView       `json:"events,omitempty"`
+	// ListCursor is the execution's position in exec list's order: pass
+	// the last one of a page as --after for the next page.
+	ListCursor string `json:"list_cursor,omitempty"`
 }
 
 // leaseView is the current attempt's live lease.
@@ -523,8 +538,9 @@ func writeExecText(w io.Writer, v execView) error {
 	return tw.Flush()
 }
 
-// writeListText prints executions as a table.
-func writeListText(w io.Writer, vs []execView) error {
+// writeListText writes a page of exec list; a full page (limit rows) ends
+// with the --after that lists the next.
+func writeListText(w io.Writer, vs []execView, limit int) error {
 	if len(vs) == 0 {
 		_, err := fmt.Fprintln(w, "no executions match")
 		return err
@@ -534,7 +550,7 @@ func writeListText(w io.Writer, vs []execView) error {
 	for _, v := range vs {
 		lease := "-"
 		if l := v.Lease; l != nil {
-			lease = str(l.WorkerInstanceID) + " until " + l.ExpiresAt.Format(tsFormat)
+			lease = str(l.WorkerID) + " (" + str(l.WorkerInstanceID) + ") until " + l.ExpiresAt.Format(tsFormat)
 			if l.Expired {
 				lease += " (expired)"
 			}
@@ -545,5 +561,12 @@ func writeListText(w io.Writer, vs []execView) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.ID, v.State, v.Lane, ns, v.Attempts, lease, v.CreatedAt.Format(tsFormat))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(vs) == limit {
+		_, err := fmt.Fprintf(w, "more may follow: the next page is the same command with --after %s\n", vs[len(vs)-1].ListCursor)
+		return err
+	}
+	return nil
 }

@@ -122,8 +122,26 @@ func TestExecCommands(t *testing.T) {
 		t.Errorf("list: %v, want both", got)
 	}
 	text, _ = run(cli.ExitOK, "list", "--lane", "emails")
-	if !strings.Contains(text, leased.String()) || !strings.Contains(text, "mailer-1 until") || strings.Contains(text, waiting.String()) {
-		t.Errorf("list text:\n%s", text)
+	if !strings.Contains(text, leased.String()) || !strings.Contains(text, "mailer (mailer-1) until") || strings.Contains(text, waiting.String()) ||
+		strings.Contains(text, "more may follow") {
+		t.Errorf("list text (the lease's worker and instance, no next page):\n%s", text)
+	}
+	// Pages: a full page says how to get the next, which lists the rest.
+	text, _ = run(cli.ExitOK, "list", "--limit", "1")
+	_, next, ok := strings.Cut(text, "more may follow: the next page is the same command with --after ")
+	if !ok {
+		t.Fatalf("list --limit 1 names no next page:\n%s", text)
+	}
+	first := list("--limit", "1")
+	second := list("--limit", "1", "--after", strings.TrimSpace(next))
+	if len(first) != 1 || len(second) != 1 || first[0] == second[0] {
+		t.Errorf("pages of one: %v then %v, want the two executions", first, second)
+	}
+	if rest := list("--after", strings.TrimSpace(next)); strings.Join(rest, ",") != strings.Join(second, ",") {
+		t.Errorf("after the first page: %v, want %v", rest, second)
+	}
+	if _, stderr := run(cli.ExitUsage, "list", "--after", "yesterday"); !strings.Contains(stderr, "--after") {
+		t.Errorf("list --after yesterday: %s", stderr)
 	}
 	if _, stderr := run(cli.ExitUsage, "list", "--id", "ab"); !strings.Contains(stderr, "at least 4 hexadecimal digits") {
 		t.Errorf("list --id ab: %s", stderr)
