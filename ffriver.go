@@ -818,7 +818,7 @@ func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter
 	if err != nil {
 		return err
 	}
-	if (ok && age < staleAfter) || (!ok && time.Since(since) < staleAfter) {
+	if ticksFresh(age, ok, since, staleAfter) {
 		return nil
 	}
 	stale := &TicksStaleError{Queue: f.pipeline.ScanQueue(), RiverSchema: riverSchema, StaleAfter: staleAfter, LastTick: age, Seen: ok}
@@ -839,32 +839,66 @@ func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter
 			return stale
 		}
 	}
-	if stale.Leader, stale.LeaderFor, err = riverLeader(ctx, f.store.Pool(), riverSchema); err != nil {
+	leader, err := riverLeader(ctx, f.store.Pool(), riverSchema)
+	if err != nil {
 		return err
 	}
-	if stale.LeaderFor < staleAfter {
-		stale.Leader, stale.LeaderFor = "", 0
-	}
+	stale.blame(leader)
 	return stale
 }
 
-// riverLeader returns the id of the client holding the leadership of
-// riverSchema's River and how long it has held it ("" when none does).
-func riverLeader(ctx context.Context, pool *pgxpool.Pool, riverSchema string) (id string, held time.Duration, err error) {
+// ticksFresh reports whether ticks are coming: the newest was inserted less
+// than staleAfter ago (age, when ok), or there is none yet and since (the
+// watcher's start) is less than staleAfter ago.
+func ticksFresh(age time.Duration, ok bool, since time.Time, staleAfter time.Duration) bool {
+	return (ok && age < staleAfter) || (!ok && time.Since(since) < staleAfter)
+}
+
+// blame names River's leader l in e when it has led for StaleAfter or
+// longer: long enough to have inserted a tick had it run ffriver's
+// periodic jobs.
+func (e *TicksStaleError) blame(l *RiverLeader) {
+	if l != nil && l.For >= e.StaleAfter {
+		e.Leader, e.LeaderFor = l.ID, l.For
+	}
+}
+
+// RiverLeader is the River client holding the leadership of a River
+// schema (its river_leader row): the one client that inserts periodic
+// jobs, ffriver's ticks among them when it runs them.
+type RiverLeader struct {
+	// ID is the client's id (river.Config.ID).
+	ID string `json:"id"`
+	// ElectedAt is when it was elected; ExpiresAt is when its leadership
+	// ends unless it renews it.
+	ElectedAt time.Time `json:"elected_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// For is how long it has led, by the database's clock.
+	For time.Duration `json:"for_ns"`
+	// InsertsTicks: a tick of the pipeline's scan queue was inserted since
+	// it was elected (TickHealth); only the leader inserts them.
+	InsertsTicks bool `json:"inserts_ticks"`
+}
+
+// riverLeader returns the client holding the leadership of riverSchema's
+// River (nil when none does).
+func riverLeader(ctx context.Context, pool *pgxpool.Pool, riverSchema string) (*RiverLeader, error) {
 	s, err := dbutil.ParseSchema(riverSchema)
 	if err != nil {
-		return "", 0, err
+		return nil, err
 	}
+	var l RiverLeader
 	var ms float64
-	err = pool.QueryRow(ctx, s.SQL(`SELECT leader_id, extract(epoch FROM now() - elected_at) * 1000
-		FROM {S}river_leader WHERE expires_at > now()`)).Scan(&id, &ms)
+	err = pool.QueryRow(ctx, s.SQL(`SELECT leader_id, elected_at, expires_at, extract(epoch FROM now() - elected_at) * 1000
+		FROM {S}river_leader WHERE expires_at > now()`)).Scan(&l.ID, &l.ElectedAt, &l.ExpiresAt, &ms)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", 0, dbutil.MapErr(err, "reading River's leader")
+		return nil, dbutil.MapErr(err, "reading River's leader")
 	}
-	return id, time.Duration(ms * float64(time.Millisecond)), nil
+	l.For = time.Duration(ms * float64(time.Millisecond))
+	return &l, nil
 }
 
 // WatchTicks logs a warning when no tick has been inserted for staleAfter

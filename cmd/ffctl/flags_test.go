@@ -23,6 +23,7 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"tail", "--max-events", "-1"}, "--max-events"},
 		{[]string{"tail", "--idle-exit", "-1s"}, "--idle-exit"},
 		{[]string{"migrate", "--partitions", "0"}, "partitions"},
+		{[]string{"status", "--tick-stale-after", "10ms"}, "--tick-stale-after 10ms is outside the allowed range 1s..24h0m0s"},
 	} {
 		var stderr bytes.Buffer
 		var code int

@@ -20,7 +20,9 @@ var statusCommand = command{
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("ffctl status", "",
-		"Shows, per scanner, the due backlog and how long its oldest item has been overdue, and\n"+
+		"Shows River's leader and whether it inserts ffriver's ticks (or why none comes), each\n"+
+			"scanner's last tick;\n"+
+			"per scanner, the due backlog and how long its oldest item has been overdue, and\n"+
 			"apart from it the unprocessable rows (rows that look due but no scan can process: a\n"+
 			"partition outside the schema's count, an attempt of no execution, an unknown state), each\n"+
 			"reason with a query that lists them;\n"+
@@ -33,6 +35,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			cli.FailFastHelp)
 	common := cli.AddCommon(fs)
 	common.AddRiverSchema(fs)
+	staleAfter := fs.Duration("tick-stale-after", ffriver.DefaultTickStaleAfter,
+		"say ticks have stopped when none was inserted for this `duration` (ffworker's --tick-stale-after)")
 	format := fs.String("format", "text", "output `format`: text or json")
 	retention := fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
 		"the outbox `retention` ffscheduler runs with (its --outbox-retention): what is due for\n"+
@@ -46,7 +50,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
 		return cli.FirstError(cli.CheckDuration("outbox-retention", *retention, time.Second, cli.MaxRetention),
-			cli.CheckExecutionRetention(execRetention))
+			cli.CheckExecutionRetention(execRetention), cli.CheckDuration("tick-stale-after", *staleAfter, time.Second, 24*time.Hour))
 	})
 	if err := fs.Parse(args); err != nil {
 		return cli.Report(stderr, fs.Name(), err)
@@ -63,6 +67,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	r, err := status.Collect(ctx, pool, f, *retention)
 	if err != nil {
+		return cli.Report(stderr, fs.Name(), err)
+	}
+	if r.Ticks, err = f.Ticks(ctx, *staleAfter); err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	if *format == "json" {

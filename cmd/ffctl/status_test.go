@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/executions"
@@ -20,6 +21,8 @@ import (
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 func TestStatusRefusesUnmigratedSchema(t *testing.T) {
@@ -287,5 +290,166 @@ func TestStatusShowsRetentionWaitingForALock(t *testing.T) {
 	}
 	if out := text(); strings.Contains(out, "outbox retention:") {
 		t.Errorf("status after a pass did the work still shows a wait:\n%s", out)
+	}
+}
+
+// statusOf runs ffctl status on db with extra flags and returns its JSON
+// report and its text.
+func statusOf(t *testing.T, db *testdb.DB, flags ...string) (status.Report, string) {
+	t.Helper()
+	ctx := context.Background()
+	args := append([]string{"--database-url", testdb.URL(), "--schema", db.Schema}, flags...)
+	var out, stderr bytes.Buffer
+	if code := runStatus(ctx, append(args, "--format", "json"), &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var r status.Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	out.Reset()
+	if code := runStatus(ctx, args, &out, &stderr); code != 0 {
+		t.Fatalf("text: exit %d: %s", code, stderr.String())
+	}
+	return r, out.String()
+}
+
+// scannerLine is the line of the ticks table of scanner name in status's
+// text ("" when none).
+func scannerLine(text, name string) string {
+	for l := range strings.Lines(text) {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == name && strings.HasSuffix(strings.TrimSpace(l), " ago") {
+			return l
+		}
+	}
+	return ""
+}
+
+// With no scheduler, status says that nothing ticks and that nothing
+// leads: it showed overdue times growing and never said why.
+func TestStatusSaysNoTicks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	r, text := statusOf(t, db)
+	if r.Ticks == nil || r.Ticks.Ticking || r.Ticks.Seen || r.Ticks.Leader != nil || len(r.Ticks.Scanners) == 0 {
+		t.Fatalf("ticks = %+v, want none seen, no leader, every scanner listed", r.Ticks)
+	}
+	for _, want := range []string{"River's leader: none\n", "no ticks in " + db.Schema + ".river_job (queue ff_scan): no scheduler leads",
+		"run ffscheduler"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+
+	// A scheduler that stopped two minutes ago left its last tick.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, created_at, scheduled_at, attempted_at, finalized_at)
+		VALUES ('{"scanner": "attempt_timeout"}', 'ff.tick', 1, 'ff_scan', 'completed', now() - interval '2 minutes',
+		        now() - interval '2 minutes', now() - interval '2 minutes', now() - interval '119 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	r, text = statusOf(t, db)
+	if r.Ticks.Ticking || !r.Ticks.Seen || r.Ticks.LastTick < 2*time.Minute {
+		t.Errorf("ticks = %+v, want the last one 2 minutes ago, not ticking", r.Ticks)
+	}
+	if want := "no ticks for 2m"; !strings.Contains(text, want) || !strings.Contains(text, "no scheduler leads") {
+		t.Errorf("text output lacks %q and no scheduler leads:\n%s", want, text)
+	}
+	if l := scannerLine(text, "attempt_timeout"); !strings.Contains(l, " 2m") || strings.Count(l, " ago") != 2 {
+		t.Errorf("attempt_timeout's ticks line %q, want its tick 2m ago, inserted and worked:\n%s", l, text)
+	}
+}
+
+// With a scheduler, status names River's leader as the one inserting the
+// ticks, and each scanner's last tick, inserted and worked.
+func TestStatusNamesTheLeaderAndEachScannersTick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.NewProcess(ctx, ffriver.ProcessOptions{Role: ffriver.Scheduler, ShutdownTimeout: 10 * time.Second,
+		Client: ffriver.ClientOptions{ID: "sched-a", ScanWorkers: 1, ApplyWorkers: 1, TestOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+
+	var r status.Report
+	var text string
+	fftest.Await(t, 60*time.Second, "every scanner's tick worked under leader sched-a", func() bool {
+		r, text = statusOf(t, db)
+		if r.Ticks == nil || r.Ticks.Leader == nil || r.Ticks.Leader.ID != "sched-a" || !r.Ticks.Leader.InsertsTicks || !r.Ticks.Ticking {
+			return false
+		}
+		for _, s := range r.Ticks.Scanners {
+			if !s.Disabled && (s.Inserted == nil || s.Worked == nil) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, want := range []string{`River's leader: "sched-a", elected `, "inserts ffriver's ticks", `by River's leader "sched-a"`,
+		"last tick worked"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "no ticks") {
+		t.Errorf("text output says no ticks while the scheduler ticks:\n%s", text)
+	}
+	for _, s := range r.Ticks.Scanners {
+		if s.Disabled {
+			continue
+		}
+		if l := scannerLine(text, s.Scanner); !strings.Contains(l, s.Interval.String()) || strings.Count(l, " ago") != 2 {
+			t.Errorf("%s's ticks line %q, want its interval %s and its last tick inserted and worked:\n%s", s.Scanner, l, s.Interval, text)
+		}
+	}
+}
+
+// oldAppArgs is the job of an application's River client without ffriver.
+type oldAppArgs struct{}
+
+func (oldAppArgs) Kind() string { return "old_app" }
+
+// Issue 39: in a rolling deploy an old process without ffriver held River's
+// leadership, so no tick was inserted and nothing was scanned. Status names
+// that leader as the one that does not run ffriver's periodic jobs.
+func TestStatusNamesALeaderWithoutFFriver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[oldAppArgs]) error { return nil }))
+	old, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{ID: "old-app", Schema: db.Schema, Workers: workers, TestOnly: true,
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Stop(context.Background()) })
+
+	var r status.Report
+	var text string
+	fftest.Await(t, 90*time.Second, "status naming old-app as a leader without ffriver", func() bool {
+		r, text = statusOf(t, db, "--tick-stale-after", "1s")
+		return r.Ticks != nil && r.Ticks.Leader != nil && r.Ticks.Leader.ID == "old-app" && r.Ticks.Leader.For >= time.Second
+	})
+	if r.Ticks.Ticking || r.Ticks.Leader.InsertsTicks {
+		t.Errorf("ticks = %+v, leader %+v; want no ticks, and old-app inserting none", r.Ticks, r.Ticks.Leader)
+	}
+	for _, want := range []string{`River's leader: "old-app", elected `, "inserts no ffriver tick: it does not run ffriver's periodic jobs",
+		`no ticks in ` + db.Schema + `.river_job (queue ff_scan): River's leader "old-app" (leading for `, "leader-eligible River client"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
 	}
 }

@@ -42,6 +42,9 @@ type Report struct {
 	// on the server (any database). Streams do not wait for it unless it
 	// wrote to their outbox (Stream.Waiting); it holds back VACUUM.
 	OldestWriter *Writer `json:"oldest_writer,omitempty"`
+	// Ticks are River's leader, whether it inserts ffriver's ticks, and
+	// each scanner's last tick (ffriver.Service.Ticks); nil when not read.
+	Ticks *ffriver.TickHealth `json:"ticks,omitempty"`
 }
 
 // Consumer is one named stream consumer, and what retention does about it.
@@ -370,6 +373,7 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "River's tables in schema %s\n", r.RiverSchema)
 	}
 	fmt.Fprintln(tw)
+	writeTicks(tw, r.Ticks)
 	fmt.Fprintln(tw, "scanner\tinterval\tbatch\tdue\tpartitions\toldest overdue\tunprocessable")
 	for _, s := range r.Scanners {
 		name := s.Name
@@ -468,6 +472,47 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintln(tw, "oldest open writer: none")
 	}
 	return tw.Flush()
+}
+
+// writeTicks prints River's leader, whether ticks come (or why none does)
+// and each scanner's last tick; nothing when t is nil.
+func writeTicks(w io.Writer, t *ffriver.TickHealth) {
+	if t == nil {
+		return
+	}
+	if l := t.Leader; l == nil {
+		fmt.Fprintln(w, "River's leader: none")
+	} else {
+		does := "no ffriver tick since its election yet"
+		switch {
+		case l.InsertsTicks:
+			does = "inserts ffriver's ticks"
+		case t.Stale != nil && t.Stale.Leader == l.ID:
+			does = "inserts no ffriver tick: it does not run ffriver's periodic jobs"
+		}
+		fmt.Fprintf(w, "River's leader: %q, elected %s (%s ago), expires %s: %s\n", l.ID, l.ElectedAt.UTC().Format(time.RFC3339),
+			l.For.Round(time.Second), l.ExpiresAt.UTC().Format(time.RFC3339), does)
+	}
+	fmt.Fprintln(w, t.Summary)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "scanner\tinterval\tlast tick\tlast tick worked")
+	for _, s := range t.Scanners {
+		name := s.Scanner
+		if s.Disabled {
+			name += " (disabled)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, s.Interval, ago(s.Inserted, s.InsertedAge), ago(s.Worked, s.WorkedAge))
+	}
+	fmt.Fprintln(w)
+}
+
+// ago says how long ago at was, d by the database's clock; "none" when
+// at is nil.
+func ago(at *time.Time, d time.Duration) string {
+	if at == nil {
+		return "none"
+	}
+	return d.Round(time.Millisecond).String() + " ago"
 }
 
 // WriteJSON prints r as one JSON document.
