@@ -8,6 +8,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/metricviews"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -39,8 +40,8 @@ func Example_metrics() {
 	defer pool.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) //nolint:errcheck
 
 	reader := sdkmetric.NewManualReader()
-	// workers.MetricViews keeps River's job metrics (otelriver) bounded.
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(workers.MetricViews()...))
+	// metricviews.Views keeps River's job metrics (otelriver) bounded.
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(metricviews.Views()...))
 	cfg := ffriver.Config{
 		Schema:        schema,
 		Scanners:      map[string]workers.Settings{scanners.DelayedPromoter: {Interval: 200 * time.Millisecond}},

@@ -155,7 +155,7 @@ type Config struct {
 	// on the processes' River clients (SchedulerConfig, WorkerConfig),
 	// River's own through otelriver. nil: no metrics. ffriver never
 	// installs or reads a global provider. Build an SDK provider with
-	// sdkmetric.WithView(workers.MetricViews()...): otelriver labels each
+	// sdkmetric.WithView(metricviews.Views()...): otelriver labels each
 	// job's metrics with its River tags, which name every partition and
 	// namespace of ffriver's items, and the view drops them.
 	MeterProvider metric.MeterProvider

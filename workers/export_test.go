@@ -9,10 +9,7 @@ var (
 
 // Unexported names the external tests check against.
 var (
-	RescueGrace     = rescueGrace
-	RescueInterval  = rescueInterval
-	OtelriverScope  = otelriverScope
-	DurationBuckets = durationBuckets
-	CountBuckets    = countBuckets
-	ScanTags        = scanTags
+	RescueGrace    = rescueGrace
+	RescueInterval = rescueInterval
+	ScanTags       = scanTags
 )

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/otelbuckets"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/jackc/pgx/v5"
@@ -16,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -91,63 +91,6 @@ const (
 	AttrJobAttempt  = attribute.Key("river.job.attempt")
 )
 
-// durationBuckets are the bucket bounds, in seconds, of ffriver's duration
-// and lag histograms: 1 ms to 5 min.
-var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
-
-// countBuckets are the bucket bounds of River's job-count histograms
-// (river.job_get_available_count: the jobs one fetch of a producer locked).
-var countBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
-
-// otelriverScope is the instrumentation scope of otelriver's instruments
-// (River's own job metrics, river.*).
-const otelriverScope = "github.com/riverqueue/rivercontrib/otelriver"
-
-// otelriverTagKey is the attribute otelriver gives every job metric: the
-// job's River tags, as one string-slice value.
-const otelriverTagKey = attribute.Key("tag")
-
-// MetricViews returns the OpenTelemetry SDK views that keep River's job
-// metrics (otelriver) bounded when they record ffriver's jobs; give them to
-// the MeterProvider: sdkmetric.NewMeterProvider(reader,
-// sdkmetric.WithView(workers.MetricViews()...)). The binaries' provider has
-// them.
-//
-// otelriver labels each job's metrics with its River tags, and every
-// ffriver item carries partition-<n> and ns-<namespace> tags (for River
-// UI's filters): without the view a worker grows a series per partition,
-// namespace, kind and status (749 river_work_count_total series, a 5 MB
-// /metrics after 11,600 items over 256 partitions and 5 namespaces). The
-// view drops the tag attribute from every otelriver instrument, so their
-// labels are the job's kind, queue, priority, attempt and status (the
-// producer's fetch metrics, river.job_get_available_duration and _count,
-// have only the queue), and gives their histograms buckets in seconds
-// (1 ms to 5 min) instead of the SDK's millisecond-sized defaults, or,
-// for a histogram of job counts, 0 to 1,000. An application that wants
-// River tags in its metrics must keep ffriver's jobs out of them some
-// other way.
-func MetricViews() []sdkmetric.View {
-	return []sdkmetric.View{otelriverView}
-}
-
-// otelriverView is MetricViews' one view: a single view per instrument,
-// since every matching view adds a stream of its own.
-func otelriverView(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
-	if i.Scope.Name != otelriverScope {
-		return sdkmetric.Stream{}, false
-	}
-	s := sdkmetric.Stream{Name: i.Name, Description: i.Description, Unit: i.Unit,
-		AttributeFilter: func(kv attribute.KeyValue) bool { return kv.Key != otelriverTagKey }}
-	if i.Kind == sdkmetric.InstrumentKindHistogram {
-		bounds := durationBuckets
-		if i.Unit != "s" {
-			bounds = countBuckets // {job}: a count, not a duration
-		}
-		s.Aggregation = sdkmetric.AggregationExplicitBucketHistogram{Boundaries: bounds}
-	}
-	return s, true
-}
-
 // itemOutcomes are the outcomes every item counter starts with at 0 (an
 // item kind may record others, such as a cancel group's).
 var itemOutcomes = []string{string(Processed), string(NoOp), string(Orphaned),
@@ -203,7 +146,7 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 		metric.WithDescription("Item jobs finished, by scanner and outcome (processed, no_op, orphaned, skipped_locked, failed).")); err != nil {
 		return nil, err
 	}
-	if m.duration, err = meter.Float64Histogram(MetricItemDuration, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...),
+	if m.duration, err = meter.Float64Histogram(MetricItemDuration, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(otelbuckets.Duration()...),
 		metric.WithDescription("How long an item job's work took, its transaction included.")); err != nil {
 		return nil, err
 	}

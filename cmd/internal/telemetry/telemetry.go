@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ffriver/ffriver/workers"
+	"github.com/ffriver/ffriver/metricviews"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -117,7 +117,7 @@ func Start(ctx context.Context, o Options) (*Telemetry, error) {
 		// River's job metrics (otelriver) without the jobs' tags, which
 		// name every partition and namespace, and with buckets in seconds.
 		t.meters = sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res),
-			sdkmetric.WithView(workers.MetricViews()...))...)
+			sdkmetric.WithView(metricviews.Views()...))...)
 	}
 	if otlpTraces {
 		exp, err := autoexport.NewSpanExporter(ctx)

@@ -1,4 +1,4 @@
-package workers_test
+package metricviews_test
 
 import (
 	"context"
@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffriver/ffriver/workers"
+	"github.com/ffriver/ffriver/internal/otelbuckets"
+	"github.com/ffriver/ffriver/metricviews"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/otel/attribute"
@@ -14,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// MetricViews bounds every otelriver instrument's labels, the producers'
+// Views bounds every otelriver instrument's labels, the producers'
 // fetch metrics of otelriver v0.12 included (queue only), and gives each
 // histogram buckets of its unit: seconds for durations, job counts for
 // river.job_get_available_count (it had the duration buckets, 0.001 to
@@ -22,7 +23,7 @@ import (
 func TestMetricViews(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(workers.MetricViews()...))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(metricviews.Views()...))
 	mw := otelriver.NewMiddleware(&otelriver.MiddlewareConfig{MeterProvider: mp})
 	mw.MetricEmit(ctx, &rivertype.HookMetricEmitParams{Metric: &rivertype.JobGetAvailableCountMetric{Queue: "ff_apply", Count: 7}})
 	mw.MetricEmit(ctx, &rivertype.HookMetricEmitParams{Metric: &rivertype.JobGetAvailableDurationMetric{Queue: "ff_apply", Duration: 3 * time.Millisecond}})
@@ -40,7 +41,7 @@ func TestMetricViews(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != workers.OtelriverScope {
+		if sm.Scope.Name != "github.com/riverqueue/rivercontrib/otelriver" {
 			continue
 		}
 		for _, m := range sm.Metrics {
@@ -50,14 +51,14 @@ func TestMetricViews(t *testing.T) {
 			case metricdata.Histogram[float64]:
 				for _, dp := range d.DataPoints {
 					sets = append(sets, dp.Attributes)
-					if !slices.Equal(dp.Bounds, workers.DurationBuckets) {
+					if !slices.Equal(dp.Bounds, otelbuckets.Duration()) {
 						t.Errorf("%s (%s): buckets %v, want DurationBuckets", m.Name, m.Unit, dp.Bounds)
 					}
 				}
 			case metricdata.Histogram[int64]:
 				for _, dp := range d.DataPoints {
 					sets = append(sets, dp.Attributes)
-					if !slices.Equal(dp.Bounds, workers.CountBuckets) {
+					if !slices.Equal(dp.Bounds, otelbuckets.Count()) {
 						t.Errorf("%s (%s): buckets %v, want CountBuckets", m.Name, m.Unit, dp.Bounds)
 					}
 				}
