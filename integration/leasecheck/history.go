@@ -40,6 +40,12 @@ func (tl Timeline) WithScannerSkew(ahead time.Duration) Timeline {
 	return tl
 }
 
+// ScannerNowMs is the latest a scanner's clock may read now: the system
+// clock, plus how far a binary's may be ahead (WithScannerSkew).
+func (tl Timeline) ScannerNowMs() int64 {
+	return time.Now().Add(tl.scannerAhead).UnixMilli()
+}
+
 // FromScannerMs places a scanner's clock reading (ms) on the timeline: a
 // lower bound of when it was taken, however far ahead its binary's clock
 // ran (WithScannerSkew).
@@ -91,7 +97,8 @@ type Call struct {
 	// Clock is the Store's clock before and after (Hi Unbounded for an
 	// unknown outcome).
 	Clock Window
-	// WallHi is the system clock (ms) on return.
+	// WallHi is the latest a scanner's clock could read on return
+	// (Timeline.ScannerNowMs).
 	WallHi int64
 	// Err is the error text, for reports.
 	Err string

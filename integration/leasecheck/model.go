@@ -28,10 +28,11 @@ const (
 	// Waiting: runnable and eligible now (claimable).
 	Waiting
 	// Delayed: runnable, not eligible until DelayUntil. The
-	// delayed_promoter makes it eligible once its clock (the system clock
-	// of the ffriver binaries) reaches DelayUntil, and writes no event: the
-	// promotion is not observed, so a Delayed execution is claimable by a
-	// Claim that returned after DelayUntil (wall time).
+	// delayed_promoter makes it eligible once its clock (a binary's: the
+	// system clock, or up to Faults.BinaryClockSkew/2 either way of it)
+	// reaches DelayUntil, and writes no event: the promotion is not
+	// observed, so a Delayed execution is claimable by a Claim that
+	// returned once a scanner's clock could read DelayUntil (WallHi).
 	Delayed
 	// Blocked: runnable, blocked by dependencies. A flow hop releases it
 	// when its edge group is satisfied, without an event: a Claim that
@@ -410,8 +411,10 @@ type Input struct {
 	// time-dependent outcome with one reading of its clock inside it. For
 	// a scanner transaction it is the reading itself (occurred_at_ms).
 	Clock Window
-	// WallHi is the system clock (ms) when the call returned: a delayed
-	// execution was promoted by then only if its delay was due by then.
+	// WallHi is the latest a scanner's clock could read when the call
+	// returned (the system clock, plus how far a binary's may be ahead):
+	// a delayed execution was promoted by then only if its delay was due
+	// by then.
 	WallHi int64
 	// Derived: a scanner transaction (OpScanner), from the outbox.
 	Derived bool
@@ -686,10 +689,10 @@ func claim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	case Blocked:
 		// Released by its flow hop (unobserved); see Blocked.
 	case Delayed:
-		// Promoted by the delayed_promoter (unobserved), whose clock is
-		// the system clock: only once DelayUntil has passed.
+		// Promoted by the delayed_promoter (unobserved): only once a
+		// scanner's clock could read DelayUntil.
 		if s.DelayUntil-promotionSlackMs > in.WallHi { // (WallHi may be Unbounded)
-			return s, fmt.Sprintf("claimed while delayed until %d, by a call that returned at %d (system clock): no promotion could have happened",
+			return s, fmt.Sprintf("claimed while delayed until %d, by a call that returned when a scanner's clock read at most %d: no promotion could have happened",
 				s.DelayUntil, in.WallHi)
 		}
 	default:

@@ -411,7 +411,7 @@ func (w *Workload) create(ctx context.Context, proc *AppProcess, flow uuid.UUID,
 		w.forget(x)
 		return nil
 	}
-	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), time.Now().UnixMilli()
+	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), w.tl.ScannerNowMs()
 	call.Results = []Result{{}}
 	w.rec.Add(call)
 	return x
@@ -500,7 +500,7 @@ func (w *Workload) createFlow(ctx context.Context, proc *AppProcess) {
 	}
 	spec.Blocked = err == nil
 	call.Steps = []Step{{Kind: OpCreate, Create: spec}}
-	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), time.Now().UnixMilli()
+	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), w.tl.ScannerNowMs()
 	call.Results = []Result{{}}
 	w.rec.Add(call)
 	down := &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec}
@@ -894,7 +894,7 @@ func (w *Workload) returned(proc *AppProcess, call *Call, unknown bool) {
 	}
 	call.ReturnNs = w.tl.Now()
 	call.Clock.Hi = proc.Clock.NowMs()
-	call.WallHi = time.Now().UnixMilli()
+	call.WallHi = w.tl.ScannerNowMs()
 }
 
 // begin starts a call of client on proc's Store: its windows open now.
