@@ -3,11 +3,11 @@ package ffriver_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/metricviews"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
@@ -25,7 +25,7 @@ import (
 // Prometheus or OTLP reader.
 func Example_metrics() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return

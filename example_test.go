@@ -9,7 +9,6 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	ffworkers "github.com/ffriver/ffriver/workers"
@@ -37,7 +36,7 @@ func Example_embed() {
 	ctx := context.Background()
 	// The client's pool serves the application's queue (10 workers) and
 	// ffriver's (2 scan, 8 apply workers): Configure refuses a smaller one.
-	poolConfig, err := pgxpool.ParseConfig(fftest.DatabaseURL())
+	poolConfig, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -149,7 +148,7 @@ func Example_embed() {
 // and stops gracefully when its context ends.
 func ExampleRun() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -38,9 +38,16 @@
 // does not know) and give the periodic jobs to each of them: while a
 // leader without them leads (an old process of a rolling deploy), nothing
 // is scanned, which CheckTicks and the watchdog report; clients that
-// only work some queues should set FetchOnlyKnownKinds. River's
-// RescueStuckJobsAfter (default 1 h) bounds how long an item whose process
-// died mid-job keeps its execution waiting; ffscheduler sets it to a minute.
+// only work some queues should set FetchOnlyKnownKinds. A job of ffriver's
+// whose process died mid-job is re-queued by ff.rescue, a periodic job of
+// the leader, a second after its job timeout (Config.JobTimeout, 30 s): an
+// item held by a dead process is redone within about 31 s, whatever River's
+// RescueStuckJobsAfter (which still governs the application's own jobs).
+//
+// Before New, migrate the schema: migrations.Migrate from Go (River's
+// migrations, through rivermigrate, then ffriver's), or the binaries'
+// ffctl migrate. New refuses a schema that is not migrated
+// (ff.ErrNotMigrated, naming the schema and its database).
 package ffriver
 
 import (

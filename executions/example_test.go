@@ -3,10 +3,10 @@ package executions_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
-	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -16,7 +16,7 @@ import (
 // events in the same transaction as the state change.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -281,23 +281,25 @@ func VerifyTables(ctx context.Context, pool *pgxpool.Pool, schema string, want f
 		db, exists := whereIs(ctx, pool, s)
 		if !exists {
 			return 0, fmt.Errorf("%w: schema %q does not exist in database %q: check its name and the database, "+
-				"or create and migrate it with `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, db, s)
+				"or create and migrate it with migrations.Migrate (Go) or `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, db, s)
 		}
-		return 0, fmt.Errorf("%w: schema %q of database %q has no ffriver tables; run `ffctl migrate --schema %s` first", ff.ErrNotMigrated, s, db, s)
+		return 0, fmt.Errorf("%w: schema %q of database %q has no ffriver tables; migrate it first with migrations.Migrate (Go) "+
+			"or `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, db, s)
 	}
 	if err != nil {
 		return 0, dbutil.MapErr(err, "verify: reading ff_migration")
 	}
 	if applied != len(all) {
 		db, _ := whereIs(ctx, pool, s)
-		return 0, fmt.Errorf("%w: schema %q of database %q has %d of %d ffriver migrations; run `ffctl migrate --schema %s`",
+		return 0, fmt.Errorf("%w: schema %q of database %q has %d of %d ffriver migrations; run migrations.Migrate (Go) or `ffctl migrate --schema %s`",
 			ff.ErrNotMigrated, s, db, applied, len(all), s)
 	}
 	var n int
 	err = pool.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		db, _ := whereIs(ctx, pool, s)
-		return 0, fmt.Errorf("%w: schema %q of database %q has no partition config row; run `ffctl migrate`", ff.ErrNotMigrated, s, db)
+		return 0, fmt.Errorf("%w: schema %q of database %q has no partition config row; run migrations.Migrate (Go) or `ffctl migrate --schema %s`",
+			ff.ErrNotMigrated, s, db, s)
 	}
 	if err != nil {
 		return 0, dbutil.MapErr(err, "verify: reading ff_partition_config")

@@ -3,12 +3,12 @@ package runner_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/runner"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +20,7 @@ import (
 // context stops it gracefully.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fftest.DatabaseURL()) // $DATABASE_URL, else the local test database
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL")) // $DATABASE_URL, else the local test database
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -96,7 +97,7 @@ func writeExampleEvents(ctx context.Context, pool *pgxpool.Pool, schema string) 
 
 // exampleSchema gives the example a freshly migrated schema of its own.
 func exampleSchema(ctx context.Context) (*pgxpool.Pool, string, func()) {
-	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/ffriver/ffriver"
@@ -91,7 +92,7 @@ func (s starvationBoost) boost(ctx context.Context, tx pgx.Tx, env *workers.Env,
 // workers.Plugin next to the built-ins, exactly as they are registered.
 func ExamplePlugin() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, fftest.DatabaseURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
