@@ -33,7 +33,9 @@ func inTxValue[T any](f *fixture, what string, fn func(tx pgx.Tx) (T, error)) T 
 
 func (f *fixture) expireAttempt(id ff.ExecutionID, attempt int32) actions.Outcome {
 	f.t.Helper()
-	return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().ExpireAttempt(f.ctx, tx, id, attempt) })
+	return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
+		return actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, attempt)
+	})
 }
 
 func TestExpireAttemptRetriesWhileRetriesRemain(t *testing.T) {
@@ -144,7 +146,9 @@ func TestExpireDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	expire := func(id ff.ExecutionID) actions.Outcome {
-		return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().ExpireDeadline(f.ctx, tx, id) })
+		return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
+			return actions.Of(f.st.Pipeline()).ExpireDeadline(f.ctx, tx, id)
+		})
 	}
 	if got := expire(leased); got != actions.NoOp {
 		t.Fatalf("before the deadline: %q", got)

@@ -64,7 +64,7 @@ func (g *groupFixture) dispatch(k actions.GroupKey) actions.GroupResult {
 	var r actions.GroupResult
 	if err := g.InTx(func(tx pgx.Tx) error {
 		var err error
-		r, err = g.st.Pipeline().DispatchCancelGroup(g.ctx, tx, k)
+		r, err = actions.Of(g.st.Pipeline()).DispatchCancelGroup(g.ctx, tx, k)
 		return err
 	}); err != nil {
 		g.t.Fatalf("DispatchCancelGroup: %v", err)
@@ -77,7 +77,7 @@ func (g *groupFixture) reconcile(k actions.GroupKey) actions.GroupResult {
 	var r actions.GroupResult
 	if err := g.InTx(func(tx pgx.Tx) error {
 		var err error
-		r, err = g.st.Pipeline().ReconcileCancelGroup(g.ctx, tx, k)
+		r, err = actions.Of(g.st.Pipeline()).ReconcileCancelGroup(g.ctx, tx, k)
 		return err
 	}); err != nil {
 		g.t.Fatalf("ReconcileCancelGroup: %v", err)
@@ -165,7 +165,7 @@ func TestDispatchCancelGroupSkipsAndOrphans(t *testing.T) {
 	}
 	g.WantEvents(m, nil, []string{"cancelled"})
 
-	if _, err := g.st.Pipeline().DispatchCancelGroup(context.Background(), nil, actions.GroupKey{Partition: 9999}); err == nil {
+	if _, err := actions.Of(g.st.Pipeline()).DispatchCancelGroup(context.Background(), nil, actions.GroupKey{Partition: 9999}); err == nil {
 		t.Error("partition outside the schema accepted")
 	}
 }

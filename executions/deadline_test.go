@@ -160,7 +160,9 @@ func TestLeaseEndsPastTheDeadlineAreRefused(t *testing.T) {
 	f.Exec(`UPDATE ff_attempt SET lease_expires_at_ms = $2 WHERE execution_id = $1`, id.UUID, t0+3600_000)
 	check("its deadline passed")
 
-	if got := f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().ExpireDeadline(f.ctx, tx, id) }); got != actions.Processed {
+	if got := f.action(func(tx pgx.Tx) (actions.Outcome, error) {
+		return actions.Of(f.st.Pipeline()).ExpireDeadline(f.ctx, tx, id)
+	}); got != actions.Processed {
 		t.Fatalf("the deadline's expiry = %q, want processed", got)
 	}
 	f.WantState(id, stExpired)
@@ -215,7 +217,9 @@ func TestTheEndingInstantIsTheSameForTheAPIAndTheScanners(t *testing.T) {
 	deadline := f.clock.NowMs() + 1000
 	timed := f.Create(executions.CreateParams{Lane: "lane-d", Deadline: time.UnixMilli(deadline)})
 	expire := func() actions.Outcome {
-		return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().ExpireDeadline(f.ctx, tx, timed) })
+		return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
+			return actions.Of(f.st.Pipeline()).ExpireDeadline(f.ctx, tx, timed)
+		})
 	}
 	f.clock.Set(deadline - 1)
 	if got := expire(); got != actions.NoOp {

@@ -70,7 +70,7 @@ func (f *flowFixture) drain() []actions.Outcome {
 
 func (f *flowFixture) advance(h actions.Hop) actions.Outcome {
 	f.t.Helper()
-	return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return f.st.Pipeline().Advance(f.ctx, tx, h) })
+	return f.action(func(tx pgx.Tx) (actions.Outcome, error) { return actions.Of(f.st.Pipeline()).Advance(f.ctx, tx, h) })
 }
 
 // members creates n executions in flow, each in its own lane.
@@ -279,7 +279,7 @@ func TestFlowGroupResolvesOnceUnderConcurrentHops(t *testing.T) {
 			defer wg.Done()
 			err := pgx.BeginFunc(f.ctx, f.db.Pool, func(tx pgx.Tx) error {
 				var err error
-				outcomes[i], err = f.st.Pipeline().Advance(f.ctx, tx, h)
+				outcomes[i], err = actions.Of(f.st.Pipeline()).Advance(f.ctx, tx, h)
 				return err
 			})
 			if err != nil {
@@ -425,7 +425,7 @@ func TestDispatchUndispatchedCompletion(t *testing.T) {
 	}
 	dispatch := func() actions.Outcome {
 		return f.action(func(tx pgx.Tx) (actions.Outcome, error) {
-			return f.st.Pipeline().DispatchCompletion(f.ctx, tx, eventID)
+			return actions.Of(f.st.Pipeline()).DispatchCompletion(f.ctx, tx, eventID)
 		})
 	}
 	if got := dispatch(); got != actions.Processed {
@@ -470,7 +470,7 @@ func TestFlowStuckHopDoesNotStrandOthers(t *testing.T) {
 	}
 	for _, h := range hops {
 		err := f.InTx(func(tx pgx.Tx) error {
-			_, err := f.st.Pipeline().Advance(f.ctx, tx, h)
+			_, err := actions.Of(f.st.Pipeline()).Advance(f.ctx, tx, h)
 			return err
 		})
 		switch h.Downstream {

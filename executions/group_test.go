@@ -50,7 +50,7 @@ func TestExpireAttemptManyMixedGroup(t *testing.T) {
 	var got []actions.Outcome
 	if err := f.InTx(func(tx pgx.Tx) error {
 		var err error
-		got, err = f.st.Pipeline().ExpireAttemptMany(f.ctx, tx, refs)
+		got, err = actions.Of(f.st.Pipeline()).ExpireAttemptMany(f.ctx, tx, refs)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestGroupActionRejectsBadID(t *testing.T) {
 	f.clock.Advance(time.Second)
 	bad := ff.ExecutionID{Partition: id.Partition}
 	err := f.InTx(func(tx pgx.Tx) error {
-		_, err := f.st.Pipeline().PromoteDelayedMany(f.ctx, tx, []ff.ExecutionID{id, bad})
+		_, err := actions.Of(f.st.Pipeline()).PromoteDelayedMany(f.ctx, tx, []ff.ExecutionID{id, bad})
 		return err
 	})
 	wantErr(t, err, ff.ErrValidation)
@@ -104,7 +104,7 @@ func TestExpireDeadlineMany(t *testing.T) {
 	var got []actions.Outcome
 	if err := f.InTx(func(tx pgx.Tx) error {
 		var err error
-		got, err = f.st.Pipeline().ExpireDeadlineMany(f.ctx, tx, []ff.ExecutionID{leased, waiting, later})
+		got, err = actions.Of(f.st.Pipeline()).ExpireDeadlineMany(f.ctx, tx, []ff.ExecutionID{leased, waiting, later})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -339,7 +339,7 @@ func TestHandOverClaimThenDeadline(t *testing.T) {
 		var out actions.Outcome
 		if err := f.InTx(func(tx pgx.Tx) error {
 			var err error
-			out, err = f.st.Pipeline().ExpireDeadline(f.ctx, tx, id)
+			out, err = actions.Of(f.st.Pipeline()).ExpireDeadline(f.ctx, tx, id)
 			return err
 		}); err != nil {
 			t.Fatalf("ExpireDeadline: %v", err)
@@ -390,7 +390,7 @@ func TestAddDependenciesAndDispatcherDoNotDeadlock(t *testing.T) {
 	dispatchDone := f.waiting(2, func() error {
 		return f.InTx(func(tx pgx.Tx) error {
 			var err error
-			res, err = f.st.Pipeline().DispatchCancelGroup(f.ctx, tx, k)
+			res, err = actions.Of(f.st.Pipeline()).DispatchCancelGroup(f.ctx, tx, k)
 			return err
 		})
 	})

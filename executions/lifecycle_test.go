@@ -441,7 +441,7 @@ func promote(t *testing.T, f *fixture, id ff.ExecutionID, want actions.Outcome) 
 	var got actions.Outcome
 	err := f.InTx(func(tx pgx.Tx) error {
 		var err error
-		got, err = f.st.Pipeline().PromoteDelayed(f.ctx, tx, id)
+		got, err = actions.Of(f.st.Pipeline()).PromoteDelayed(f.ctx, tx, id)
 		return err
 	})
 	if err != nil || got != want {

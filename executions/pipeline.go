@@ -8,18 +8,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Pipeline returns the transitions ffriver's own item jobs apply to s's
-// executions (the built-in items of package scanners, run by package
-// workers). They are not part of the application's API and carry no
-// compatibility promise: their contract lives in an internal package, so
-// go doc lists none of them here and an application can neither name nor
-// implement it. (Go has no way to keep the call itself from an
-// application; it has no use for it.)
-func (s *Store) Pipeline() actions.Transitions { return transitions{s} }
+// Pipeline returns an opaque handle on the transitions ffriver's own item
+// jobs apply to s's executions (the built-in items of package scanners, run
+// by package workers). An application has no use for it: the handle has no
+// methods it can call, and the transitions carry no compatibility promise
+// (their contract lives in an internal package).
+func (s *Store) Pipeline() PipelineHandle { return transitions{s} }
 
-// transitions implements actions.Transitions with s's unexported actions:
-// actions.go, group.go, cancelgroups.go, flow.go and retention.go.
+// PipelineHandle is the opaque type of Store.Pipeline.
+type PipelineHandle interface{ pipelineHandle() }
+
 type transitions struct{ s *Store }
+
+func (transitions) pipelineHandle() {}
+
+var _ actions.Transitions = transitions{}
 
 func (t transitions) ExpireAttempt(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, attemptIndex int32) (actions.Outcome, error) {
 	return t.s.expireAttempt(ctx, tx, id, attemptIndex)

@@ -16,7 +16,7 @@ import (
 func (f *fixture) remove(p actions.RemoveParams) actions.RemoveResult {
 	f.t.Helper()
 	return inTxValue(f, "RemoveExecutions", func(tx pgx.Tx) (actions.RemoveResult, error) {
-		return f.st.Pipeline().RemoveExecutions(f.ctx, tx, p)
+		return actions.Of(f.st.Pipeline()).RemoveExecutions(f.ctx, tx, p)
 	})
 }
 
@@ -261,7 +261,7 @@ func TestRemoveExecutionsBatches(t *testing.T) {
 			t.Fatalf("%s is still there", id)
 		}
 	}
-	if _, err := f.st.Pipeline().RemoveExecutions(f.ctx, nil, actions.RemoveParams{Partition: ids[0].Partition, Limit: 0}); !errors.Is(err, ff.ErrValidation) {
+	if _, err := actions.Of(f.st.Pipeline()).RemoveExecutions(f.ctx, nil, actions.RemoveParams{Partition: ids[0].Partition, Limit: 0}); !errors.Is(err, ff.ErrValidation) {
 		t.Fatalf("limit 0: %v, want a validation error", err)
 	}
 }

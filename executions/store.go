@@ -181,8 +181,6 @@ func (s *Store) NowMs() int64 { return s.clock.NowMs() }
 // the one owner of the clock and the waker of a pipeline.
 func (s *Store) Waker() *outbox.Waker { return s.waker }
 
-// Outbox returns the Store's outbox writer.
-func (s *Store) Outbox() *outbox.Writer { return s.out }
 
 func (s *Store) sql(q string) string { return s.schema.SQL(q) }
 

@@ -195,7 +195,7 @@ func TestUpstreamDelaysArePromotedNotExpired(t *testing.T) {
 			t.Errorf("%s: its delay is not due for the promoter", id)
 		}
 		f.apply("promote", func(tx pgx.Tx) error {
-			out, err := f.st.Pipeline().PromoteDelayed(f.ctx, tx, id)
+			out, err := actions.Of(f.st.Pipeline()).PromoteDelayed(f.ctx, tx, id)
 			if err == nil && out != "processed" {
 				t.Errorf("%s: promote %s", id, out)
 			}
@@ -232,7 +232,7 @@ func TestUpstreamTypedClaimLeaseExpires(t *testing.T) {
 					t.Errorf("expiry of attempt %d, want %d", a.AttemptIndex, wantAttempt)
 				}
 				f.apply("expire", func(tx pgx.Tx) error {
-					out, err := f.st.Pipeline().ExpireAttempt(f.ctx, tx, id, a.AttemptIndex)
+					out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, a.AttemptIndex)
 					if err == nil && out != "processed" {
 						t.Errorf("expire: %s", out)
 					}
@@ -311,7 +311,7 @@ func (f *fixture) advance(a jobs.AdvanceArgs) string {
 	f.t.Helper()
 	var out string
 	f.apply("advance", func(tx pgx.Tx) error {
-		o, err := f.st.Pipeline().Advance(f.ctx, tx, actions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
+		o, err := actions.Of(f.st.Pipeline()).Advance(f.ctx, tx, actions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
 		out = string(o)
 		return err
 	})

@@ -19,7 +19,7 @@ import (
 
 // expireAttempt is ff.expire_attempt's action for one job.
 func expireAttempt(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireAttemptArgs) (workers.Output, error) {
-	out, err := env.Store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+	out, err := actions.Of(env.Store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 	return workers.Output{Outcome: out}, err
 }
 
@@ -29,40 +29,40 @@ func expireAttemptMany(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jo
 	for i, a := range as {
 		refs[i] = actions.AttemptRef{ID: a.ID, AttemptIndex: a.AttemptIndex}
 	}
-	return outputs(env.Store.Pipeline().ExpireAttemptMany(ctx, tx, refs))
+	return outputs(actions.Of(env.Store.Pipeline()).ExpireAttemptMany(ctx, tx, refs))
 }
 
 // promoteDelayed is ff.promote_delayed's action for one job.
 func promoteDelayed(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.PromoteDelayedArgs) (workers.Output, error) {
-	out, err := env.Store.Pipeline().PromoteDelayed(ctx, tx, a.ID)
+	out, err := actions.Of(env.Store.Pipeline()).PromoteDelayed(ctx, tx, a.ID)
 	return workers.Output{Outcome: out}, err
 }
 
 // promoteDelayedMany is ff.promote_delayed's action for a group.
 func promoteDelayedMany(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.PromoteDelayedArgs) ([]workers.Output, error) {
-	return outputs(env.Store.Pipeline().PromoteDelayedMany(ctx, tx, argIDs(as, func(a jobs.PromoteDelayedArgs) ff.ExecutionID { return a.ID })))
+	return outputs(actions.Of(env.Store.Pipeline()).PromoteDelayedMany(ctx, tx, argIDs(as, func(a jobs.PromoteDelayedArgs) ff.ExecutionID { return a.ID })))
 }
 
 // expireDeadline is ff.expire_deadline's action for one job.
 func expireDeadline(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ExpireDeadlineArgs) (workers.Output, error) {
-	out, err := env.Store.Pipeline().ExpireDeadline(ctx, tx, a.ID)
+	out, err := actions.Of(env.Store.Pipeline()).ExpireDeadline(ctx, tx, a.ID)
 	return workers.Output{Outcome: out}, err
 }
 
 // expireDeadlineMany is ff.expire_deadline's action for a group.
 func expireDeadlineMany(ctx context.Context, tx pgx.Tx, env *workers.Env, as []jobs.ExpireDeadlineArgs) ([]workers.Output, error) {
-	return outputs(env.Store.Pipeline().ExpireDeadlineMany(ctx, tx, argIDs(as, func(a jobs.ExpireDeadlineArgs) ff.ExecutionID { return a.ID })))
+	return outputs(actions.Of(env.Store.Pipeline()).ExpireDeadlineMany(ctx, tx, argIDs(as, func(a jobs.ExpireDeadlineArgs) ff.ExecutionID { return a.ID })))
 }
 
 // dispatchCancelGroup is ff.cancel_group's action.
 func dispatchCancelGroup(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.CancelGroupArgs) (workers.Output, error) {
-	r, err := env.Store.Pipeline().DispatchCancelGroup(ctx, tx, groupKey(a.GroupKey))
+	r, err := actions.Of(env.Store.Pipeline()).DispatchCancelGroup(ctx, tx, groupKey(a.GroupKey))
 	return workers.Output{Outcome: r.Outcome, Detail: r}, err
 }
 
 // reconcileCancelGroup is ff.reconcile_group's action.
 func reconcileCancelGroup(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.ReconcileGroupArgs) (workers.Output, error) {
-	r, err := env.Store.Pipeline().ReconcileCancelGroup(ctx, tx, groupKey(a.GroupKey))
+	r, err := actions.Of(env.Store.Pipeline()).ReconcileCancelGroup(ctx, tx, groupKey(a.GroupKey))
 	return workers.Output{Outcome: r.Outcome, Detail: r}, err
 }
 
@@ -70,7 +70,7 @@ func reconcileCancelGroup(ctx context.Context, tx pgx.Tx, env *workers.Env, a jo
 // queued by earlier versions: the dependency scanner's scans produce
 // ff.advance jobs, which every pipeline registers (workers' flow item).
 func dispatchCompletion(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.DispatchCompletionArgs) (workers.Output, error) {
-	out, err := env.Store.Pipeline().DispatchCompletion(ctx, tx, a.EventID)
+	out, err := actions.Of(env.Store.Pipeline()).DispatchCompletion(ctx, tx, a.EventID)
 	return workers.Output{Outcome: out}, err
 }
 
@@ -138,7 +138,7 @@ func removeExecutions(ctx context.Context, tx pgx.Tx, env *workers.Env, a jobs.R
 	if a.AfterMs != nil && a.AfterID != nil {
 		p.After = &actions.RemoveKey{TerminalAtMs: *a.AfterMs, ID: *a.AfterID}
 	}
-	r, err := env.Store.Pipeline().RemoveExecutions(ctx, tx, p)
+	r, err := actions.Of(env.Store.Pipeline()).RemoveExecutions(ctx, tx, p)
 	if err != nil {
 		return workers.Output{}, err
 	}

@@ -97,7 +97,7 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	poison := f.ids[2]
 	env := NewEnv(f.store, nil)
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := f.store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := actions.Of(f.store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		if err == nil && a.ID == poison {
 			err = errors.New("poisoned after its writes")
 		}
@@ -110,7 +110,7 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	// The failed item alone, retried (here: without the poison) is applied
 	// once; the others re-run find nothing to do.
 	g2 := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := f.store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := actions.Of(f.store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
 	again := f.group(f.ids...)
@@ -143,7 +143,7 @@ func TestGroupLockedItemDoesNotBlockOthers(t *testing.T) {
 	env := NewEnv(f.store, nil)
 	env.JobTimeout = 5 * time.Second
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := f.store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := actions.Of(f.store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
 	group := f.group(f.ids...)
@@ -171,7 +171,7 @@ func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
 		CHECK (execution_id <> '%s' OR lifecycle_phase = 'active') NOT VALID`, poison.UUID))
 	env := NewEnv(f.store, nil)
 	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
-		out, err := env.Store.Pipeline().ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
+		out, err := actions.Of(env.Store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
 	passes := 0
@@ -181,7 +181,7 @@ func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
 		for i, a := range as {
 			refs[i] = actions.AttemptRef{ID: a.ID, AttemptIndex: a.AttemptIndex}
 		}
-		outs, err := env.Store.Pipeline().ExpireAttemptMany(ctx, tx, refs)
+		outs, err := actions.Of(env.Store.Pipeline()).ExpireAttemptMany(ctx, tx, refs)
 		res := make([]Output, len(outs))
 		for i, o := range outs {
 			res[i] = Output{Outcome: o}

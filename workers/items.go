@@ -19,7 +19,7 @@ import (
 // does: waiting is never what discards it.
 func flowItem() Item {
 	return ItemOf(func(ctx context.Context, tx pgx.Tx, env *Env, a jobs.AdvanceArgs) (Output, error) {
-		out, err := env.Store.Pipeline().Advance(ctx, tx, actions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
+		out, err := actions.Of(env.Store.Pipeline()).Advance(ctx, tx, actions.Hop{Upstream: a.Upstream, FlowID: a.FlowID, Downstream: a.Downstream, Outcome: a.Outcome})
 		if dbutil.IsLockTimeout(err) {
 			env.Logger.DebugContext(ctx, "ffriver: flow hop waits for a lock; snoozing", "upstream", a.Upstream, "downstream", a.Downstream, "error", err)
 			return Output{}, river.JobSnooze(lockedRetryAfter)

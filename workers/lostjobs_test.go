@@ -107,7 +107,7 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			h.t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(h.ctx) }()
-		if out, err := h.st.Pipeline().Advance(h.ctx, tx, actions.Hop{Upstream: a, FlowID: flow, Downstream: merge.UUID, Outcome: ff.OutcomeSuccess}); err != nil || out != actions.Processed {
+		if out, err := actions.Of(h.st.Pipeline()).Advance(h.ctx, tx, actions.Hop{Upstream: a, FlowID: flow, Downstream: merge.UUID, Outcome: ff.OutcomeSuccess}); err != nil || out != actions.Processed {
 			h.t.Fatalf("Advance = %s, %v", out, err)
 		}
 		if err := tx.Commit(h.ctx); err != nil {

@@ -177,7 +177,7 @@ func TestExecCommands(t *testing.T) {
 
 	// Removed by retention: get says so, not "not found".
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		_, err := st.Pipeline().RemoveExecutions(ctx, tx, actions.RemoveParams{Partition: waiting.Partition, CutoffMs: st.NowMs() + 1, Limit: 10})
+		_, err := actions.Of(st.Pipeline()).RemoveExecutions(ctx, tx, actions.RemoveParams{Partition: waiting.Partition, CutoffMs: st.NowMs() + 1, Limit: 10})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -283,7 +283,7 @@ func (p *probe) incarnation(ctx context.Context) error {
 func (p *probe) remove(ctx context.Context, id ff.ExecutionID) error {
 	for range 50 {
 		err := pgx.BeginFunc(ctx, p.proc.Pool, func(tx pgx.Tx) error {
-			_, err := p.proc.Store.Pipeline().RemoveExecutions(ctx, tx, actions.RemoveParams{Partition: id.Partition,
+			_, err := actions.Of(p.proc.Store.Pipeline()).RemoveExecutions(ctx, tx, actions.RemoveParams{Partition: id.Partition,
 				CutoffMs: p.proc.Clock.NowMs() + 1, Filter: ff.Filter{Namespace: probeNamespace}, Limit: 1000})
 			return err
 		})

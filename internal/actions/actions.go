@@ -193,3 +193,7 @@ type GroupResult struct {
 	// Running members the reconciler left to the dispatcher.
 	Running int `json:"running,omitempty"`
 }
+
+// Of returns the transitions behind a Store's pipeline handle
+// (executions.Store.Pipeline), which only package executions makes.
+func Of(handle any) Transitions { return handle.(Transitions) }

@@ -524,7 +524,7 @@ func scaleRetention(ctx context.Context, env *Env, pool *pgxpool.Pool, s dbutil.
 			var r actions.RemoveResult
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				var err error
-				r, err = st.Pipeline().RemoveExecutions(ctx, tx, params)
+				r, err = actions.Of(st.Pipeline()).RemoveExecutions(ctx, tx, params)
 				return err
 			})
 			if err != nil {
