@@ -205,8 +205,8 @@ func (s *Store) queueCompletes(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *
 	attempts := make([]int32, n)
 	epochs := make([]int64, n)
 	phases := make([]string, n)
-	leases := make([]outbox.LeaseEvent, n)
-	var comps []outbox.CompletionEvent
+	leases := make([]outbox.LeaseRow, n)
+	var comps []outbox.CompletionRow
 	var members []*locked
 	for i, l := range c.locked {
 		parts[i], uuids[i] = l.id.Partition, dbutil.UUID(l.id.UUID)

@@ -384,9 +384,9 @@ func (s *Store) claimPipelined(ctx context.Context, lane string, caps []string, 
 	return out, err
 }
 
-func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
+func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseRow {
 	lid, idx, ep := l.LeaseID, l.AttemptIndex, l.Epoch
-	ev := outbox.LeaseEvent{ID: l.ID, Type: typ, LeaseID: &lid, AttemptIndex: &idx, LeaseEpoch: &ep, OccurredAtMs: now}
+	ev := outbox.LeaseRow{ID: l.ID, Type: typ, LeaseID: &lid, AttemptIndex: &idx, LeaseEpoch: &ep, OccurredAtMs: now}
 	if l.WorkerInstanceID != "" {
 		w := l.WorkerInstanceID
 		ev.WorkerInstanceID = &w
@@ -397,9 +397,9 @@ func leaseEvent(l *Lease, typ string, now int64) outbox.LeaseEvent {
 // lockedLeaseEvent describes the lease currently on a locked row: its
 // attempt and the epoch it was held under (before any bump by the
 // transition the event records).
-func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseEvent {
+func lockedLeaseEvent(l *locked, typ string, now int64) outbox.LeaseRow {
 	idx, epoch := l.attemptIndex, l.epoch
-	return outbox.LeaseEvent{ID: l.id, Type: typ, LeaseID: l.leaseID, AttemptIndex: &idx, LeaseEpoch: &epoch,
+	return outbox.LeaseRow{ID: l.id, Type: typ, LeaseID: l.leaseID, AttemptIndex: &idx, LeaseEpoch: &epoch,
 		WorkerInstanceID: l.workerInstance, OccurredAtMs: now, Source: &l.source}
 }
 

@@ -475,10 +475,10 @@ func (s *Store) queueExpect(b *pgx.Batch, what string, want int64, notFound erro
 	})
 }
 
-func outboxCompletion(l *locked, outcome string, now int64) outbox.CompletionEvent {
+func outboxCompletion(l *locked, outcome string, now int64) outbox.CompletionRow {
 	src := l.source
 	src.FlowID = l.flowID
-	return outbox.CompletionEvent{ID: l.id, Outcome: outcome, OccurredAtMs: now, Source: &src}
+	return outbox.CompletionRow{ID: l.id, Outcome: outcome, OccurredAtMs: now, Source: &src}
 }
 
 // sendBatch runs b on tx and reports the first error.

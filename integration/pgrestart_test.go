@@ -186,7 +186,7 @@ func TestPostgresRestartMidStream(t *testing.T) {
 				}
 				var werr error
 				for _, at := range ids {
-					if werr = out.Lease(ctx, tx, outbox.LeaseEvent{ID: id, Type: ff.LeaseRenewed, OccurredAtMs: at}); werr != nil {
+					if werr = out.Lease(ctx, tx, outbox.LeaseRow{ID: id, Type: ff.LeaseRenewed, OccurredAtMs: at}); werr != nil {
 						break
 					}
 				}

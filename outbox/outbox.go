@@ -35,8 +35,9 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// LeaseEvent is one lease transition.
-type LeaseEvent struct {
+// LeaseRow is one lease transition, as the Writer inserts it into
+// ff_lease_event (a reader receives it as a subscribe.LeaseEvent).
+type LeaseRow struct {
 	ID   ff.ExecutionID
 	Type string // ff.LeaseAcquired … ff.LeaseRevoked
 	// LeaseID of the lease the event is about (nil when unknown).
@@ -61,8 +62,9 @@ type Source struct {
 	FlowID                 *uuid.UUID
 }
 
-// CompletionEvent is one terminal transition.
-type CompletionEvent struct {
+// CompletionRow is one terminal transition, as the Writer inserts it into
+// ff_completion_event (a reader receives it as a subscribe.CompletionEvent).
+type CompletionRow struct {
 	ID           ff.ExecutionID
 	Outcome      string // ff.OutcomeSuccess … ff.OutcomeSkipped
 	OccurredAtMs int64
@@ -160,7 +162,7 @@ VALUES ($1, $2::uuid, $6, $3, $7, $8, $4, $5)`
 
 // leaseInsert returns ev's INSERT and its arguments: with ev.Source the
 // values it carries, else the lookup of the execution's row.
-func (w *Writer) leaseInsert(ev LeaseEvent) (string, []any, error) {
+func (w *Writer) leaseInsert(ev LeaseRow) (string, []any, error) {
 	switch ev.Type {
 	case ff.LeaseAcquired, ff.LeaseRenewed, ff.LeaseExpired, ff.LeaseReclaimed, ff.LeaseRevoked:
 	default:
@@ -180,7 +182,7 @@ func (w *Writer) leaseInsert(ev LeaseEvent) (string, []any, error) {
 }
 
 // completionInsert returns ev's INSERT and its arguments, as leaseInsert.
-func (w *Writer) completionInsert(ev CompletionEvent) (string, []any, error) {
+func (w *Writer) completionInsert(ev CompletionRow) (string, []any, error) {
 	switch ev.Outcome {
 	case ff.OutcomeSuccess, ff.OutcomeFailed, ff.OutcomeExpired, ff.OutcomeCancelled, ff.OutcomeSkipped:
 	default:
@@ -194,7 +196,7 @@ func (w *Writer) completionInsert(ev CompletionEvent) (string, []any, error) {
 }
 
 // Lease writes one lease event on tx.
-func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
+func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseRow) error {
 	sql, args, err := w.leaseInsert(ev)
 	if err != nil || w.discard {
 		return err
@@ -206,7 +208,7 @@ func (w *Writer) Lease(ctx context.Context, tx Execer, ev LeaseEvent) error {
 }
 
 // Completion writes one completion event on tx.
-func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) error {
+func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionRow) error {
 	sql, args, err := w.completionInsert(ev)
 	if err != nil || w.discard {
 		return err
@@ -219,7 +221,7 @@ func (w *Writer) Completion(ctx context.Context, tx Execer, ev CompletionEvent) 
 
 // QueueLease adds the lease event's INSERT to a batch, so that it travels in
 // the same round trip as the state change it belongs to.
-func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
+func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseRow) error {
 	sql, args, err := w.leaseInsert(ev)
 	if err != nil || w.discard {
 		return err
@@ -229,7 +231,7 @@ func (w *Writer) QueueLease(b *pgx.Batch, ev LeaseEvent) error {
 }
 
 // QueueCompletion adds the completion event's INSERT to a batch.
-func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionEvent) error {
+func (w *Writer) QueueCompletion(b *pgx.Batch, ev CompletionRow) error {
 	sql, args, err := w.completionInsert(ev)
 	if err != nil || w.discard {
 		return err
@@ -257,7 +259,7 @@ SELECT * FROM unnest($1::int2[], $2::uuid[], $3::uuid[], $4::text[], $5::text[],
 // QueueLeases adds many lease events to a batch. Events that carry their
 // Source travel in one set-based INSERT (in the order given); the others
 // as QueueLease queues them.
-func (w *Writer) QueueLeases(b *pgx.Batch, evs []LeaseEvent) error {
+func (w *Writer) QueueLeases(b *pgx.Batch, evs []LeaseRow) error {
 	var (
 		ids, leaseIDs, types, nss, tags, workers []*string
 		ats, epochs                              []*int64
@@ -290,7 +292,7 @@ func (w *Writer) QueueLeases(b *pgx.Batch, evs []LeaseEvent) error {
 }
 
 // QueueCompletions adds many completion events to a batch, as QueueLeases.
-func (w *Writer) QueueCompletions(b *pgx.Batch, evs []CompletionEvent) error {
+func (w *Writer) QueueCompletions(b *pgx.Batch, evs []CompletionRow) error {
 	var (
 		parts               []int16
 		ids                 [][16]byte

@@ -34,13 +34,13 @@ func TestWriterCopiesNamespaceAndTagAndRecordsTheTransaction(t *testing.T) {
 			return err
 		}
 		lid := uuid.New()
-		if err := w.Lease(ctx, tx, outbox.LeaseEvent{ID: id, Type: ff.LeaseAcquired, LeaseID: &lid, OccurredAtMs: 5}); err != nil {
+		if err := w.Lease(ctx, tx, outbox.LeaseRow{ID: id, Type: ff.LeaseAcquired, LeaseID: &lid, OccurredAtMs: 5}); err != nil {
 			return err
 		}
-		if err := w.Lease(ctx, tx, outbox.LeaseEvent{ID: missing, Type: ff.LeaseExpired, OccurredAtMs: 6}); err != nil {
+		if err := w.Lease(ctx, tx, outbox.LeaseRow{ID: missing, Type: ff.LeaseExpired, OccurredAtMs: 6}); err != nil {
 			return err
 		}
-		return w.Completion(ctx, tx, outbox.CompletionEvent{ID: id, Outcome: ff.OutcomeSuccess, OccurredAtMs: 7})
+		return w.Completion(ctx, tx, outbox.CompletionRow{ID: id, Outcome: ff.OutcomeSuccess, OccurredAtMs: 7})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -81,10 +81,10 @@ func TestWriterRejectsUnknownTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b pgx.Batch
-	if err := w.QueueLease(&b, outbox.LeaseEvent{Type: "stolen"}); !errors.Is(err, ff.ErrValidation) {
+	if err := w.QueueLease(&b, outbox.LeaseRow{Type: "stolen"}); !errors.Is(err, ff.ErrValidation) {
 		t.Errorf("QueueLease(stolen) = %v", err)
 	}
-	if err := w.QueueCompletion(&b, outbox.CompletionEvent{Outcome: "maybe"}); !errors.Is(err, ff.ErrValidation) {
+	if err := w.QueueCompletion(&b, outbox.CompletionRow{Outcome: "maybe"}); !errors.Is(err, ff.ErrValidation) {
 		t.Errorf("QueueCompletion(maybe) = %v", err)
 	}
 	if b.Len() != 0 {
@@ -133,13 +133,13 @@ func TestDiscardingWriterWritesNothingButStillValidates(t *testing.T) {
 	}
 	d := w.Discarding()
 	var b pgx.Batch
-	if err := d.QueueLease(&b, outbox.LeaseEvent{ID: ff.NewExecutionID(1), Type: ff.LeaseRenewed}); err != nil || b.Len() != 0 {
+	if err := d.QueueLease(&b, outbox.LeaseRow{ID: ff.NewExecutionID(1), Type: ff.LeaseRenewed}); err != nil || b.Len() != 0 {
 		t.Fatalf("discarding QueueLease = %v, queued %d", err, b.Len())
 	}
-	if err := d.QueueLease(&b, outbox.LeaseEvent{Type: "bogus"}); !errors.Is(err, ff.ErrValidation) {
+	if err := d.QueueLease(&b, outbox.LeaseRow{Type: "bogus"}); !errors.Is(err, ff.ErrValidation) {
 		t.Fatalf("discarding writer accepted a bad type: %v", err)
 	}
-	if err := w.QueueLease(&b, outbox.LeaseEvent{ID: ff.NewExecutionID(1), Type: ff.LeaseRenewed}); err != nil || b.Len() != 1 {
+	if err := w.QueueLease(&b, outbox.LeaseRow{ID: ff.NewExecutionID(1), Type: ff.LeaseRenewed}); err != nil || b.Len() != 1 {
 		t.Fatalf("the original writer was changed by Discarding: %v, %d", err, b.Len())
 	}
 }

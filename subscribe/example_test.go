@@ -83,10 +83,10 @@ func writeExampleEvents(ctx context.Context, pool *pgxpool.Pool, schema string) 
 		if err != nil {
 			log.Fatal(err)
 		}
-		if err := w.Lease(ctx, tx, outbox.LeaseEvent{ID: id, Type: typ, OccurredAtMs: time.Now().UnixMilli()}); err != nil {
+		if err := w.Lease(ctx, tx, outbox.LeaseRow{ID: id, Type: typ, OccurredAtMs: time.Now().UnixMilli()}); err != nil {
 			log.Fatal(err)
 		}
-		if err := w.Lease(ctx, tx, outbox.LeaseEvent{ID: ff.NewExecutionID(8), Type: typ}); err != nil {
+		if err := w.Lease(ctx, tx, outbox.LeaseRow{ID: ff.NewExecutionID(8), Type: typ}); err != nil {
 			log.Fatal(err)
 		}
 		if err := tx.Commit(ctx); err != nil {

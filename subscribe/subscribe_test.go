@@ -555,7 +555,7 @@ func TestLeaseEventFields(t *testing.T) {
 	lease := uuid.New()
 	attempt, epoch, worker := int32(3), int64(7), "worker-9"
 	wid := ff.NewExecutionID(9)
-	if err := w.Lease(ctx, db.Pool, outbox.LeaseEvent{ID: wid, Type: ff.LeaseReclaimed, LeaseID: &lease,
+	if err := w.Lease(ctx, db.Pool, outbox.LeaseRow{ID: wid, Type: ff.LeaseReclaimed, LeaseID: &lease,
 		AttemptIndex: &attempt, LeaseEpoch: &epoch, WorkerInstanceID: &worker, OccurredAtMs: 5}); err != nil {
 		t.Fatal(err)
 	}
