@@ -53,8 +53,11 @@ type Verdict struct {
 	Txs int
 	// Resolved counts the calls of unknown outcome the outbox showed
 	// committed.
-	Resolved   int
-	Violations []Violation
+	Resolved int
+	// MaxDeliveryLag is the longest a committed call's events waited,
+	// after the call returned, for the live streams to deliver them.
+	MaxDeliveryLag time.Duration
+	Violations     []Violation
 	// history is porcupine's input, kept for the visualizations.
 	history map[string][]porcupine.Operation
 }
@@ -202,6 +205,13 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 		v.Histories++
 		v.Txs += len(h.txs)
 		v.attribute(tl, h)
+		for tx, c := range h.callOf {
+			// The call returned after its transaction committed: the
+			// stream's delivery came at most this late.
+			if c.ReturnNs != Unbounded && tx.RecvNs > 0 && tx.RecvNs-c.ReturnNs > int64(v.MaxDeliveryLag) {
+				v.MaxDeliveryLag = time.Duration(tx.RecvNs - c.ReturnNs)
+			}
+		}
 		v.replay(tl, h, snap.NowMs)
 		ops := h.operations(tl, scannerClient)
 		v.Ops += len(ops) - 1

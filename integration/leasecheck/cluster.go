@@ -47,6 +47,9 @@ type Cluster struct {
 	schema string
 	tag    string
 
+	// outboxRetention is the scheduler's --outbox-retention (0: its
+	// default).
+	outboxRetention time.Duration
 	// skew: each binary started gets a clock offset drawn from
 	// [-skew/2, skew/2) by rng ($FF_CLOCK_OFFSET), as the application
 	// processes do (Faults.BinaryClockSkew).
@@ -79,6 +82,14 @@ func (c *Cluster) Skew(skew time.Duration, seed uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.skew, c.rng = skew, rand.New(rand.NewPCG(seed, 7))
+}
+
+// OutboxRetention makes every scheduler started from now on keep outbox
+// events for d, its partitions rotating every outboxRetentionInterval.
+func (c *Cluster) OutboxRetention(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outboxRetention = d
 }
 
 // Offsets are the clock offsets of the binaries started, in start order.
@@ -119,6 +130,9 @@ func (c *Cluster) Start(scheduler bool) (string, error) {
 		return "", err
 	}
 	args := slices.Concat([]string{"--database-url", u, "--schema", c.schema, "--id", id}, binaryFlags(scheduler))
+	if scheduler && c.outboxRetention > 0 {
+		args = append(args, "--outbox-retention", c.outboxRetention.String(), "--outbox-retention-interval", outboxRetentionInterval.String())
+	}
 	var env []string
 	if offset != 0 {
 		env = []string{"FF_CLOCK_OFFSET=" + offset.String()}

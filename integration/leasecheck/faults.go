@@ -39,9 +39,23 @@ type Faults struct {
 	// writer's by more than a lease's TTL passes due rows with its scan
 	// cursor; the catch-up read finds them, in about 3 s.)
 	BinaryClockSkew time.Duration
+	// OutboxRetention, when set, runs the scheduler with this outbox
+	// retention (its partitions rotate during the run, every
+	// outboxRetentionInterval), and IdleReaders opens, among the
+	// faults, transactions that read the outbox and then sit idle for up
+	// to 3 s, as pg_dump and BI sessions do. The checker reads the outbox
+	// from its own copies (commitOrderSQL); the streams must still deliver
+	// every event exactly once and never go silent for longer than
+	// maxStreamSilence while clients write.
+	OutboxRetention time.Duration
+	IdleReaders     bool
 	// Every is the mean time between two injections.
 	Every time.Duration
 }
+
+// outboxRetentionInterval is the scheduler's outbox_retention tick when
+// Faults.OutboxRetention is set.
+const outboxRetentionInterval = 500 * time.Millisecond
 
 func (f Faults) kinds() []string {
 	var out []string
@@ -50,7 +64,7 @@ func (f Faults) kinds() []string {
 		name string
 	}{{f.KillWorker, "kill -9 ffworker"}, {f.KillScheduler, "kill -9 leading ffscheduler"},
 		{f.TerminateBackends, "pg_terminate_backend"}, {f.LongLocks, "long lock"},
-		{f.DuplicateJobs, "duplicated jobs"}, {f.CancelJobs, "cancelled jobs"}} {
+		{f.DuplicateJobs, "duplicated jobs"}, {f.CancelJobs, "cancelled jobs"}, {f.IdleReaders, "idle reader"}} {
 		if k.on {
 			out = append(out, k.name)
 		}
@@ -66,6 +80,9 @@ func (f Faults) String() string {
 	}
 	if f.BinaryClockSkew > 0 {
 		k = append(k, fmt.Sprintf("binaries' clocks %s apart", f.BinaryClockSkew))
+	}
+	if f.OutboxRetention > 0 {
+		k = append(k, fmt.Sprintf("outbox retention %s", f.OutboxRetention))
 	}
 	if len(k) == 0 {
 		return "none"
@@ -189,6 +206,17 @@ func (in *injector) inject(ctx context.Context, kind string) error {
 			FROM river_job WHERE queue LIKE 'ff_apply%' ORDER BY id DESC LIMIT $1`, 5+in.rng.IntN(20))
 		in.counted(kind, int(tag.RowsAffected()))
 		return err
+	case "idle reader":
+		// A session reads the outbox in a transaction, then sits idle in
+		// it: partition maintenance must not make anyone queue behind it.
+		hold := time.Duration(500+in.rng.IntN(2500)) * time.Millisecond
+		in.wg.Go(func() {
+			if err := in.idleReader(ctx, hold); err != nil && ctx.Err() == nil {
+				in.failed(kind, err)
+			}
+		})
+		in.counted(kind, 1)
+		return nil
 	case "cancelled jobs":
 		tag, err := in.admin.Exec(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now()
 			WHERE id IN (SELECT id FROM river_job WHERE state IN ('available', 'scheduled') ORDER BY random() LIMIT $1)`, 1+in.rng.IntN(5))
@@ -262,4 +290,22 @@ func (in *injector) Errors() []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return slices.Clone(in.errs)
+}
+
+// idleReader reads both outbox tables in a transaction, then holds it open
+// and idle for hold.
+func (in *injector) idleReader(ctx context.Context, hold time.Duration) error {
+	tx, err := in.admin.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM ff_lease_event; SELECT count(*) FROM ff_completion_event`); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(hold):
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/testdb"
+	"github.com/ffriver/ffriver/jobs"
 )
 
 // Options describe one run.
@@ -55,6 +56,10 @@ type Report struct {
 	// Bounds says how late the clients' calls returned after their
 	// deadlines (bounds.go).
 	Bounds string
+	// RetentionPasses counts the outbox retention jobs completed
+	// (Faults.OutboxRetention), RetentionRemoved the events they removed.
+	RetentionPasses  int
+	RetentionRemoved int64
 	// Runner counts the runners' calls (package runner's own loop): see
 	// RunnerStats.
 	Runner RunnerStats
@@ -89,6 +94,8 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
 	fmt.Fprintf(&b, "FinishMany and FinishManyTx batches built by clients: %d\n", r.Batches)
 	fmt.Fprintf(&b, "bounds: %s\n", r.Bounds)
+	fmt.Fprintf(&b, "streams: a committed call's events delivered at most %s after it returned; outbox retention: %d passes, %d events removed\n",
+		v.MaxDeliveryLag.Round(time.Millisecond), r.RetentionPasses, r.RetentionRemoved)
 	if len(r.Probes) > 0 {
 		fmt.Fprintf(&b, "probe rounds: %s\n", formatCounts(r.Probes))
 	}
@@ -151,6 +158,7 @@ func Run(tb testing.TB, o Options) *Report {
 	if o.Faults.BinaryClockSkew > 0 {
 		cluster.Skew(o.Faults.BinaryClockSkew, o.Seed)
 	}
+	cluster.OutboxRetention(o.Faults.OutboxRetention)
 	defer cluster.Stop(30 * time.Second)
 	for range o.Schedulers {
 		if _, err := cluster.Start(true); err != nil {
@@ -263,6 +271,16 @@ func Run(tb testing.TB, o Options) *Report {
 		rep.Verdict.Violations = append(rep.Verdict.Violations, w.probe.Violations()...)
 	}
 	rep.Verdict.Violations = append(rep.Verdict.Violations, w.bounds.violations()...)
+	if d := rep.Verdict.MaxDeliveryLag; o.Faults.OutboxRetention > 0 && d > maxDeliveryLag {
+		rep.Verdict.add("stream", "", fmt.Sprintf("a committed call's events waited %s after it returned for the streams to deliver them "+
+			"(outbox retention %s rotating, idle readers: the bound is %s)", d.Round(time.Millisecond), o.Faults.OutboxRetention, maxDeliveryLag))
+	}
+	if o.Faults.OutboxRetention > 0 {
+		if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'),
+			(SELECT coalesce(sum(events), 0) FROM ff_outbox_trim)`, jobs.KindTrimOutbox).Scan(&rep.RetentionPasses, &rep.RetentionRemoved); err != nil {
+			rep.Notes = append(rep.Notes, "reading outbox retention's work: "+err.Error())
+		}
+	}
 	rep.Bounds = w.bounds.String()
 	if w.probe != nil {
 		rep.Probes = w.probe.Rounds()
