@@ -21,6 +21,9 @@ type Pipeline struct {
 	settings map[string]Settings
 	// unprocessable rate-limits the ticks' reports of unprocessable rows.
 	unprocessable unprocessableLog
+	// holding rate-limits the warnings about consumers that hold outbox
+	// retention back.
+	holding holdingLog
 	// scannerOf maps each item kind to its scanner's name (flowScanner for
 	// ff.advance), the label of its metrics and spans.
 	scannerOf map[string]string
@@ -255,7 +258,8 @@ func (b Backlog) OldestOverdue() time.Duration {
 const BacklogCap = 100
 
 // Backlog runs every registered scanner's Due query, with the pipeline's
-// filter, the scanner's params and its batch (at most BacklogCap) as the
+// filter, the scanner's params (a stored setting's, StoredParamsProvider,
+// where one is stored) and its batch (at most BacklogCap) as the
 // cap, and sums it up per scanner, in registration order: the due items of
 // the partitions its ticks scan (at least, where a partition has more than
 // the cap due), and apart from them the rows no scan can process.
@@ -265,6 +269,10 @@ func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
 	for _, s := range p.reg.Scanners() {
 		params, err := ParamsOf(s)
 		if err != nil {
+			return nil, err
+		}
+		// As the ticks do: a stored setting wins over the pipeline's.
+		if params, err = p.storedParams(ctx, q, s, params); err != nil {
 			return nil, err
 		}
 		st, _ := p.Settings(s.Name())
