@@ -91,7 +91,8 @@ type Config struct {
 	// Scanners overrides settings by scanner name; zero fields keep the
 	// defaults (workers.Settings says which), workers.NoSweep turns a
 	// scanner's scan cursors off. Naming an unregistered scanner is an
-	// error.
+	// error. A built-in scanner's interval or batch stored in the schema
+	// (ffctl config set attempt_timeout.interval) wins over its override.
 	Scanners map[string]workers.Settings
 	// Plugins are scanners of your own with their item kinds, registered
 	// after the built-ins exactly as they are (scanners.Builtins).
@@ -101,7 +102,9 @@ type Config struct {
 	// OutboxRetention of the outbox_retention scanner: events older than
 	// this are deleted. 0 means scanners.DefaultOutboxRetention (7 days);
 	// negative is an error. To keep every event, disable the scanner
-	// (Scanners: {scanners.OutboxRetention: {Disabled: true}}).
+	// (Scanners: {scanners.OutboxRetention: {Disabled: true}}). A value
+	// stored in the schema (ffctl config set outbox_retention, SetSetting)
+	// wins over it, and the scanner's ticks read that when they run.
 	OutboxRetention time.Duration
 	// ExecutionRetention of the execution_retention scanner: terminal
 	// executions older than this are removed, with their attempts (a flow
@@ -110,7 +113,9 @@ type Config struct {
 	// completion event's execution can be read as long as the event);
 	// KeepExecutions keeps them forever; any other negative value is an
 	// error. Events are not removed with their execution (OutboxRetention
-	// governs them), so they may outlive it.
+	// governs them), so they may outlive it. A value stored in the schema
+	// (ffctl config set execution_retention) wins over it, as over
+	// OutboxRetention.
 	ExecutionRetention time.Duration
 	// StoreSettings makes New store, in the schema, each setting this
 	// Config sets explicitly (a non-zero OutboxRetention,
