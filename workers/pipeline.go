@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/jobs"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/riverqueue/river"
 )
 
@@ -79,14 +80,14 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			}
 			st.Disabled = st.Disabled || o.Disabled
 		}
-		if st.Interval < 10*time.Millisecond {
-			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
+		if st.Interval < settings.MinInterval {
+			return nil, ff.Validationf("scanner", "%s: interval %s is below %s", s.Name(), st.Interval, settings.MinInterval)
 		}
 		if st.Sweep < 0 {
 			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (workers.NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
 		}
-		if st.Batch < 1 || st.Batch > 100_000 {
-			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
+		if st.Batch < settings.MinBatch || st.Batch > settings.MaxBatch {
+			return nil, ff.Validationf("scanner", "%s: batch %d is outside %d..%d", s.Name(), st.Batch, settings.MinBatch, settings.MaxBatch)
 		}
 		p.settings[s.Name()] = st
 	}

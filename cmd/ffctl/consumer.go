@@ -47,7 +47,7 @@ func runConsumerList(ctx context.Context, args []string, stdout, stderr io.Write
 	retention := f.fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
 		"the outbox `retention` to judge the consumers against when the schema stores none\n(ffctl config): a stored one wins, as in ffscheduler")
 	f.fs.AfterParse(func() error {
-		return cli.CheckDuration("outbox-retention", *retention, time.Second, 10*365*24*time.Hour)
+		return cli.CheckDuration("outbox-retention", *retention, time.Second, cli.MaxRetention)
 	})
 	pos, err := f.parse(args)
 	if err == nil && len(pos) > 0 {

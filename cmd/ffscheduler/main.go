@@ -53,6 +53,7 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,9 +64,9 @@ const defaultUIAddr = "127.0.0.1:8080"
 // The allowed ranges of the flags: a value outside is a usage error, never
 // a silent fallback to the default.
 const (
-	minInterval   = 10 * time.Millisecond
-	maxInterval   = 24 * time.Hour
-	maxBatch      = 100_000
+	minInterval   = settings.MinInterval
+	maxInterval   = settings.MaxInterval
+	maxBatch      = settings.MaxBatch
 	maxRetention  = cli.MaxRetention
 	minJobTimeout = 100 * time.Millisecond
 	maxJobTimeout = 24 * time.Hour
