@@ -98,7 +98,8 @@ type Config struct {
 	// Scanners overrides settings by scanner name; zero fields keep the
 	// defaults (workers.Settings says which), workers.NoSweep turns a
 	// scanner's scan cursors off. Naming an unregistered scanner is an
-	// error.
+	// error. A built-in scanner's interval or batch stored in the schema
+	// (ffctl config set attempt_timeout.interval) wins over its override.
 	Scanners map[string]workers.Settings
 	// Plugins are scanners of your own with their item kinds, registered
 	// after the built-ins exactly as they are (scanners.Builtins).
@@ -108,7 +109,9 @@ type Config struct {
 	// OutboxRetention of the outbox_retention scanner: events older than
 	// this are deleted. 0 means scanners.DefaultOutboxRetention (7 days);
 	// negative is an error. To keep every event, disable the scanner
-	// (Scanners: {scanners.OutboxRetention: {Disabled: true}}).
+	// (Scanners: {scanners.OutboxRetention: {Disabled: true}}). A value
+	// stored in the schema (ffctl config set outbox_retention, SetSetting)
+	// wins over it, and the scanner's ticks read that when they run.
 	OutboxRetention time.Duration
 	// ExecutionRetention of the execution_retention scanner: terminal
 	// executions older than this are removed, with their attempts (a flow
@@ -117,8 +120,21 @@ type Config struct {
 	// completion event's execution can be read as long as the event);
 	// KeepExecutions keeps them forever; any other negative value is an
 	// error. Events are not removed with their execution (OutboxRetention
-	// governs them), so they may outlive it.
+	// governs them), so they may outlive it. A value stored in the schema
+	// (ffctl config set execution_retention) wins over it, as over
+	// OutboxRetention.
 	ExecutionRetention time.Duration
+	// StoreSettings makes New store, in the schema, each setting this
+	// Config sets explicitly (a non-zero OutboxRetention,
+	// ExecutionRetention, or Interval or Batch of a built-in scanner in
+	// Scanners) that the schema does not hold yet; ffscheduler sets it.
+	// Whether or not it is set, a stored setting wins over Config, with a
+	// warning where they disagree (see KnownSettings and the rule in
+	// settings.go).
+	StoreSettings bool
+	// SettingsSetBy is what the settings StoreSettings stores record as
+	// who set them (default: the host and process id).
+	SettingsSetBy string
 	// JobTimeout of ffriver's jobs. 0 means workers.DefaultJobTimeout
 	// (30 s); negative is an error (a job without a timeout would defeat
 	// ff.rescue, which presumes a job running past it dead).
@@ -136,7 +152,8 @@ type Config struct {
 	Clock ff.Clock
 	// Logger for ffriver's warnings. The Service's own (the River schema
 	// New, Configure, Attach or the watchdog took, Attach's tick
-	// watchdog) go to slog.Default() when it is nil; the pipeline's jobs'
+	// watchdog, the stored settings New applied or stored) go to
+	// slog.Default() when it is nil; the pipeline's jobs'
 	// are discarded then.
 	Logger *slog.Logger
 	// Waker is poked after each commit that wrote outbox events, so stream
@@ -191,6 +208,29 @@ type Service struct {
 	periodic  []*river.PeriodicJob
 	meters    metric.MeterProvider
 	tracers   trace.TracerProvider
+	// outboxRetention and executionRetention are Config's after the
+	// stored settings (0: the default).
+	outboxRetention, executionRetention time.Duration
+}
+
+// OutboxRetention is the outbox retention the Service was built with: the
+// one stored in the schema (ffctl config set outbox_retention), else
+// Config.OutboxRetention, else scanners.DefaultOutboxRetention. The
+// outbox_retention ticks read the stored one again when they run.
+func (f *Service) OutboxRetention() time.Duration {
+	if f.outboxRetention == 0 {
+		return scanners.DefaultOutboxRetention
+	}
+	return f.outboxRetention
+}
+
+// ExecutionRetention is the execution retention the Service was built
+// with, as OutboxRetention is (KeepExecutions: forever).
+func (f *Service) ExecutionRetention() time.Duration {
+	if f.executionRetention == 0 {
+		return scanners.DefaultExecutionRetention
+	}
+	return f.executionRetention
 }
 
 // Verify checks that schema is migrated (River's and ffriver's migrations)
@@ -262,6 +302,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if cfg.JobTimeout < 0 {
 		return nil, ff.Validationf("job_timeout", "%s is negative: 0 means the default %s", cfg.JobTimeout, workers.DefaultJobTimeout)
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	// The settings every process of the schema must agree on: the stored
+	// ones win over cfg (settings.go).
+	if cfg, err = applySettings(ctx, pool, dbutil.Schema(store.Schema()), cfg, logger); err != nil {
+		return nil, err
+	}
 	var plugins []workers.Plugin
 	if !cfg.NoBuiltins {
 		plugins = scanners.Builtins(scanners.BuiltinOptions{OutboxRetention: cfg.OutboxRetention, ExecutionRetention: cfg.ExecutionRetention})
@@ -293,11 +342,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	f := &Service{ownWaker: cfg.Waker == nil, riverExplicit: cfg.RiverSchema != "", pathRiver: pathRiver, cascade: cascade,
+	f := &Service{outboxRetention: cfg.OutboxRetention, executionRetention: cfg.ExecutionRetention, ownWaker: cfg.Waker == nil, riverExplicit: cfg.RiverSchema != "", pathRiver: pathRiver, cascade: cascade,
 		created: time.Now(), logger: logger, store: store, pipeline: p, periodic: periodic,
 		meters: cfg.MeterProvider, tracers: cfg.TracerProvider}
 	f.riverSchema.Store(&riverSchema)

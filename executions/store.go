@@ -181,7 +181,6 @@ func (s *Store) NowMs() int64 { return s.clock.NowMs() }
 // the one owner of the clock and the waker of a pipeline.
 func (s *Store) Waker() *outbox.Waker { return s.waker }
 
-
 func (s *Store) sql(q string) string { return s.schema.SQL(q) }
 
 // inTx runs fn in a transaction of its own and pokes the waker after a

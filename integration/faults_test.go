@@ -342,15 +342,20 @@ func TestFaults(t *testing.T) {
 		sc.drain(90 * time.Second)
 		sc.reconcile() // every event still in the tables: retention is 3 minutes
 
-		// Retention of 1 s from now on: a scheduler with it replaces the
-		// first. The completion stream has no consumer: its events go at
-		// the next trims. The lease events after the consumer's position
+		// Retention of 1 s from now on, stored in the schema (the first
+		// scheduler stored its 3m: a scheduler's flag no longer changes a
+		// stored setting), and a scheduler with it replaces the first.
+		// The completion stream has no consumer: its events go at the
+		// next trims. The lease events after the consumer's position
 		// stay, however many trims run.
 		leases := sc.Count(`SELECT count(*) FROM ff_lease_event`)
 		if code := sc.procs[0].signal(syscall.SIGTERM, 40*time.Second); code != 0 {
 			t.Errorf("ffscheduler exit %d after SIGTERM", code)
 		}
 		sc.procs = slices.Delete(sc.procs, 0, 1)
+		if res := runFFCtl(t, bins.ffctl, nil, slices.Concat([]string{"config", "set", "outbox_retention", "1s"}, sc.dbFlags())...); res.code != 0 {
+			t.Fatalf("ffctl config set outbox_retention 1s: exit %d: %s", res.code, res.stderr)
+		}
 		p := startProc(t, "sched-retention", bins.scheduler, slices.Concat(sc.dbFlags(), schedulerFaultFlags,
 			[]string{"--id", "sched-retention", "--outbox-retention", "1s", "--outbox-retention-interval", "200ms"})...)
 		sc.procs = append(sc.procs, p)

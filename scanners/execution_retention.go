@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
@@ -108,6 +109,22 @@ func (s *ExecutionRetentionScanner) Retention(params json.RawMessage) (time.Dura
 		return KeepExecutions, err
 	}
 	return time.Duration(-cutoff) * time.Millisecond, err
+}
+
+// StoredSetting implements workers.StoredParamsProvider: the retention
+// stored in the schema (ffctl config set execution_retention) wins over
+// the one the tick was inserted with. Stored "forever" makes the ticks do
+// nothing; a scheduler started with "forever" has no ticks of this scanner
+// until it restarts with the stored value.
+func (*ExecutionRetentionScanner) StoredSetting() string { return ExecutionRetention }
+
+// StoredParams implements workers.StoredParamsProvider.
+func (*ExecutionRetentionScanner) StoredParams(value string) (json.RawMessage, error) {
+	d, err := settings.ParseDuration(ExecutionRetention, value, settings.MinRetention, settings.MaxRetention, true)
+	if err != nil {
+		return nil, err
+	}
+	return NewExecutionRetentionScanner(d).Params()
 }
 
 // cutoff returns now minus the retention in params (the scanner's own when

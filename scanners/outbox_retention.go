@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
@@ -95,6 +96,27 @@ func (s *OutboxRetentionScanner) Params() (json.RawMessage, error) { return ageP
 func (s *OutboxRetentionScanner) Retention(params json.RawMessage) (time.Duration, error) {
 	cutoff, err := s.cutoff(params, 0)
 	return time.Duration(-cutoff) * time.Millisecond, err
+}
+
+// OutboxRetention is Retention: its name tells the ticks (package
+// workers) that this scanner's retention is the outboxes', against which
+// they judge the named consumers.
+func (s *OutboxRetentionScanner) OutboxRetention(params json.RawMessage) (time.Duration, error) {
+	return s.Retention(params)
+}
+
+// StoredSetting implements workers.StoredParamsProvider: the retention
+// stored in the schema (ffctl config set outbox_retention) wins over the
+// one the tick was inserted with.
+func (*OutboxRetentionScanner) StoredSetting() string { return OutboxRetention }
+
+// StoredParams implements workers.StoredParamsProvider.
+func (*OutboxRetentionScanner) StoredParams(value string) (json.RawMessage, error) {
+	d, err := settings.ParseDuration(OutboxRetention, value, settings.MinRetention, settings.MaxRetention, false)
+	if err != nil {
+		return nil, err
+	}
+	return ageParamsOf(d)
 }
 
 func (s *OutboxRetentionScanner) cutoff(params json.RawMessage, now int64) (int64, error) {

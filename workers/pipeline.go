@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/jobopts"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/riverqueue/river"
 )
@@ -22,6 +23,9 @@ type Pipeline struct {
 	settings map[string]Settings
 	// unprocessable rate-limits the ticks' reports of unprocessable rows.
 	unprocessable unprocessableLog
+	// holding rate-limits the warnings about consumers that hold outbox
+	// retention back.
+	holding holdingLog
 	// scannerOf maps each item kind to its scanner's name (flowScanner for
 	// ff.advance), the label of its metrics and spans.
 	scannerOf map[string]string
@@ -77,14 +81,14 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			}
 			st.Disabled = st.Disabled || o.Disabled
 		}
-		if st.Interval < 10*time.Millisecond {
-			return nil, ff.Validationf("scanner", "%s: interval %s is below 10ms", s.Name(), st.Interval)
+		if st.Interval < settings.MinInterval {
+			return nil, ff.Validationf("scanner", "%s: interval %s is below %s", s.Name(), st.Interval, settings.MinInterval)
 		}
 		if st.Sweep < 0 {
 			return nil, ff.Validationf("scanner", "%s: sweep %s is negative (workers.NoSweep turns the scan cursors off)", s.Name(), st.Sweep)
 		}
-		if st.Batch < 1 || st.Batch > 100_000 {
-			return nil, ff.Validationf("scanner", "%s: batch %d is outside 1..100000", s.Name(), st.Batch)
+		if st.Batch < settings.MinBatch || st.Batch > settings.MaxBatch {
+			return nil, ff.Validationf("scanner", "%s: batch %d is outside %d..%d", s.Name(), st.Batch, settings.MinBatch, settings.MaxBatch)
 		}
 		p.settings[s.Name()] = st
 	}
@@ -256,7 +260,8 @@ func (b Backlog) OldestOverdue() time.Duration {
 const BacklogCap = 100
 
 // Backlog runs every registered scanner's Due query, with the pipeline's
-// filter, the scanner's params and its batch (at most BacklogCap) as the
+// filter, the scanner's params (a stored setting's, StoredParamsProvider,
+// where one is stored) and its batch (at most BacklogCap) as the
 // cap, and sums it up per scanner, in registration order: the due items of
 // the partitions its ticks scan (at least, where a partition has more than
 // the cap due), and apart from them the rows no scan can process.
@@ -266,6 +271,10 @@ func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
 	for _, s := range p.reg.Scanners() {
 		params, err := ParamsOf(s)
 		if err != nil {
+			return nil, err
+		}
+		// As the ticks do: a stored setting wins over the pipeline's.
+		if params, err = p.storedParams(ctx, q, s, params); err != nil {
 			return nil, err
 		}
 		st, _ := p.Settings(s.Name())

@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -52,6 +53,22 @@ type Scanner interface {
 // DueRequest.Params and ScanRequest.Params.
 type ParamsProvider interface {
 	Params() (json.RawMessage, error)
+}
+
+// StoredParamsProvider is implemented by scanners whose params are a
+// setting stored in the schema (ff_settings: ffctl config set,
+// ffriver.SetSetting), such as the retention periods. Their ticks, and
+// Pipeline.Backlog, read the stored value when they run and use its params
+// instead of the ones the tick was inserted with; with nothing stored they
+// keep those. So whichever process leads, and whatever it was started
+// with, runs the schema's value, and a change applies from the next tick.
+type StoredParamsProvider interface {
+	ParamsProvider
+	// StoredSetting names the setting (a row of ff_settings).
+	StoredSetting() string
+	// StoredParams returns the params for the stored value; an error
+	// names the setting and what is wrong with the value.
+	StoredParams(value string) (json.RawMessage, error)
 }
 
 // Settings are a scanner's schedule and batch size. In an override
@@ -233,6 +250,24 @@ func (r *registry) Scanners() []Scanner {
 
 // Names returns the registered names in registration order.
 func (r *registry) Names() []string { return append([]string(nil), r.order...) }
+
+// storedParams returns the params of s's stored setting
+// (StoredParamsProvider) read on q, else def.
+func (p *Pipeline) storedParams(ctx context.Context, q Querier, s Scanner, def json.RawMessage) (json.RawMessage, error) {
+	sp, ok := s.(StoredParamsProvider)
+	if !ok {
+		return def, nil
+	}
+	st, ok, err := settings.Get(ctx, q, dbutil.Schema(p.env.Schema()), sp.StoredSetting())
+	if err != nil || !ok {
+		return def, err
+	}
+	params, err := sp.StoredParams(st.Value)
+	if err != nil {
+		return nil, fmt.Errorf("scanner %s: the stored setting (ff_settings; ffctl config set or unset fixes it): %w", s.Name(), err)
+	}
+	return params, nil
+}
 
 // ParamsOf returns s's params (ParamsProvider), nil when it has none.
 func ParamsOf(s Scanner) (json.RawMessage, error) {

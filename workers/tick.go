@@ -15,9 +15,10 @@ import (
 )
 
 // retentionScanner is a scanner that knows the outbox retention its ticks
-// run with (the outbox_retention scanner of package scanners).
+// run with (the outbox_retention scanner of package scanners; not
+// execution_retention, whose retention is another one).
 type retentionScanner interface {
-	Retention(params json.RawMessage) (time.Duration, error)
+	OutboxRetention(params json.RawMessage) (time.Duration, error)
 }
 
 // tickWorker works ff.tick: one query for the partitions with due work,
@@ -49,31 +50,21 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 	return inTx(ctx, env, func(tx pgx.Tx) error {
 		// The tick needs to know, per partition, whether anything is due
 		// and whether a batch or more is: it counts no further.
-		req := DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: job.Args.Params, Cap: batch}
+		// A setting stored in the schema (a retention) wins over the
+		// params the leader inserted the tick with: a takeover by a
+		// scheduler started with other flags changes nothing.
+		params, err := w.p.storedParams(ctx, tx, s, job.Args.Params)
+		if err != nil {
+			return err
+		}
+		req := DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: params, Cap: batch}
 		due, err := s.Due(ctx, tx, req)
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
 		}
 		env.Metrics.recordDue(ctx, s.Name(), due, env.NowMs())
-		if r, ok := s.(retentionScanner); ok && env.Metrics.metered() {
-			// The retention's tick reads the named consumers for their
-			// gauges: what holds retention back is visible to alerts.
-			retention, err := r.Retention(job.Args.Params)
-			if err != nil {
-				return err
-			}
-			cs, err := subscribe.Consumers(ctx, tx, env.Schema())
-			if err != nil {
-				return fmt.Errorf("scanner %s: %w", s.Name(), err)
-			}
-			env.Metrics.recordConsumers(cs, retention)
-			// And the outboxes' maintenance waits: a pass that keeps
-			// giving up on a lock is visible to alerts too.
-			waits, err := outboxretention.Waits(ctx, tx, dbutil.Schema(env.Schema()))
-			if err != nil {
-				return fmt.Errorf("scanner %s: %w", s.Name(), err)
-			}
-			if err := env.Metrics.recordWaits(waits); err != nil {
+		if r, ok := s.(retentionScanner); ok {
+			if err := w.watchRetention(ctx, tx, s.Name(), r, params); err != nil {
 				return err
 			}
 		}
@@ -87,9 +78,9 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 				late[d.Partition] = d.OldestMs > 0 && req.NowMs-d.OldestMs >= catchUp
 			}
 		}
-		var params []river.InsertManyParams
+		var inserts []river.InsertManyParams
 		scan := func(parts []int16) {
-			a := jobs.ScanArgs{Scanner: s.Name(), Partition: parts[0], Batch: batch, Params: job.Args.Params, Filter: job.Args.Filter,
+			a := jobs.ScanArgs{Scanner: s.Name(), Partition: parts[0], Batch: batch, Params: params, Filter: job.Args.Filter,
 				SweepMs: job.Args.SweepMs}
 			if len(parts) > 1 {
 				a.Partitions = parts[1:]
@@ -99,7 +90,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 					a.CatchUp = append(a.CatchUp, p)
 				}
 			}
-			params = append(params, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, parts))})
+			inserts = append(inserts, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, parts))})
 		}
 		// Partitions with less than a batch due share scans of at most a
 		// batch of due items: a scan job costs a River round (insert, fetch,
@@ -136,11 +127,38 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		// Rows no scan can process (partitions outside the count, foreign
 		// states) are logged at most once per interval, never per tick.
 		w.p.reportUnprocessable(ctx, s, req, due)
-		ins, dup, err := insertMany(ctx, tx, params)
+		ins, dup, err := insertMany(ctx, tx, inserts)
 		if err != nil {
 			return err
 		}
 		out.Inserted, out.Duplicates = ins, dup
 		return complete(ctx, tx, job, out)
 	})
+}
+
+// watchRetention is the outbox retention tick's look at what holds
+// retention back: the named consumers, of which one that holds retention
+// is warned about at once (then at most every ConsumerWarnInterval per
+// process), and, with metrics, their gauges and the outboxes' maintenance
+// waits, so that both are visible to alerts.
+func (w *tickWorker) watchRetention(ctx context.Context, tx pgx.Tx, scanner string, r retentionScanner, params json.RawMessage) error {
+	env := w.p.env
+	retention, err := r.OutboxRetention(params)
+	if err != nil {
+		return err
+	}
+	cs, err := subscribe.Consumers(ctx, tx, env.Schema())
+	if err != nil {
+		return fmt.Errorf("scanner %s: %w", scanner, err)
+	}
+	w.p.warnHolding(ctx, cs, retention)
+	if !env.Metrics.metered() {
+		return nil
+	}
+	env.Metrics.recordConsumers(cs, retention)
+	waits, err := outboxretention.Waits(ctx, tx, dbutil.Schema(env.Schema()))
+	if err != nil {
+		return fmt.Errorf("scanner %s: %w", scanner, err)
+	}
+	return env.Metrics.recordWaits(waits)
 }

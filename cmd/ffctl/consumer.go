@@ -10,11 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
 	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var consumerCommand = command{
@@ -42,9 +44,10 @@ func runConsumerList(ctx context.Context, args []string, stdout, stderr io.Write
 			"may grow before retention stops waiting for it (max lag), whether it holds retention back\n"+
 			"(its position is older than --outbox-retention and younger than its max lag: events\n"+
 			"retention would delete are kept for it) and whether a stream is attached to it now.", stdout)
-	retention := f.fs.Duration("outbox-retention", scanners.DefaultOutboxRetention, "the `retention` ffscheduler runs with (its --outbox-retention)")
+	retention := f.fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
+		"the outbox `retention` to judge the consumers against when the schema stores none\n(ffctl config): a stored one wins, as in ffscheduler")
 	f.fs.AfterParse(func() error {
-		return cli.CheckDuration("outbox-retention", *retention, time.Second, 10*365*24*time.Hour)
+		return cli.CheckDuration("outbox-retention", *retention, time.Second, cli.MaxRetention)
 	})
 	pos, err := f.parse(args)
 	if err == nil && len(pos) > 0 {
@@ -58,6 +61,9 @@ func runConsumerList(ctx context.Context, args []string, stdout, stderr io.Write
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
 	defer pool.Close()
+	if *retention, err = storedOutboxRetention(ctx, pool, f.common.Schema, *retention); err != nil {
+		return cli.Report(stderr, f.fs.Name(), err)
+	}
 	cs, err := subscribe.Consumers(ctx, pool, f.common.Schema)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
@@ -126,4 +132,23 @@ func runConsumerDrop(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	return cli.Report(stderr, f.fs.Name(), err)
+}
+
+// storedOutboxRetention returns the outbox retention stored in schema
+// (ffctl config set outbox_retention), else otherwise.
+func storedOutboxRetention(ctx context.Context, pool *pgxpool.Pool, schema string, otherwise time.Duration) (time.Duration, error) {
+	stored, err := ffriver.StoredSettings(ctx, pool, schema)
+	if err != nil {
+		return 0, err
+	}
+	for _, st := range stored {
+		if st.Name == scanners.OutboxRetention {
+			v, err := ffriver.CheckSetting(st.Name, st.Value)
+			if err != nil {
+				return 0, fmt.Errorf("the stored setting %s (ffctl config set or unset fixes it): %w", st.Name, err)
+			}
+			return time.ParseDuration(v)
+		}
+	}
+	return otherwise, nil
 }

@@ -1,6 +1,7 @@
 // Command ffctl is ffriver's operator CLI: it migrates a schema, tails the
 // outbox streams, shows the scanners' backlog, inspects, cancels and revokes
-// executions, runs the demo and the benchmarks.
+// executions, shows and changes the settings stored in the schema, runs the
+// demo and the benchmarks.
 //
 //	ffctl <command> [flags]
 //	ffctl help [command]
@@ -40,6 +41,7 @@ var commands = []command{
 	statusCommand,
 	execCommand,
 	consumerCommand,
+	configCommand,
 	versionCommand,
 }
 

@@ -39,12 +39,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		"say ticks have stopped when none was inserted for this `duration` (ffworker's --tick-stale-after)")
 	format := fs.String("format", "text", "output `format`: text or json")
 	retention := fs.Duration("outbox-retention", scanners.DefaultOutboxRetention,
-		"the outbox `retention` ffscheduler runs with (its --outbox-retention): what is due for\n"+
-			"retention, and which consumers hold it back, are judged against it")
+		"the outbox `retention` to judge what is due for retention, and which consumers hold it back,\n"+
+			"against when the schema stores none (ffctl config): a stored one wins, as in ffscheduler")
 	execRetention := scanners.DefaultExecutionRetention
 	fs.Var((*cli.ExecutionRetentionFlag)(&execRetention), "execution-retention",
-		"the execution `retention` ffscheduler runs with (its --execution-retention, or \"forever\"):\n"+
-			"what is due for execution_retention is judged against it")
+		"the execution `retention` (or \"forever\") to judge what is due for execution_retention against\n"+
+			"when the schema stores none (ffctl config): a stored one wins, as in ffscheduler")
 	fs.AfterParse(func() error {
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
@@ -60,12 +60,21 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cli.Report(stderr, fs.Name(), err)
 	}
 	defer pool.Close()
-	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: common.Schema, RiverSchema: common.RiverSchema, OutboxRetention: *retention,
-		ExecutionRetention: execRetention})
+	// The retentions stored in the schema (ffctl config) win over the
+	// flags, which apply only when none is stored; a flag given that
+	// disagrees with the stored one is warned about.
+	cfg := ffriver.Config{Schema: common.Schema, RiverSchema: common.RiverSchema, Logger: common.Logger(stderr)}
+	if fs.Explicit("outbox-retention") {
+		cfg.OutboxRetention = *retention
+	}
+	if fs.Explicit("execution-retention") {
+		cfg.ExecutionRetention = execRetention
+	}
+	f, err := ffriver.New(ctx, pool, cfg)
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}
-	r, err := status.Collect(ctx, pool, f, *retention)
+	r, err := status.Collect(ctx, pool, f, f.OutboxRetention())
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}

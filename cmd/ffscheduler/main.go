@@ -20,6 +20,12 @@
 // (a second scheduler on the same host) the UI is skipped with a warning;
 // an address given explicitly that cannot be bound is an error.
 //
+// The settings every process of a schema must agree on (the retentions,
+// each scanner's interval and batch) are stored in the schema
+// (ffriver.Config.StoreSettings): a flag given explicitly is stored when
+// the schema holds no value for it yet, and a stored value wins over a
+// flag, with a warning at start naming both. ffctl config changes them.
+//
 // At start, while the server refuses for a reason that passes (every
 // connection slot taken, starting up or shutting down, nothing listening
 // while it restarts), it keeps trying for up to --startup-wait (default
@@ -34,9 +40,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -45,6 +53,7 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,9 +64,9 @@ const defaultUIAddr = "127.0.0.1:8080"
 // The allowed ranges of the flags: a value outside is a usage error, never
 // a silent fallback to the default.
 const (
-	minInterval   = 10 * time.Millisecond
-	maxInterval   = 24 * time.Hour
-	maxBatch      = 100_000
+	minInterval   = settings.MinInterval
+	maxInterval   = settings.MaxInterval
+	maxBatch      = settings.MaxBatch
 	maxRetention  = cli.MaxRetention
 	minJobTimeout = 100 * time.Millisecond
 	maxJobTimeout = 24 * time.Hour
@@ -69,6 +78,12 @@ const summary = `ffscheduler is the River leader of an ffriver deployment: it in
 scanners' periodic ticks, runs River's maintenance and serves River UI. It
 works the scan queue; ffworker processes work the per-item actions. Run two
 for failover; River elects one leader.
+
+The settings every process of a schema must agree on (--outbox-retention,
+--execution-retention, each scanner's --*-interval and --*-batch) are stored
+in the schema: a flag given explicitly is stored when the schema holds no
+value for it yet; a stored value wins over a flag, with a warning naming
+both. ffctl config shows and changes them.
 
 At start it waits up to --startup-wait while the server refuses for a reason
 that passes (no free connection slot, starting up, restarting).
@@ -97,8 +112,11 @@ type options struct {
 	shutdownTimeout time.Duration
 	intervals       map[string]*time.Duration
 	batches         map[string]*int
-	uiAddrExplicit  bool
-	id              string
+	// explicit names the flags given on the command line: only those are
+	// stored as the schema's settings, or compared with the stored ones.
+	explicit       func(name string) bool
+	uiAddrExplicit bool
+	id             string
 }
 
 func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Daemon, error) {
@@ -140,6 +158,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	}
 	fs.AfterParse(func() error {
 		o.uiAddrExplicit = fs.Explicit("ui-addr")
+		o.explicit = fs.Explicit
 		if o.uiUser == "" {
 			o.uiUser = getenv("FF_UI_USER")
 		}
@@ -204,10 +223,29 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 
 // serve runs the process: ffriver's run path (ffriver.Run).
 func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	// Only the flags given explicitly reach the Config: a stored setting
+	// wins over them (with a warning where they disagree), the scheduler
+	// stores those not stored yet, and a default is never stored.
 	overrides := map[string]workers.Settings{}
 	for name, iv := range o.intervals {
-		overrides[name] = workers.Settings{Interval: *iv, Batch: *o.batches[name]}
+		var st workers.Settings
+		flag := strings.ReplaceAll(name, "_", "-")
+		if o.explicit(flag + "-interval") {
+			st.Interval = *iv
+		}
+		if o.explicit(flag + "-batch") {
+			st.Batch = *o.batches[name]
+		}
+		overrides[name] = st
 	}
+	var retention, execRetention time.Duration
+	if o.explicit("outbox-retention") {
+		retention = o.retention
+	}
+	if o.explicit("execution-retention") {
+		execRetention = o.execRetention
+	}
+	host, _ := os.Hostname()
 	tel, err := o.telemetry.Start(ctx, "ffscheduler", logger)
 	if err != nil {
 		return err
@@ -218,7 +256,8 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	ui := &logString{o.uiAddr}
 	return ffriver.Run(ctx, pool, ffriver.Config{
 		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter,
-		Scanners: overrides, OutboxRetention: o.retention, ExecutionRetention: o.execRetention, JobTimeout: o.jobTimeout,
+		Scanners: overrides, OutboxRetention: retention, ExecutionRetention: execRetention, JobTimeout: o.jobTimeout,
+		StoreSettings: true, SettingsSetBy: fmt.Sprintf("ffscheduler on %s (pid %d) at its start", host, os.Getpid()),
 		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(), Clock: o.common.Clock(),
 	}, ffriver.RunOptions{
 		Name: "ffscheduler", Logger: logger, Started: append([]any{"ui", ui}, o.common.ClockAttrs()...),

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/scanners"
 )
 
-// MaxRetention is the longest retention a flag accepts.
-const MaxRetention = 10 * 365 * 24 * time.Hour
+// MaxRetention is the longest retention a flag accepts, as a stored
+// setting does (ffctl config).
+const MaxRetention = settings.MaxRetention
 
 // ExecutionRetentionFlag is --execution-retention: a duration, or
 // "forever" (scanners.KeepExecutions). Register it with flag.Var on a
