@@ -26,8 +26,9 @@ func Example() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_runner"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) // a clean slate for the example
+	// A schema of its own (two runs at once never share one), dropped at
+	// the end.
+	schema := fftest.SchemaName("example_runner")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		fmt.Println(err)
 		return
