@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/metricviews"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
@@ -31,8 +32,9 @@ func Example_metrics() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_metrics"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	// A schema of its own (two runs at once never share one), dropped at
+	// the end.
+	schema := fftest.SchemaName("example_metrics")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		fmt.Println(err)
 		return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/scanners"
 	ffworkers "github.com/ffriver/ffriver/workers"
@@ -48,8 +49,13 @@ func Example_embed() {
 		return
 	}
 	defer pool.Close()
-	const appSchema, schema = "ffriver_example_app", "ffriver_example_embed"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; DROP SCHEMA IF EXISTS `+appSchema+` CASCADE; CREATE SCHEMA `+appSchema)
+	// The application's schema and ffriver's, each of its own (two runs at
+	// once never share one), dropped at the end.
+	appSchema, schema := fftest.SchemaName("example_app"), fftest.SchemaName("example_embed")
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+appSchema); err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; DROP SCHEMA `+appSchema+` CASCADE`) //nolint:errcheck
 
 	// The application before ffriver: River's tables, migrated as River
@@ -78,7 +84,7 @@ func Example_embed() {
 	}
 
 	// 1. ffriver's tables, sharing the application's River (ffctl migrate
-	// --schema ffriver_example_embed --river-schema ffriver_example_app).
+	// --schema <schema> --river-schema <appSchema>).
 	if _, err := migrations.Migrate(ctx, pool, schema, &migrations.Options{RiverSchema: appSchema}); err != nil {
 		fmt.Println(err)
 		return
@@ -154,8 +160,9 @@ func ExampleRun() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_run"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	// A schema of its own (two runs at once never share one), dropped at
+	// the end.
+	schema := fftest.SchemaName("example_run")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		fmt.Println(err)
 		return

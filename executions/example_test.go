@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -22,8 +23,9 @@ func Example() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_lifecycle"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) // a clean slate for the example
+	// A schema of its own (two runs at once never share one), dropped at
+	// the end.
+	schema := fftest.SchemaName("example_lifecycle")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		fmt.Println(err)
 		return

@@ -2,6 +2,7 @@ package executions_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,10 +53,19 @@ func (f *fixture) wantRemoved(id ff.ExecutionID, public string, terminalAtMs int
 	}
 }
 
-// flowOf creates a flow of two members in lane, down depending on up.
-func (f *fixture) flowOf() (flow uuid.UUID, up, down ff.ExecutionID) {
+// flowOf creates a flow of two members in lane-a, down depending on up,
+// in a partition not among avoid.
+func (f *fixture) flowOf(avoid ...int16) (flow uuid.UUID, up, down ff.ExecutionID) {
 	f.t.Helper()
-	flow = f.Flow()
+	for {
+		flow = uuid.New()
+		if !slices.Contains(avoid, f.st.Partitions().ForFlow(flow)) {
+			break
+		}
+	}
+	if _, err := f.st.CreateFlow(f.ctx, flow); err != nil {
+		f.t.Fatal(err)
+	}
 	up = f.Create(executions.CreateParams{FlowID: flow})
 	down = f.Create(executions.CreateParams{FlowID: flow})
 	if err := f.st.AddDependencies(f.ctx, executions.DependencyParams{FlowID: flow, Downstream: down, Upstreams: []ff.ExecutionID{up}}); err != nil {
@@ -157,7 +167,9 @@ func TestRemoveExecutionsSkipsLocked(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	solo := f.Create(executions.CreateParams{})
-	flow, up, down := f.flowOf()
+	// The flow is in another partition than solo: each run below removes
+	// from one partition, and counts what it kept there.
+	flow, up, down := f.flowOf(solo.Partition)
 	for _, id := range []ff.ExecutionID{solo, up, down} {
 		f.cancel(id)
 	}

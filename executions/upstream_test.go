@@ -1,9 +1,9 @@
 package executions_test
 
 import (
-	"time"
-
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
@@ -270,11 +270,16 @@ func TestUpstreamTypedClaimLeaseExpires(t *testing.T) {
 
 // flowUp creates a flow and, in its partition, n upstreams and one
 // downstream whose group has policy, all the upstream way.
-func (f *fixture) flowUp(lane string, n int, policy string) (flow uuid.UUID, ups []ff.ExecutionID, down ff.ExecutionID) {
+func (f *fixture) flowUp(lane string, n int, policy string, avoid ...int16) (flow uuid.UUID, ups []ff.ExecutionID, down ff.ExecutionID) {
 	f.t.Helper()
 	now := f.clock.NowMs()
-	flow = uuid.New()
-	part := f.st.PartitionFor(flow, lane)
+	var part int16
+	for {
+		flow = uuid.New()
+		if part = f.st.PartitionFor(flow, lane); !slices.Contains(avoid, part) {
+			break
+		}
+	}
 	if err := upstream.CreateFlow(f.ctx, f.db.Pool, part, flow, now); err != nil {
 		f.t.Fatal(err)
 	}
@@ -351,9 +356,15 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 		return ff.ExecutionID{Partition: h.ID.Partition, UUID: h.ID.UUID}
 	}
 
+	// Each flow below is in a partition of its own (used, the avoid list
+	// of flowUp): complete claims in a partition and hops scans one, and
+	// an earlier flow's upstreams and hops are still there.
+	var used []int16
+
 	// ffriver first: its hop counts a's success and releases the
 	// downstream; upstream's dispatch of the event then finds it claimed.
 	flow, _, down := f.flowUp(lane, 3, `{"kind": "any_of", "on_satisfied": "cancel_remaining"}`)
+	used = append(used, down.Partition)
 	won := complete(down.Partition)
 	f.clock.Advance(16 * time.Second)
 	hops := f.hops(down.Partition)
@@ -374,7 +385,8 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	// Upstream first: its dispatch counts the success, releases the
 	// downstream and flags the siblings; ffriver's hop records the edge
 	// and counts nothing.
-	flow, _, down = f.flowUp(lane, 3, `{"kind": "quorum", "k": 1, "on_satisfied": "cancel_remaining"}`)
+	flow, _, down = f.flowUp(lane, 3, `{"kind": "quorum", "k": 1, "on_satisfied": "cancel_remaining"}`, used...)
+	used = append(used, down.Partition)
 	won = complete(down.Partition)
 	if n, err := upstream.Dispatch(f.ctx, f.db.Pool, f.eventOf(won), f.clock.NowMs()); err != nil || n != 1 {
 		t.Fatalf("upstream dispatch advanced %d groups (%v), want 1", n, err)
@@ -401,7 +413,7 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	// A terminal upstream whose outcome is recorded nowhere (written by
 	// hand: public_state "running", no completion event) is never counted,
 	// as a failure or anything else: its hop is reported unprocessable.
-	flow, ups, down := f.flowUp(lane, 2, `{"kind": "all_of"}`)
+	flow, ups, down := f.flowUp(lane, 2, `{"kind": "all_of"}`, used...)
 	if _, err := f.db.Pool.Exec(f.ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'running',
 		terminal_at_ms = $2 WHERE execution_id = $1`, ups[0].UUID, f.clock.NowMs()); err != nil {
 		t.Fatal(err)

@@ -57,12 +57,14 @@ func TestSchedulerServesTheLiveStreams(t *testing.T) {
 	}
 	defer stream.Body.Close()
 	events := make(chan string, 64)
+	var streamEnded time.Time // written before events closes
 	go func() {
 		defer close(events)
 		sc := bufio.NewScanner(stream.Body)
 		for sc.Scan() {
 			events <- sc.Text()
 		}
+		streamEnded = time.Now()
 	}()
 	await := func(what string, match func(string) bool) {
 		t.Helper()
@@ -102,11 +104,14 @@ func TestSchedulerServesTheLiveStreams(t *testing.T) {
 	if code := sched.signal(syscall.SIGTERM, 15*time.Second); code != 0 {
 		t.Fatalf("ffscheduler exit %d on SIGTERM with a live stream open\n%s", code, sched.Output())
 	}
-	d := time.Since(start)
-	t.Logf("ffscheduler stopped %s after SIGTERM", d)
-	if d > 4*time.Second {
-		t.Errorf("ffscheduler took %s to stop with a live stream open: it waited for the stream", d)
-	}
+	t.Logf("ffscheduler stopped %s after SIGTERM", time.Since(start))
 	for range events { // the stream ends with the server
+	}
+	// The stream ends when the UI server stops, the first thing a stop
+	// does; a server that waited for the stream would end it only after
+	// its 5 s shutdown timeout. (The whole stop, River's included, takes
+	// what a busy machine makes of it: not measured here.)
+	if d := streamEnded.Sub(start); d > 4*time.Second {
+		t.Errorf("the live stream ended %s after SIGTERM: the scheduler waited for the stream", d)
 	}
 }

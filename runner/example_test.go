@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/runner"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,8 +27,9 @@ func Example() {
 		return
 	}
 	defer pool.Close()
-	const schema = "ffriver_example_runner"
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) // a clean slate for the example
+	// A schema of its own (two runs at once never share one), dropped at
+	// the end.
+	schema := fftest.SchemaName("example_runner")
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		fmt.Println(err)
 		return

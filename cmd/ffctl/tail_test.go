@@ -141,9 +141,16 @@ func TestTail(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(b)) != first[2].Cursor {
 		t.Fatalf("cursor file holds %q (%v), want %s", b, err, first[2].Cursor)
 	}
-	rest := runTailJSON(t, db, "--from-start", "--cursor-file", file, "--idle-exit", "300ms")
+	// The events wanted are committed: each run waits for as many as it
+	// wants (--max-events, with --idle-exit only as a bound far above a
+	// busy machine's first read), and a last run with a short idle time
+	// finds nothing more (it cannot show a missing event, only a repeat).
+	rest := runTailJSON(t, db, "--from-start", "--cursor-file", file, "--max-events", "3", "--idle-exit", "30s")
 	if got := append(tailedIDs(first), tailedIDs(rest)...); !slices.Equal(got, want) {
 		t.Fatalf("tailed %v, want %v", got, want)
+	}
+	if more := runTailJSON(t, db, "--from-start", "--cursor-file", file, "--idle-exit", "300ms"); len(more) != 0 {
+		t.Fatalf("after every event, the cursor file resumed at %v", tailedIDs(more))
 	}
 	l := first[0]
 	if l.EventType != "acquired" || l.Partition != 0 || l.Namespace == nil || *l.Namespace != "ns" ||
@@ -153,7 +160,7 @@ func TestTail(t *testing.T) {
 	}
 
 	// A cursor from the output resumes after it; partitions and namespace filter.
-	after := runTailJSON(t, db, "--cursor", first[1].Cursor, "--partitions", "0-1,4-5", "--idle-exit", "300ms")
+	after := runTailJSON(t, db, "--cursor", first[1].Cursor, "--partitions", "0-1,4-5", "--max-events", "2", "--idle-exit", "30s")
 	if got := tailedIDs(after); !slices.Equal(got, []int64{want[4], want[5]}) {
 		t.Fatalf("after cursor, partitions 0-1,4-5: %v, want %v", got, []int64{want[4], want[5]})
 	}
@@ -217,7 +224,7 @@ func TestTailSinceEmptyCursorFileAndGap(t *testing.T) {
 		ids = append(ids, id)
 	}
 	since := time.UnixMilli(4000).UTC().Format(time.RFC3339Nano)
-	if got := tailedIDs(runTailJSON(t, db, "--since", since, "--idle-exit", "300ms")); !slices.Equal(got, ids[3:]) {
+	if got := tailedIDs(runTailJSON(t, db, "--since", since, "--max-events", "3", "--idle-exit", "30s")); !slices.Equal(got, ids[3:]) {
 		t.Fatalf("--since %s: %v, want %v", since, got, ids[3:])
 	}
 
@@ -248,7 +255,7 @@ func TestTailSinceEmptyCursorFileAndGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	stderr.Reset()
-	code = runTail(ctx, []string{"--cursor", first[1].Cursor, "--idle-exit", "300ms",
+	code = runTail(ctx, []string{"--cursor", first[1].Cursor, "--idle-exit", "30s",
 		"--database-url", testdb.URL(), "--schema", db.Schema}, &stdout, &stderr)
 	if code != cli.ExitFailure || !strings.Contains(stderr.String(), "were deleted before the stream read them") ||
 		strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
@@ -272,9 +279,12 @@ func TestTailConsumer(t *testing.T) {
 		ids = append(ids, id)
 	}
 	first := tailedIDs(runTailJSON(t, db, "--consumer", "ops", "--from-start", "--max-events", "2"))
-	rest := tailedIDs(runTailJSON(t, db, "--consumer", "ops", "--from-start", "--idle-exit", "300ms"))
+	rest := tailedIDs(runTailJSON(t, db, "--consumer", "ops", "--from-start", "--max-events", "3", "--idle-exit", "30s"))
 	if got := append(first, rest...); !slices.Equal(got, ids) {
 		t.Fatalf("tailed %v then %v, want %v", first, rest, ids)
+	}
+	if more := tailedIDs(runTailJSON(t, db, "--consumer", "ops", "--from-start", "--idle-exit", "300ms")); len(more) != 0 {
+		t.Fatalf("after every event, consumer ops resumed at %v", more)
 	}
 	var lag int64
 	if err := db.Pool.QueryRow(ctx, `SELECT max_lag_ms FROM ff_stream_consumer WHERE name = 'ops'`).Scan(&lag); err != nil ||
