@@ -3,7 +3,7 @@
 #   make test      find or start a Postgres (scripts/devdb.sh) and a headless Chromium
 #                  (scripts/browser.sh), then go vet and the whole suite with -race
 #   make browser-test  only the execution view's browser test (headless Chromium), verbose
-#   make screenshots   the browser test, writing the README's screenshots to docs/screenshots/
+#   make screenshots   the browser test, writing the execution view guide's screenshots to docs/screenshots/
 #   make lint      gofmt, go vet, staticcheck (fetched through the Go module proxy by `go run`)
 #   make demo      the live demo against the local database (ffctl demo)
 #   make bench     the performance scenarios (ffctl bench)

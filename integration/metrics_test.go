@@ -321,7 +321,7 @@ func (p *proxy) up() {
 }
 
 // TestMetricsBounded: an idle ffworker's /metrics already shows ffriver's
-// item counter (the README's `grep ^ffriver_` prints it before any work),
+// item counter (docs/operating.md's `grep ^ffriver_` prints it before any work),
 // and after items spread over every partition and five namespaces no
 // metric of either binary has more series than a handful of label values
 // explain: River's job tags (partition-<n>, ns-<namespace>) are no label.

@@ -71,13 +71,13 @@ func runBench(ctx context.Context, args []string) int {
 	scaleEvents := fs.Int("scale-events", 50_000_000, "scale: outbox `events` in the big store")
 	scaleWorkers := fs.Int("scale-workers", 64, "scale: `workers` of the lifecycle runs (each holds a connection)")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
-	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (the README's is docs/lifecycle.svg)")
+	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (docs/performance.md's is docs/lifecycle.svg)")
 	soakDuration := fs.Duration("soak-duration", bench.DefaultSoakDuration, "soak: how long the load runs")
 	soakRate := fs.Int("soak-rate", bench.DefaultSoakRate, "soak: transitions per second asked of the load (create, claim, complete: 3 per execution)")
 	soakRetention := fs.Duration("soak-retention", bench.DefaultSoakRetention, "soak: retention of the outbox, of terminal executions and of River's completed jobs")
 	soakSample := fs.Duration("soak-sample", bench.DefaultSoakSample, "soak: time between two samples of sizes, dead tuples and throughput")
 	soakVacuum := fs.Duration("soak-vacuum", 0, "soak: on a server with autovacuum off, vacuum and analyze the scratch tables autovacuum would, every `interval` (1m: autovacuum's naptime; 0: none)")
-	soakPlot := fs.String("soak-plot", "", "soak: also draw the samples as an SVG plot into `file` (the README's is docs/soak.svg)")
+	soakPlot := fs.String("soak-plot", "", "soak: also draw the samples as an SVG plot into `file` (docs/performance.md's is docs/soak.svg)")
 	var lagRates, lcWorkerCounts []int
 	fs.AfterParse(func() error {
 		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part

@@ -702,7 +702,7 @@ func (c *counts) count(outcome string) {
 	}
 }
 
-// evaluate is the group policy (README "Flows"): all_of needs every
+// evaluate is the group policy (docs/flows.md): all_of needs every
 // upstream to succeed and is impossible after any other outcome; any_of
 // needs one success and is impossible once all have ended otherwise;
 // quorum(k) needs k successes and is impossible once fewer than k can still

@@ -11,7 +11,7 @@ import (
 
 // This file is the specification: a sequential model of one execution's
 // state machine, written from the store's rules (executions/lease.go,
-// operator.go, actions.go, flow.go and the README's lifecycle table). Every
+// operator.go, actions.go, flow.go and docs/api.md's lifecycle table). Every
 // rule names the store behaviour it encodes. The same Transition function
 // judges an operation in three places: porcupine's linearizability search
 // over the calls, the replay of an execution's outbox transactions in

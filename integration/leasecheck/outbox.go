@@ -161,7 +161,7 @@ func (s *Streams) got(k eventKey) {
 // first. Inside a batch a stream delivers by transaction id, and a
 // transaction that took its id before waiting for an execution's row (a
 // sibling cancel holding its group, a hop, a composite) commits after one
-// with a higher id: the README's "commit order at the grain of the
+// with a higher id: docs/streams.md's "commit order at the grain of the
 // stream's ticks". A note, not a violation.
 func (s *Streams) Reorders(snap *Snapshot) (int, string) {
 	s.mu.Lock()

@@ -1,7 +1,7 @@
 // Package upstream writes rows the way FlowFabric's Postgres backend
 // (crate ff-backend-postgres, v0.15.0, commit 0def5967) writes them, for the
 // tests that check ffriver takes each of those rows for what it means
-// (README, "Compatibility with upstream SQL").
+// (docs/upstream.md, "Compatibility with upstream SQL").
 //
 // Each function is one transaction with the statements of one upstream
 // operation, written from the row shapes upstream leaves (which columns it

@@ -11,7 +11,7 @@
 // from the repository's root), else bin/artifacts/<test name>/ of the
 // repository (git-ignored), one PNG per step, so a failed run can be looked
 // at afterwards. With FF_SCREENSHOTS set to a directory (the
-// README's are made with FF_SCREENSHOTS=docs/screenshots), the screenshots
+// execution view guide's are made with FF_SCREENSHOTS=docs/screenshots), the screenshots
 // a test marks as documentation are also written there.
 package browsertest
 
@@ -153,7 +153,7 @@ func (b *Browser) Run(step string, actions ...chromedp.Action[chromedp.Void]) {
 // Screenshot keeps a screenshot of the whole page (the window's width, the
 // page's height) as artifact "<n>-<name>.png".
 // With doc non-empty and FF_SCREENSHOTS set, it is also written there as
-// "<doc>.png", for the README.
+// "<doc>.png", for docs/view.md.
 func (b *Browser) Screenshot(name, doc string) {
 	b.tb.Helper()
 	b.keep(name, doc)

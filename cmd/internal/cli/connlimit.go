@@ -55,7 +55,7 @@ func (e *ConnLimitError) Error() string {
 		raise = "raise the role's limit (ALTER ROLE … CONNECTION LIMIT)"
 	}
 	return fmt.Sprintf("the server refused a connection: %s. %s's pool takes up to %d connections; lower %s, "+
-		"or %s; ffctl status lists who holds connections by application name (README: Connections and pool sizing)",
+		"or %s; ffctl status lists who holds connections by application name (docs/operating.md: Connections and pool sizing)",
 		limit, e.App, e.MaxConns, e.SizeFlags, raise)
 }
 

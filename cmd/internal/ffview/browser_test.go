@@ -157,7 +157,7 @@ func jsString(s string) string { return strconv.Quote(s) }
 // the executions list, a filter, one execution's timeline, its flow as a
 // graph, a live event arriving, and a cancel through its confirmation.
 // Screenshots of each step are kept (browsertest); with
-// FF_SCREENSHOTS=docs/screenshots the README's are written too.
+// FF_SCREENSHOTS=docs/screenshots docs/view.md's are written too.
 func TestBrowser(t *testing.T) {
 	browsertest.Chromium(t) // skip (or fail under CI) before seeding anything
 	site := startBrowserSite(t)

@@ -35,7 +35,7 @@ func TestExecutionJobsPlan(t *testing.T) {
 	// Vacuumed, as autovacuum does after such inserts: until then the
 	// rows sit in the GIN index's pending list, which every containment
 	// reads whole, and the planner rightly prefers a sequential scan (see
-	// the README's Operator reads).
+	// docs/performance.md's Operator reads).
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE river_job`); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (e *Env) prefix() string {
 	return e.Prefix
 }
 
-// Machine describes where the bench ran, for the README.
+// Machine describes where the bench ran, for docs/performance.md.
 func Machine(ctx context.Context, pool *pgxpool.Pool) string {
 	var version string
 	_ = pool.QueryRow(ctx, "SHOW server_version").Scan(&version)

@@ -56,7 +56,7 @@ func LifecycleSeries(results []Result) []Series {
 
 // WriteSVG draws series as lines over their x values (evenly spaced, in
 // order) in an SVG document, titled title over a smaller subtitle: the
-// bench's plot, for the README.
+// bench's plot, for docs/performance.md.
 func WriteSVG(w io.Writer, title, subtitle, xLabel, yLabel string, series []Series) error {
 	var xs []int
 	ymax := 0.0
