@@ -46,8 +46,9 @@
 // (the newest of each WAL timeline is kept, see Failover). (A reader
 // resuming from a cursor whose ticks were pruned delivers the same events;
 // only its batch boundaries may differ from another reader's.) Each tick
-// takes a transaction id, and commits as durably as the events it covers
-// (the session's synchronous_commit).
+// takes a transaction id. A tick commits without waiting for the WAL
+// flush, except where the server has synchronous standbys: there it commits
+// as durably as the events it covers (see Failover).
 //
 // # Cursors and start points
 //
@@ -127,12 +128,14 @@
 // stream reconnecting to it (a multi-host URL with
 // target_session_attrs=read-write follows the promotion) carries on from
 // its position, and cursors and named consumers' positions stay good. With
-// synchronous replication that is exact: a tick commits as durably as the
-// events it covers, so every tick a stream has read, and every event, is on
-// the standby. With asynchronous replication the standby may lack the last
-// commits, and hands their transaction ids out again to other
+// synchronous replication that is exact: there a tick commits as durably as
+// the events it covers, so every tick a stream has read, and every event,
+// is on the standby. With asynchronous replication the standby may lack the
+// last commits, and hands their transaction ids out again to other
 // transactions: a position taken after the last commit it received would
-// skip those transactions' events in silence.
+// skip those transactions' events in silence. (So may a server that lost
+// its last ticks in a crash: without synchronous standbys a tick commits
+// without waiting for the WAL flush.)
 //
 // Each tick's id records the WAL timeline it was taken on (a promotion
 // starts a new timeline), and pruning keeps the newest tick of every

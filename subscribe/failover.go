@@ -116,7 +116,8 @@ func (e *PositionAheadError) Is(target error) bool { return target == ff.ErrPosi
 // historySQL reads, for a tick id $1 and its snapshot ($2, $3, $4): this
 // server's timeline and next transaction id, whether the tick is here with
 // that snapshot, whether a tick with its id is here at all, whether a later
-// tick of its timeline is, and the newest earlier tick of its timeline.
+// tick of its timeline is, and the newest earlier tick of its timeline (40
+// is tickTimelineShift).
 const historySQL = `SELECT {S}ff_wal_timeline(), pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
 	EXISTS (SELECT 1 FROM {S}ff_stream_tick WHERE tick_id = $1::int8 AND snap_xmin = $2::int8 AND snap_xmax = $3::int8 AND snap_xip = $4::int8[]),
 	EXISTS (SELECT 1 FROM {S}ff_stream_tick WHERE tick_id = $1::int8),
