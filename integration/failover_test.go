@@ -131,8 +131,10 @@ func TestFailover(t *testing.T) {
 	const schema = "fault_failover"
 
 	// start starts the replication, migrates the schema through the
-	// multi-host URL and the scenario's processes, and seeds the load.
-	start := func(t *testing.T, sync bool) (*replication, *scenario) {
+	// multi-host URL and the scenario's processes, with a named consumer
+	// (`ffctl tail --consumer`) per stream beside the scenario's tails, and
+	// seeds the load.
+	start := func(t *testing.T, sync bool) (*replication, *scenario, map[string]*tailProc) {
 		r := newReplication(t.Context(), t, sync)
 		pool := r.pool(t.Context(), schema, 8)
 		if _, err := migrations.Migrate(t.Context(), pool, schema, &migrations.Options{Partitions: faultPartitions}); err != nil {
@@ -140,8 +142,12 @@ func TestFailover(t *testing.T) {
 		}
 		sc := newScenario(t, bins, &testdb.DB{Pool: pool, Schema: schema, Partitions: faultPartitions}, r.url)
 		sc.startOneOfEach()
+		named := map[string]*tailProc{}
+		for _, stream := range []string{"leases", "completions"} {
+			named[stream] = startTail(t, bins.ffctl, stream, namedArgs(sc, stream)...)
+		}
 		sc.seed()
-		return r, sc
+		return r, sc, named
 	}
 	// onNewTimeline checks that the server the pool reaches now is the
 	// promoted standby, and that streams ticked on its timeline.
@@ -154,7 +160,7 @@ func TestFailover(t *testing.T) {
 	}
 
 	t.Run("synchronous replication", func(t *testing.T) {
-		r, sc := start(t, true)
+		r, sc, named := start(t, true)
 		done := sc.awaitProgress(0.3, 60*time.Second)
 		killed := time.Now()
 		promote := r.failover(t.Context())
@@ -173,13 +179,31 @@ func TestFailover(t *testing.T) {
 			}
 		}
 		sc.reconcile()
+		// The named consumers, too, printed every event once, in order.
+		probs := &problems{t: t, counts: map[string]int{}}
+		leases, completions := sc.readLeaseTable(), sc.readCompletionTable()
+		sc.await("the named consumers to catch up", 30*time.Second, func() (bool, string) {
+			l, c := named["leases"].count(), named["completions"].count()
+			return l >= len(leases) && c >= len(completions), fmt.Sprintf("leases %d of %d, completions %d of %d", l, len(leases), c, len(completions))
+		})
+		time.Sleep(500 * time.Millisecond) // room for a repeat to show
+		for stream, tp := range named {
+			tp.stop()
+			table, size := leases.event, len(leases)
+			if stream == "completions" {
+				table, size = completions.event, len(completions)
+			}
+			if c := sc.checkStream(tp, table, size, probs); c.reconnects < 1 {
+				t.Errorf("named consumer of %s reported no lost connection across the failover:\n%s", stream, tp.stderr.String())
+			}
+		}
 		if t.Failed() {
 			t.Logf("primary's log:\n%s\nstandby's log:\n%s", r.primary.log(), r.standby.log())
 		}
 	})
 
 	t.Run("asynchronous replication", func(t *testing.T) {
-		r, sc := start(t, false)
+		r, sc, named := start(t, false)
 		sc.awaitProgress(0.3, 60*time.Second)
 
 		// The standby stops receiving: the primary's WAL sender is frozen.
@@ -212,43 +236,53 @@ func TestFailover(t *testing.T) {
 		promote := r.failover(t.Context())
 		killed := time.Now()
 
-		// Each tail is refused, names the failover and a position to
-		// resume from, and prints nothing more.
-		resume := map[string]string{}
+		// Each consumer is refused and names the failover, and what to do:
+		// a tail, the position to resume from; a named consumer, to start
+		// it again. It prints nothing more.
 		cursorRE := regexp.MustCompile(`Resume from cursor ([0-9a-f]+)`)
+		type consumer struct {
+			name, stream string
+			first        *tailProc
+			old          []tailEvent // what first printed
+			again        *tailProc   // resumed as the error says
+		}
+		var consumers []*consumer
 		for _, stream := range []string{"leases", "completions"} {
-			tp := sc.tails[stream]
+			consumers = append(consumers, &consumer{name: "tail of " + stream, stream: stream, first: sc.tails[stream]},
+				&consumer{name: "named consumer of " + stream, stream: stream, first: named[stream]})
+		}
+		dir := t.TempDir()
+		for _, c := range consumers {
+			tp := c.first
 			select {
 			case <-tp.done:
 			case <-time.After(60 * time.Second):
-				t.Fatalf("ffctl tail --stream %s still runs 60 s after the failover:\n%s", stream, tp.stderr.String())
+				t.Fatalf("%s still runs 60 s after the failover:\n%s", c.name, tp.stderr.String())
 			}
 			msg := tp.stderr.String()
 			if tp.code != 1 {
-				t.Errorf("ffctl tail --stream %s exited %d, want 1:\n%s", stream, tp.code, msg)
+				t.Errorf("%s exited %d, want 1:\n%s", c.name, tp.code, msg)
 			}
 			for _, want := range []string{"beyond this server's history", "failed over", "taken on WAL timeline 1", "(now on timeline 2)", "delivers again"} {
 				if !strings.Contains(msg, want) {
-					t.Errorf("ffctl tail --stream %s: its error does not say %q:\n%s", stream, want, msg)
+					t.Errorf("%s: its error does not say %q:\n%s", c.name, want, msg)
 				}
 			}
-			m := cursorRE.FindStringSubmatch(msg)
-			if m == nil {
-				t.Fatalf("ffctl tail --stream %s names no cursor to resume from:\n%s", stream, msg)
+			c.old = tp.snapshot()
+			args := namedArgs(sc, c.stream)
+			if tp != named[c.stream] {
+				m := cursorRE.FindStringSubmatch(msg)
+				if m == nil {
+					t.Fatalf("%s names no cursor to resume from:\n%s", c.name, msg)
+				}
+				args = slices.Concat([]string{"tail", "--stream", c.stream, "--cursor", m[1], "--format", "json",
+					"--cursor-file", filepath.Join(dir, c.stream+".cursor")}, sc.dbFlags())
+			} else if !strings.Contains(msg, "Start consumer") {
+				t.Errorf("%s: its error does not say to start it again:\n%s", c.name, msg)
 			}
-			resume[stream] = m[1]
+			c.again = startTail(t, bins.ffctl, c.stream, args...)
 		}
-		old := map[string][]tailEvent{"leases": sc.tails["leases"].snapshot(), "completions": sc.tails["completions"].snapshot()}
-		lastCursor := old["leases"][len(old["leases"])-1].Cursor
-
-		// Tails resumed where the errors say.
-		dir := t.TempDir()
-		resumed := map[string]*tailProc{}
-		for _, stream := range []string{"leases", "completions"} {
-			args := slices.Concat([]string{"tail", "--stream", stream, "--cursor", resume[stream], "--format", "json",
-				"--cursor-file", filepath.Join(dir, stream+".cursor")}, sc.dbFlags())
-			resumed[stream] = startTail(t, bins.ffctl, stream, args...)
-		}
+		lastCursor := consumers[0].old[len(consumers[0].old)-1].Cursor
 
 		// The scanners redo what was lost.
 		total := sc.load.transitions()
@@ -289,57 +323,57 @@ func TestFailover(t *testing.T) {
 			}
 		}
 
-		// The resumed tails print every event of the new primary after
-		// their position, each once; with what the first tails printed
-		// before the failover, every event of the new primary.
+		// The resumed consumers print every event of the new primary after
+		// their position, each once; with what they printed before the
+		// failover, every event of the new primary.
 		tables := map[string]func(int64) (string, string, bool){"leases": leases.event, "completions": completions.event}
 		sizes := map[string]int{"leases": len(leases), "completions": len(completions)}
-		sc.await("the resumed tails to catch up", 30*time.Second, func() (bool, string) {
+		sc.await("the resumed consumers to catch up", 30*time.Second, func() (bool, string) {
 			var status []string
 			ok := true
-			for stream, tp := range resumed {
+			for _, c := range consumers {
 				seen := map[int64]bool{}
-				for _, ev := range slices.Concat(old[stream], tp.snapshot()) {
+				for _, ev := range slices.Concat(c.old, c.again.snapshot()) {
 					// (An event id the new primary gave again to
 					// another event counts as that event only.)
-					if exec, what, in := tables[stream](ev.EventID); in && exec == ev.ExecutionID && what == ev.what() {
+					if exec, what, in := tables[c.stream](ev.EventID); in && exec == ev.ExecutionID && what == ev.what() {
 						seen[ev.EventID] = true
 					}
 				}
-				ok = ok && len(seen) == sizes[stream]
-				status = append(status, fmt.Sprintf("%s %d of %d", stream, len(seen), sizes[stream]))
+				ok = ok && len(seen) == sizes[c.stream]
+				status = append(status, fmt.Sprintf("%s %d of %d", c.name, len(seen), sizes[c.stream]))
 			}
 			return ok, strings.Join(status, ", ")
 		})
 		time.Sleep(500 * time.Millisecond) // room for a repeat to show
 		again := map[string]int{}
-		for stream, tp := range resumed {
-			tp.stop()
+		for _, c := range consumers {
+			c.again.stop()
 			counts := map[int64]int{}
 			oldIDs := map[int64]bool{}
-			for _, ev := range old[stream] {
+			for _, ev := range c.old {
 				oldIDs[ev.EventID] = true
 			}
-			for _, ev := range tp.snapshot() {
+			for _, ev := range c.again.snapshot() {
 				counts[ev.EventID]++
-				if exec, what, ok := tables[stream](ev.EventID); !ok || exec != ev.ExecutionID || what != ev.what() {
-					probs.add("unknown event", "the resumed %s tail printed event %d (%s for %s), which the new primary has as %s for %s (%t)",
-						stream, ev.EventID, ev.what(), ev.ExecutionID, what, exec, ok)
+				if exec, what, ok := tables[c.stream](ev.EventID); !ok || exec != ev.ExecutionID || what != ev.what() {
+					probs.add("unknown event", "the resumed %s printed event %d (%s for %s), which the new primary has as %s for %s (%t)",
+						c.name, ev.EventID, ev.what(), ev.ExecutionID, what, exec, ok)
 				}
 				if oldIDs[ev.EventID] {
-					again[stream]++
+					again[c.name]++
 				}
 			}
 			for id, n := range counts {
 				if n > 1 {
-					probs.add("repeated", "the resumed %s tail printed event %d %d times", stream, id, n)
+					probs.add("repeated", "the resumed %s printed event %d %d times", c.name, id, n)
 				}
 			}
 		}
 
-		// What the first tails printed all comes from the old primary's
-		// history: started again alone, on a port of its own, it has every
-		// one of those events as they were printed.
+		// What the consumers printed before the failover all comes from the
+		// old primary's history: started again alone, on a port of its own,
+		// it has every one of those events as they were printed.
 		r.primary.port = freePort(t)
 		r.primary.host = "127.0.0.1"
 		if out, err := r.primary.run(t.Context(), "pg_ctl", "-D", r.primary.data(), "-l", r.primary.logFile(), "-w", "-t", "30",
@@ -349,14 +383,14 @@ func TestFailover(t *testing.T) {
 		oldDB := &scenario{t: t, ctx: t.Context(), db: &testdb.DB{Pool: r.primary.pool(t.Context(), schema, 2), Schema: schema}}
 		oldTables := map[string]func(int64) (string, string, bool){"leases": oldDB.readLeaseTable().event, "completions": oldDB.readCompletionTable().event}
 		lost := map[string]int{}
-		for stream, evs := range old {
-			for _, ev := range evs {
-				if exec, what, ok := oldTables[stream](ev.EventID); !ok || exec != ev.ExecutionID || what != ev.what() {
-					probs.add("foreign event", "the first %s tail printed event %d (%s for %s), which the old primary has as %s for %s (%t): "+
-						"it came from the new primary under the old position", stream, ev.EventID, ev.what(), ev.ExecutionID, what, exec, ok)
+		for _, c := range consumers {
+			for _, ev := range c.old {
+				if exec, what, ok := oldTables[c.stream](ev.EventID); !ok || exec != ev.ExecutionID || what != ev.what() {
+					probs.add("foreign event", "the first %s printed event %d (%s for %s), which the old primary has as %s for %s (%t): "+
+						"it came from the new primary under the old position", c.name, ev.EventID, ev.what(), ev.ExecutionID, what, exec, ok)
 				}
-				if exec, what, ok := tables[stream](ev.EventID); !ok || exec != ev.ExecutionID || what != ev.what() {
-					lost[stream]++
+				if exec, what, ok := tables[c.stream](ev.EventID); c.first == sc.tails[c.stream] && (!ok || exec != ev.ExecutionID || what != ev.what()) {
+					lost[c.stream]++
 				}
 			}
 		}
@@ -365,9 +399,10 @@ func TestFailover(t *testing.T) {
 		}
 		sc.note("standby cut off at %d/%d transitions, primary killed (immediate) at %d, standby promoted in %s; "+
 			"the tails had printed %d lease and %d completion events the new primary lacks; "+
-			"resumed, they printed %d and %d events again; %d of %d executions consistent, all done %s after the kill",
+			"resumed, they printed %d and %d events again (the named consumers %d and %d); %d of %d executions consistent, all done %s after the kill",
 			frozenAt, total, lostFrom, promote.Round(10*time.Millisecond), lost["leases"], lost["completions"],
-			again["leases"], again["completions"], consistent, len(execs), time.Since(killed).Round(100*time.Millisecond))
+			again["tail of leases"], again["tail of completions"], again["named consumer of leases"], again["named consumer of completions"],
+			consistent, len(execs), time.Since(killed).Round(100*time.Millisecond))
 		for _, n := range sc.notes {
 			t.Log(n)
 		}
@@ -375,4 +410,10 @@ func TestFailover(t *testing.T) {
 			t.Logf("primary's log:\n%s\nstandby's log:\n%s", r.primary.log(), r.standby.log())
 		}
 	})
+}
+
+// namedArgs are the arguments of `ffctl tail` for the scenario's named
+// consumer of stream.
+func namedArgs(sc *scenario, stream string) []string {
+	return slices.Concat([]string{"tail", "--stream", stream, "--consumer", "failover-" + stream, "--from-start", "--format", "json"}, sc.dbFlags())
 }
