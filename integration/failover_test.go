@@ -113,15 +113,17 @@ func (r *replication) failover(ctx context.Context) time.Duration {
 // the tails follow it.
 //
 //   - Synchronous replication: nothing acknowledged is lost. Every due
-//     transition happened exactly once, and every event reached its tail
-//     exactly once, in order, across the failover (the reconciliation of
-//     the fault suite).
+//     transition happened exactly once, every outbox row plain-SQL writers
+//     were told committed is there, and every event reached each tail and
+//     each named consumer exactly once, in order, across the failover (the
+//     reconciliation of the fault suite).
 //   - Asynchronous replication, the standby cut off from the primary for a
 //     while before the kill: the new primary lacks the last transitions and
 //     events, which the tails had read. Each tail is refused with an error
 //     that names the failover and a position to resume from; it prints
 //     nothing of the new primary under its old position. Tails started
-//     from that position print every event the new primary has, each once.
+//     from that position, and the named consumers started again, print
+//     every event the new primary has, each once.
 //     The scanners redo the lost transitions: every execution ends in its
 //     end state with exactly its events.
 func TestFailover(t *testing.T) {
@@ -161,6 +163,10 @@ func TestFailover(t *testing.T) {
 
 	t.Run("synchronous replication", func(t *testing.T) {
 		r, sc, named := start(t, true)
+		// Writers commit outbox rows with plain SQL until the failover
+		// ends their connections: every row they were told committed must
+		// be on the promoted standby (the reconciliation checks).
+		sc.startWriters(4)
 		done := sc.awaitProgress(0.3, 60*time.Second)
 		killed := time.Now()
 		promote := r.failover(t.Context())
