@@ -39,6 +39,15 @@ var (
 	// learn which: its state under the lease's attempt and epoch says
 	// whether the transition landed.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrPositionAhead: a stream position (a cursor, or a named consumer's
+	// position) is beyond this server's history. The database failed over
+	// to a standby that lacks commits the stream had read (asynchronous
+	// replication), or the position comes from another server: transaction
+	// ids after it belong to other transactions here. Resuming after it
+	// would skip or mis-order events in silence, so streams refuse it; resume
+	// from a position this server holds (subscribe.PositionAheadError names
+	// one), accepting that events after it may be delivered again.
+	ErrPositionAhead = errors.New("stream position beyond this server's history")
 )
 
 // OutcomeUnknown wraps cause, the reason a call stopped waiting, as an

@@ -132,6 +132,22 @@ func skipOrFail(t *testing.T, msg string) {
 // PostgreSQL server binaries the test is skipped (failed with CI=true).
 func newCluster(ctx context.Context, t *testing.T) *cluster {
 	t.Helper()
+	c := newClusterDir(t)
+	if out, err := c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+		"--locale=C", "--no-sync"); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	c.configure("")
+	c.start(ctx)
+	return c
+}
+
+// newClusterDir returns a cluster whose folder exists, owned by the
+// server's user, with a free port and no data yet, removed (its server
+// stopped) when the test ends. Without installed PostgreSQL server binaries
+// the test is skipped (failed with CI=true).
+func newClusterDir(t *testing.T) *cluster {
+	t.Helper()
 	bin := pgBinDir()
 	if bin == "" {
 		skipOrFail(t, "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found in /usr/lib/postgresql/*/bin, "+
@@ -158,16 +174,21 @@ func newCluster(ctx context.Context, t *testing.T) *cluster {
 			t.Fatalf("handing %s to %s: %v", dir, owner, err)
 		}
 	}
-
-	if out, err := c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-		"--locale=C", "--no-sync"); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
 	c.port = freePort(t)
 	c.host = c.dir
-	sockets := c.dir
 	if len(c.dir)+len("/.s.PGSQL.")+5 > 107 {
-		c.host, sockets = "127.0.0.1", ""
+		c.host = "127.0.0.1"
+	}
+	return c
+}
+
+// configure appends the throwaway cluster's settings, then extra, to its
+// postgresql.conf (later lines win).
+func (c *cluster) configure(extra string) {
+	c.t.Helper()
+	sockets := c.dir
+	if c.host != c.dir {
+		sockets = ""
 	}
 	conf := fmt.Sprintf(`
 # --- throwaway cluster of an ffriver integration test ---
@@ -178,22 +199,27 @@ max_connections = 50
 shared_buffers = 32MB
 fsync = off
 full_page_writes = off
-`, c.port, sockets)
+`, c.port, sockets) + extra
 	f, err := os.OpenFile(filepath.Join(c.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
 	if _, err := f.WriteString(conf); err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
+}
+
+// start starts the cluster's server and waits until it accepts
+// connections.
+func (c *cluster) start(ctx context.Context) {
+	c.t.Helper()
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.data(), "-l", c.logFile(), "-w", "-t", "30", "start"); err != nil {
-		t.Fatalf("pg_ctl start: %v\n%s\nserver log:\n%s", err, out, c.log())
+		c.t.Fatalf("pg_ctl start: %v\n%s\nserver log:\n%s", err, out, c.log())
 	}
-	t.Logf("throwaway PostgreSQL cluster (%s) in %s, port %d", bin, c.dir, c.port)
-	return c
+	c.t.Logf("throwaway PostgreSQL cluster (%s) in %s, port %d", c.bin, c.dir, c.port)
 }
 
 func (c *cluster) data() string    { return filepath.Join(c.dir, "data") }

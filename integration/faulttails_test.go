@@ -277,12 +277,16 @@ type outboxWriters struct {
 	wg   sync.WaitGroup
 	once sync.Once
 
-	mu          sync.Mutex
-	lease       map[int64]bool // acknowledged event ids
-	completion  map[int64]bool
-	txs         []writerTx
-	errs        []error
-	commitOrder atomic.Int64
+	mu         sync.Mutex
+	lease      map[int64]bool // acknowledged event ids
+	completion map[int64]bool
+	// inDoubtLease and inDoubtCompletion are the event ids of the
+	// transactions whose COMMIT failed (the connection was lost before the
+	// answer): committed or not.
+	inDoubtLease, inDoubtCompletion map[int64]bool
+	txs                             []writerTx
+	errs                            []error
+	commitOrder                     atomic.Int64
 }
 
 // writerTx is one committed transaction of the writers: its place in
@@ -297,7 +301,8 @@ type writerTx struct {
 // drain (or the test's cleanup) stops them; a writer whose transaction
 // fails records the error and stops.
 func (sc *scenario) startWriters(n int) {
-	w := &outboxWriters{stop: make(chan struct{}), lease: map[int64]bool{}, completion: map[int64]bool{}}
+	w := &outboxWriters{stop: make(chan struct{}), lease: map[int64]bool{}, completion: map[int64]bool{},
+		inDoubtLease: map[int64]bool{}, inDoubtCompletion: map[int64]bool{}}
 	sc.writers = w
 	ctx := sc.ctx
 	for i := range n {
@@ -352,6 +357,14 @@ func (w *outboxWriters) one(ctx context.Context, db *testdb.DB, exec uuid.UUID, 
 	}
 	time.Sleep(time.Duration(rand.IntN(8000)) * time.Microsecond)
 	if err := tx.Commit(ctx); err != nil {
+		w.mu.Lock()
+		for _, id := range leases {
+			w.inDoubtLease[id] = true
+		}
+		for _, id := range completions {
+			w.inDoubtCompletion[id] = true
+		}
+		w.mu.Unlock()
 		return err
 	}
 	seq := w.commitOrder.Add(1)
@@ -374,15 +387,16 @@ func (w *outboxWriters) stopAndWait() {
 	w.wg.Wait()
 }
 
-// has says whether the writers had acknowledged event id of the lease
-// table (lease) or of the completion table.
+// has says whether event id of the lease table (lease) or of the
+// completion table is the writers': acknowledged, or of a transaction
+// whose COMMIT was in doubt.
 func (w *outboxWriters) has(id int64, lease bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if lease {
-		return w.lease[id]
+		return w.lease[id] || w.inDoubtLease[id]
 	}
-	return w.completion[id]
+	return w.completion[id] || w.inDoubtCompletion[id]
 }
 
 // snapshot returns a copy of the event ids the writers acknowledged in the
@@ -402,6 +416,14 @@ func (w *outboxWriters) acked() (lease, completion int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.lease), len(w.completion)
+}
+
+// inDoubt returns how many lease and completion events the writers wrote
+// in transactions whose COMMIT was in doubt.
+func (w *outboxWriters) inDoubt() (lease, completion int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inDoubtLease), len(w.inDoubtCompletion)
 }
 
 // outOfOrder counts the transactions that committed after a transaction

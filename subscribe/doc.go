@@ -41,12 +41,14 @@
 // finished since the newest. Every reader of a schema walks the same ticks,
 // so every reader delivers the same batches in the same order, and a stream
 // from the beginning starts with everything the oldest tick sees, then walks
-// the ticks. Ticks are hints, not data: they commit without waiting for the
-// WAL flush, are pruned after an hour, and a cursor carries its batch's two
-// snapshots itself, so resuming never depends on a tick still existing. (A
-// reader resuming from a cursor whose ticks were pruned, or lost in a
-// crash, delivers the same events; only its batch boundaries may differ from
-// another reader's.) Each tick takes a transaction id.
+// the ticks. A cursor carries its batch's two snapshots itself, so resuming
+// never depends on a tick still existing: ticks are pruned after an hour
+// (the newest of each WAL timeline is kept, see Failover). (A reader
+// resuming from a cursor whose ticks were pruned delivers the same events;
+// only its batch boundaries may differ from another reader's.) Each tick
+// takes a transaction id. A tick commits without waiting for the WAL
+// flush, except where the server has synchronous standbys: there it commits
+// as durably as the events it covers (see Failover).
 //
 // # Cursors and start points
 //
@@ -64,7 +66,8 @@
 // schema was restored from a dump elsewhere) fails at subscribe time with a
 // *ForeignCursorError (ErrForeignCursor); resume from the start or from a
 // time instead. A cursor from another server whose ids happen to be behind
-// this one's cannot be told apart: that is a limit.
+// this one's is told apart only when its tick is not in this server's
+// ff_stream_tick (see Failover), which a restored dump may hold.
 //
 // A cursor records the stream it was taken from, leases or completions, and
 // the schema's name (Cursor.Origin). Handed to the other stream, or to a
@@ -118,6 +121,37 @@
 // has no gap by definition (its beginning is wherever retention left it).
 // The check is conservative: a consumer whose position is inside a batch
 // that retention trimmed after it read part of it gets the error too.
+//
+// # Failover
+//
+// A promoted physical standby keeps the primary's transaction ids, so a
+// stream reconnecting to it (a multi-host URL with
+// target_session_attrs=read-write follows the promotion) carries on from
+// its position, and cursors and named consumers' positions stay good. With
+// synchronous replication that is exact: there a tick commits as durably as
+// the events it covers, so every tick a stream has read, and every event,
+// is on the standby. With asynchronous replication the standby may lack the
+// last commits, and hands their transaction ids out again to other
+// transactions: a position taken after the last commit it received would
+// skip those transactions' events in silence. (So may a server that lost
+// its last ticks in a crash: without synchronous standbys a tick commits
+// without waiting for the WAL flush.)
+//
+// Each tick's id records the WAL timeline it was taken on (a promotion
+// starts a new timeline), and pruning keeps the newest tick of every
+// timeline. A position is in this server's history when its tick is here,
+// or a later tick of its timeline is. Otherwise, at subscribe time (a
+// cursor, a named consumer's stored position) and whenever a running
+// stream reconnects, the stream fails with a *PositionAheadError
+// (ff.ErrPositionAhead) that says so and names Resume, the newest position
+// of that timeline the server holds: resuming there delivers again the
+// events after it that survived. A named consumer resumes from the position
+// stored on the new primary, with the same proviso. A running stream that
+// had read past its last delivered event into lost ticks (batches without
+// events for it) reads again after that event, losing and repeating
+// nothing. Positions taken before ticks recorded their timeline (migration
+// 0018) are checked against the server's transaction ids only, as cursors
+// from another server are.
 //
 // # Named consumers
 //

@@ -4,17 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ffriver/ffriver/ff"
 )
 
 // ErrForeignCursor matches a *ForeignCursorError with errors.Is.
 var ErrForeignCursor = errors.New("subscribe: cursor from another server")
 
-// ForeignCursorError is returned at subscribe time for a cursor that this
-// server cannot have produced: it names a transaction id this server has not
-// reached yet. It comes from another server (a pg_dump restored elsewhere, a
-// cutover to a logical replica): transaction ids and snapshots are per
-// server, so it means nothing here. Resume with StartBeginning, or from a
-// time (ffctl tail --since), instead.
+// ForeignCursorError is returned at subscribe time (or when a running
+// stream reconnects) for a cursor that this server cannot have produced: it
+// names a transaction id this server has not reached yet. It comes from
+// another server (a pg_dump restored elsewhere, a cutover to a logical
+// replica), or the database failed over and lost commits the stream had
+// read: transaction ids and snapshots are per server, so it means nothing
+// here. Resume with StartBeginning, or from a time (ffctl tail --since),
+// instead. It matches ErrForeignCursor and ff.ErrPositionAhead; where the
+// failover is known from the cursor's timeline, a *PositionAheadError is
+// returned instead.
 type ForeignCursorError struct {
 	// Cursor is the rejected cursor.
 	Cursor Cursor
@@ -26,12 +32,16 @@ type ForeignCursorError struct {
 // Error implements error.
 func (e *ForeignCursorError) Error() string {
 	return fmt.Sprintf("subscribe: cursor %s names transaction %d, but this server has only reached %d: "+
-		"the cursor comes from another server or a restored copy; resume from the start or from a time instead",
+		"the cursor comes from another server or a restored copy, or the database failed over and lost commits the stream had read; "+
+		"resume from the start or from a time instead",
 		e.Cursor, e.CursorXact, e.ServerXact)
 }
 
-// Is makes errors.Is(err, ErrForeignCursor) true.
-func (e *ForeignCursorError) Is(target error) bool { return target == ErrForeignCursor }
+// Is makes errors.Is(err, ErrForeignCursor) and errors.Is(err,
+// ff.ErrPositionAhead) true.
+func (e *ForeignCursorError) Is(target error) bool {
+	return target == ErrForeignCursor || target == ff.ErrPositionAhead
+}
 
 // ErrCursorOrigin matches a *CursorOriginError with errors.Is.
 var ErrCursorOrigin = errors.New("subscribe: cursor from another stream")

@@ -265,9 +265,9 @@ func (r *reader[E]) endRun(ctx context.Context, q *pgx.Conn) (bool, error) {
 		r.consumer.finished(r.newBatch(r.from, r.from).Cursor(0, 0))
 	}
 	// Ticks already taken, or not looked for yet after the start point's
-	// batch, are read at once (a stream catching up); otherwise the
-	// stream waits for a wake-up or its poll.
-	more := len(r.ticks) > 0 || r.ticksFull || r.started
+	// batch or since a reconnect, are read at once (a stream catching
+	// up); otherwise the stream waits for a wake-up or its poll.
+	more := len(r.ticks) > 0 || r.ticksFull || r.started || (r.catchUpTo > 0 && r.from.Tick <= r.catchUpTo)
 	r.started = false
 	return more, nil
 }

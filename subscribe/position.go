@@ -188,8 +188,8 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		}
 		if b, ok := after.batchOf(); ok {
 			from, to := b.Snapshots()
-			if to.Xmax > now.Xmax {
-				return &ForeignCursorError{Cursor: after, CursorXact: to.Xmax, ServerXact: now.Xmax}
+			if err := r.checkHistory(ctx, q, to, after); err != nil {
+				return err
 			}
 			r.begin(from, to, position{after.Xact, after.EventID})
 		} else {

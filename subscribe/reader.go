@@ -64,6 +64,10 @@ type reader[E any] struct {
 	ticks    []tick // ticks after from, read ahead
 	// ticksFull says the last read of ticks was full: more may follow.
 	ticksFull bool
+	// catchUpTo, after a reconnect, is the newest tick then: the stream
+	// reads on at once until it is past it (the wake-ups of the outage
+	// were lost).
+	catchUpTo int64
 	// started says the current batch is the start point's (not one read
 	// from the ticks): later ticks may already wait.
 	started bool
@@ -300,6 +304,12 @@ func (r *reader[E]) connect(ctx context.Context) (*session, error) {
 			return nil, err
 		}
 	}
+	// The server may be another one now (a promoted standby, through a
+	// multi-host URL): the stream reads on only from a position it holds.
+	if err := r.checkResume(ctx, q); err != nil {
+		_ = q.Close(ctx)
+		return nil, err
+	}
 	l, err := r.listen(ctx)
 	if err != nil {
 		_ = q.Close(ctx)
@@ -321,6 +331,8 @@ func (r *reader[E]) run(ctx context.Context, sess *session) error {
 			// session of the connection just lost, until the server
 			// notices) keeps trying like any failed reconnect.
 			sess, err = r.connect(ctx)
+			// A position this server does not hold stays so.
+			retry = !errors.Is(err, ff.ErrPositionAhead)
 		}
 		if sess != nil {
 			err = r.serve(ctx, sess, func() {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/ffriver/ffriver/ff"
@@ -45,9 +47,24 @@ const checkURL = "--database-url (or $DATABASE_URL)"
 // into a ConnectError when it recognises it, else returns err.
 func explainConnect(cfg *pgconn.Config, err error) error {
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	if len(cfg.Fallbacks) > 0 { // a multi-host URL, or sslmode=prefer's second try
+		addrs := []string{addr}
+		for _, fb := range cfg.Fallbacks {
+			if a := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))); !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+		addr = strings.Join(addrs, ", ")
+	}
 	var pgErr *pgconn.PgError
 	var dnsErr *net.DNSError
 	switch {
+	case errors.Is(err, pgconn.ErrReadOnlyConnection):
+		// target_session_attrs=read-write, and no server of the URL is
+		// writable: a standby, whose promotion may be under way.
+		return &ConnectError{What: fmt.Sprintf("no server at %s accepts writes (each one that answered is a standby)", addr),
+			Hint:      "a failover may be under way: it passes once a standby is promoted; else check that " + checkURL + " names the primary",
+			Transient: true, Err: err}
 	case errors.As(err, &pgErr):
 		switch pgErr.Code {
 		case "28P01":

@@ -22,6 +22,18 @@ func TestConnectErrorsAreSentences(t *testing.T) {
 	}
 	withDB := func(db string) string { v := *u; v.Path = "/" + db; return v.String() }
 	withUser := func(user string) string { v := *u; v.User = url.User(user); return v.String() }
+	// Every server of a multi-host URL read-only, as standbys are (the
+	// test server made so by default_transaction_read_only), or gone.
+	standbys := func() string {
+		v := *u
+		v.Host += ",127.0.0.1:1"
+		q := v.Query()
+		q.Set("target_session_attrs", "read-write")
+		q.Set("options", "-c default_transaction_read_only=on")
+		q.Set("connect_timeout", "5")
+		v.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // pgx reads no + as a space
+		return v.String()
+	}
 	for _, c := range []struct {
 		name, url string
 		want      []string
@@ -29,6 +41,10 @@ func TestConnectErrorsAreSentences(t *testing.T) {
 	}{
 		{"refused", "postgres://u:secret@127.0.0.1:1/db?connect_timeout=5",
 			[]string{"connecting to postgres://u:xxxxx@127.0.0.1:1/db", "nothing answers at 127.0.0.1:1 (connection refused)", "--database-url"}, true},
+		{"refused, every host", "postgres://u:secret@127.0.0.1:1,127.0.0.1:2/db?connect_timeout=5",
+			[]string{"nothing answers at 127.0.0.1:1, 127.0.0.1:2 (connection refused)", "--database-url"}, true},
+		{"no writable host", standbys(),
+			[]string{"no server at " + u.Host + ", 127.0.0.1:1 accepts writes", "a failover may be under way"}, true},
 		{"unknown database", withDB("ff_no_such_database"),
 			[]string{`database "ff_no_such_database" does not exist`, "check the database name in --database-url"}, false},
 		{"unknown role", withUser("ff_no_such_role"),

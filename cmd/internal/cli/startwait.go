@@ -56,7 +56,8 @@ const startupWaitEnv = "FF_STARTUP_WAIT"
 func (c *Common) AddStartupWait(fs *FlagSet) {
 	fs.DurationVar(&c.StartupWait, "startup-wait", DefaultStartupWait,
 		"at start, keep trying for up to this `duration` while the server refuses for a reason that passes\n"+
-			"(every connection slot taken, starting up or shutting down, nothing listening while it restarts),\n"+
+			"(every connection slot taken, starting up or shutting down, nothing listening while it restarts,\n"+
+			"only standbys answering a multi-host URL with target_session_attrs=read-write: a failover),\n"+
 			"logging what it waits for about every 10 s; then exit 1. A wrong password, role or database, an\n"+
 			"unmigrated schema or a bad URL exit at once. 0: fail at once. $"+startupWaitEnv+" sets it when the\n"+
 			"flag is not given")
@@ -79,7 +80,9 @@ func (c *Common) AddStartupWait(fs *FlagSet) {
 // server has no free slot (53300, its max_connections or the role's
 // CONNECTION LIMIT), is starting up or shutting down (57P03, 57P01,
 // 57P02), or its address refuses, resets, closes or does not answer a
-// connection (a server restarting), or a name server failed for now. Any
+// connection (a server restarting), or a name server failed for now, or
+// with target_session_attrs=read-write only standbys answer (a failover
+// under way). Any
 // other answer of the server (a wrong password, role or database), an
 // unknown host or a TLS failure does not pass.
 func passesByItself(err error) bool {
@@ -97,7 +100,9 @@ func passesByItself(err error) bool {
 	if errors.As(err, &dnsErr) {
 		return dnsErr.IsTemporary || dnsErr.IsTimeout
 	}
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+	// target_session_attrs=read-write and only standbys answer: one is
+	// being promoted, or will be.
+	return errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.DeadlineExceeded) || isTimeout(err)
 }

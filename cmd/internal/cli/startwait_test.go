@@ -125,6 +125,8 @@ func TestWhichRefusalsWait(t *testing.T) {
 		{"starting up (57P03)", gated(testgate.StartingUp, "the database system is starting up"), true},
 		{"shutting down (57P01)", gated("57P01", "terminating connection due to administrator command"), true},
 		{"wrong password (28P01)", gated(testgate.BadPassword, `password authentication failed for user "postgres"`), false},
+		{"no server writable (a standby being promoted)", withURL(t, "", "", "") +
+			"&target_session_attrs=read-write&options=-c%20default_transaction_read_only%3Don", true},
 		{"unknown database (3D000)", withURL(t, "", "", "ff_no_such_database"), false},
 		{"unknown role (28000)", withURL(t, "", "ff_no_such_role", ""), false},
 	} {

@@ -346,7 +346,7 @@ func liveStream[E any](v *View, kind string, open func(context.Context, *pgxpool
 		opts.Logger = v.log
 		s, err := open(ctx, v.pool, opts)
 		switch {
-		case errors.Is(err, subscribe.ErrForeignCursor), errors.Is(err, subscribe.ErrCursorOrigin):
+		case errors.Is(err, subscribe.ErrForeignCursor), errors.Is(err, subscribe.ErrCursorOrigin), errors.Is(err, ff.ErrPositionAhead):
 			v.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		case errors.Is(err, subscribe.ErrGap):

@@ -3,6 +3,8 @@ package ffview_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -284,11 +286,18 @@ func TestLiveCompletions(t *testing.T) {
 // before any stream opens; so do unknown parameters.
 func TestLiveBadCursorIs400(t *testing.T) {
 	t.Parallel()
-	_, srv := newLiveEnv(t)
+	e, srv := newLiveEnv(t)
 	// ahead is a batch cursor of a server whose transaction ids are 2^40 on:
 	// the batch between the snapshots 2^40:2^40: and 2^40:2^40+5:, at
 	// (xact 2^40+1, event 3).
 	const ahead = "048180808080200300808080808020000000000500"
+	// lost is a cursor of this stream at a tick of timeline 1 this server
+	// never held (ticks lost in a failover or a crash): the batch between
+	// 1:1: and 1:2:, its newer snapshot at tick 2^40 + 999,999.
+	lost := append([]byte{0x05, 1, byte(len(e.db.Name))}, e.db.Name...)
+	lost = append(lost, 0, 0, 0, 1, 0, 0)
+	lost = binary.AppendUvarint(lost, 1<<40+999_999)
+	lost = append(lost, 0, 1, 0)
 	for _, tc := range []struct {
 		path, header, want string
 	}{
@@ -302,6 +311,7 @@ func TestLiveBadCursorIs400(t *testing.T) {
 		{"/ff/live/leases?namespace=", "", "namespace"},
 		{"/ff/live/leases?namespace=a%00b", "", "NUL"},
 		{"/ff/live/leases", ahead, "another server"},
+		{"/ff/live/leases", hex.EncodeToString(lost), "is beyond this server"},
 		{"/ff/live?x=1", "", "unknown parameter"},
 		{"/ff/live/backlog?x=1", "", "unknown parameter"},
 	} {
