@@ -32,7 +32,7 @@ type smallRun struct {
 func smallRuns() []smallRun {
 	runs := []smallRun{
 		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, BinaryClockSkew: 2 * time.Second, Every: 700 * time.Millisecond}},
-		{seed: 2, faults: Faults{KillWorker: true, DuplicateJobs: true, CancelJobs: true, OutboxRetention: 2 * time.Second, IdleReaders: true,
+		{seed: 2, faults: Faults{KillWorker: true, DuplicateJobs: true, CancelJobs: true, OutboxRetention: 10 * time.Second, IdleReaders: true,
 			Every: 1500 * time.Millisecond}},
 	}
 	seed := *flagSeed

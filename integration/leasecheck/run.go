@@ -263,6 +263,19 @@ func Run(tb testing.TB, o Options) *Report {
 	}
 	await(ctx, 30*time.Second, func() bool { return streams.missing(snap) == 0 })
 	logf("seed %d: quiesced %s after the clients stopped", o.Seed, time.Since(stopped).Round(10*time.Millisecond))
+	if o.Faults.OutboxRetention > 0 {
+		// A short run may end before retention dropped anything: wait
+		// (the streams still attached, caught up) until it has removed
+		// some of the run's events, which must all have been delivered.
+		removed := func() int64 {
+			var n int64
+			_ = db.Pool.QueryRow(ctx, `SELECT coalesce(sum(events), 0) FROM ff_outbox_trim`).Scan(&n)
+			return n
+		}
+		if !await(ctx, 3*o.Faults.OutboxRetention+10*time.Second, func() bool { return removed() > 0 }) {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("outbox retention (%s) removed no event within %s of the quiesce", o.Faults.OutboxRetention, 3*o.Faults.OutboxRetention+10*time.Second))
+		}
+	}
 
 	checkStart := time.Now()
 	calls := rec.Calls()
