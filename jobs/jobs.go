@@ -177,10 +177,11 @@ type ScanArgs struct {
 	SweepMs int64 `json:"sweep_ms,omitempty"`
 	// CatchUp are the partitions of this scan (Partition, Partitions)
 	// whose oldest due item had been due for a tenth of the sweep period
-	// or longer when the tick looked: a scan of one of them that reads its
-	// cursor to the end also reads one batch from the beginning, to find a
-	// due time written behind the cursor (a writer whose clock is behind
-	// the scanner's, a slow commit) before the next sweep.
+	// or longer when the tick looked: a scan of one of them sweeps (reads
+	// from the beginning) once a tenth of the sweep period has passed
+	// since its last sweep, to find a due time written behind the cursor
+	// (a writer whose clock is behind the scanner's, a slow commit) before
+	// the next full period.
 	CatchUp []int16 `json:"catch_up,omitempty"`
 	// Round numbers the continuations of a scan that read from its cursor
 	// and filled its batch (each reads on from the cursor the previous one

@@ -77,13 +77,13 @@ func TestScanCursorsSkipWorkInFlightAndSweepLostJobs(t *testing.T) {
 
 // A due time written behind a partition's scan cursor (by a writer whose
 // clock is behind the scanner's, or by a commit slower than the lease) is
-// found by a catch-up read long before the next sweep: the tick sees the
+// found by a catch-up long before the next sweep: the tick sees the
 // partition's oldest due item overdue by a tenth of the sweep period, and
-// the scan that reads its cursor to the end reads one batch from the
-// beginning. The scanners' clock stands still here, so no sweep comes:
-// without the catch-up the lease would never expire. Found by the lease
-// checker with ffscheduler's and ffworker's clocks 0.7 s apart: leases
-// waited 30 s to expire.
+// the partition's scan sweeps early. The scanners' clock moves 10 s here,
+// past a tenth of the 1-minute sweep period and short of the period: without
+// the catch-up the lease would not expire before the clock reached the
+// sweep. Found by the lease checker with ffscheduler's and ffworker's
+// clocks 0.7 s apart: leases waited 30 s to expire.
 func TestScanCursorsCatchUpWithDueTimesWrittenBehindThem(t *testing.T) {
 	t.Parallel()
 	settings := disabled()
@@ -94,29 +94,34 @@ func TestScanCursorsCatchUpWithDueTimesWrittenBehindThem(t *testing.T) {
 	for _, id := range first {
 		h.AwaitState(id, terminalExpired)
 	}
-	if n := h.Count(`SELECT count(*) FROM ff_scan_cursor WHERE scanner = $1 AND after IS NOT NULL`, scanners.AttemptTimeout); n == 0 {
-		t.Fatal("no scan cursor has a position")
+	part := h.st.Partitions().ForLane("lane-0")
+	if n := h.Count(`SELECT count(*) FROM ff_scan_cursor WHERE scanner = $1 AND partition_key = $2 AND after IS NOT NULL`,
+		scanners.AttemptTimeout, part); n == 0 {
+		t.Fatalf("lane-0's partition %d has no scan cursor position", part)
 	}
 
-	// A process whose clock is 10 s behind claims with a 1 s lease: its
-	// expiry lies 9 s behind the scanners' now, behind the cursor.
+	// A process whose clock is 10 s behind claims with a 1 s lease on
+	// lane-0, whose partition's cursor is past the first leases' expiries:
+	// its expiry lies 9 s behind the scanners' now, behind the cursor.
+	// (A partition without a position yet would read from the beginning.)
 	behind := ff.NewManualClock(h.clock.NowMs() - 10_000)
 	st, err := executions.Open(h.ctx, h.db.Pool, executions.Config{Schema: h.db.Name, Clock: behind})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Create(h.ctx, executions.CreateParams{Lane: "behind"}); err != nil {
+	if _, err := st.Create(h.ctx, executions.CreateParams{Lane: "lane-0"}); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := st.Claim(h.ctx, executions.ClaimParams{Lane: "behind", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Second, Max: 1})
+	leases, err := st.Claim(h.ctx, executions.ClaimParams{Lane: "lane-0", WorkerID: "w", WorkerInstanceID: "w-1", LeaseTTL: time.Second, Max: 1})
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("Claim = %v, %v; want one lease", leases, err)
 	}
+	h.clock.Advance(10 * time.Second)
 	h.AwaitState(leases[0].ID, terminalExpired)
 	if n := h.Count(`SELECT COALESCE(sum((metadata->'output'->>'caught_up')::int), 0) FROM river_job WHERE kind = $1`, jobs.KindScan); n == 0 {
-		t.Error("no scan output counts a candidate caught up; want the expired lease found by a catch-up read")
+		t.Error("no scan output counts a candidate caught up; want the expired lease found by a catch-up")
 	}
 	if n := h.Count(`SELECT COALESCE(sum((metadata->'output'->>'sweeps')::int), 0) FROM river_job WHERE kind = $1`, jobs.KindScan); n != 0 {
-		t.Errorf("%d sweeps with the scanners' clock standing still; want 0", n)
+		t.Errorf("%d full sweeps 12 s into a 1-minute sweep period; want 0", n)
 	}
 }

@@ -66,10 +66,10 @@ type ScanOutput struct {
 	// Sweeps counts the partitions this scan read from the beginning
 	// instead of from their scan cursor (Settings.Sweep).
 	Sweeps int `json:"sweeps,omitempty"`
-	// CatchUps counts the partitions this scan read to the end of their
-	// cursor and then once more from the beginning, one batch, because
-	// their oldest due item was overdue (jobs.ScanArgs.CatchUp); CaughtUp
-	// counts the candidates those reads found.
+	// CatchUps counts the partitions this scan swept early, from the
+	// beginning, because their oldest due item was overdue
+	// (jobs.ScanArgs.CatchUp); CaughtUp counts the candidates those
+	// sweeps found.
 	CatchUps int `json:"catch_ups,omitempty"`
 	CaughtUp int `json:"caught_up,omitempty"`
 }

@@ -73,6 +73,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 		for _, p := range parts {
 			c := cursors[p] // nil: no scan cursor, read from After
 			from := a.After
+			catchUp := false
 			switch {
 			case c == nil:
 			case len(a.After) > 0:
@@ -84,6 +85,14 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			case now-c.sweptAtMs >= a.SweepMs:
 				c.sweep, c.sweptAtMs, c.dirty = true, now, true
 				out.Sweeps++
+			case slices.Contains(a.CatchUp, p) && now-c.sweptAtMs >= a.SweepMs/10:
+				// Something has been due for a while: it may lie behind
+				// the position (a due time written by a process whose
+				// clock is behind this one's, or by a slow commit). The
+				// sweep comes early, at most once per tenth of its period.
+				c.sweep, c.sweptAtMs, c.dirty = true, now, true
+				out.CatchUps++
+				catchUp = true
 			default:
 				from = c.after
 			}
@@ -91,6 +100,9 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 				Filter: filter, Params: a.Params, After: from})
 			if err != nil {
 				return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), p, err)
+			}
+			if catchUp {
+				out.CaughtUp += res.Candidates
 			}
 			out.Candidates += res.Candidates
 			items = append(items, res.Items...)
@@ -117,19 +129,6 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 					// The next round reads on from the advanced cursor.
 					n.Round = a.Round + 1
 					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, []int16{p}))})
-				} else if slices.Contains(a.CatchUp, p) {
-					// The cursor's end is reached, yet something has been
-					// due for a while: it may lie behind the position.
-					// One batch from the beginning finds it (its items in
-					// flight are skipped below); the cursor stays.
-					cu, err := s.Scan(ctx, tx, ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
-						Filter: filter, Params: a.Params})
-					if err != nil {
-						return fmt.Errorf("scanner %s: catching up partition %d: %w", s.Name(), p, err)
-					}
-					out.CatchUps++
-					out.CaughtUp += cu.Candidates
-					items = append(items, cu.Items...)
 				}
 			}
 		}

@@ -93,9 +93,9 @@ type Settings struct {
 	// job was lost, cancelled or discarded; a row written with a due time
 	// behind the position). Such an item waits at most about one Sweep
 	// (two when its job vanished just after a sweep); once a partition's
-	// oldest due item has waited Sweep/10, a scan that reads the cursor
-	// to the end also reads one batch from the beginning (a catch-up), so
-	// a row written behind the position waits about Sweep/10. The scanner's Scan
+	// oldest due item has waited Sweep/10, its scans sweep early, at most
+	// once per Sweep/10 (a catch-up), so a row written behind the position
+	// waits about Sweep/10. The scanner's Scan
 	// must return its candidates in keyset order with Next set, as
 	// ScanExecutions does. 0 in Defaults: every scan starts from the
 	// beginning. In an override, 0 keeps the default and NoSweep turns the
