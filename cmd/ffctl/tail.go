@@ -125,7 +125,8 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl tail", MaxConns: 2, Logger: logger})
+	poolOpts := cli.PoolOptions{AppName: "ffctl tail", MaxConns: 2, Logger: logger}
+	pool, err := common.OpenPool(ctx, poolOpts)
 	if err != nil {
 		if _, ok := cli.Interrupted(ctx); ok {
 			return cli.ExitOK // interrupted while it waited for the server
@@ -152,25 +153,29 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	out := bufio.NewWriter(stdout)
 	t := &tailer{flags: f, out: out, logger: logger, waiting: waiting, resumed: resumed}
+	// A stream opens connections of its own after the first (a named
+	// consumer's, a reconnect's): a refusal for lack of slots is explained
+	// as OpenPool explains the first.
+	report := func(err error) int {
+		return cli.Report(stderr, fs.Name(), cli.ExplainConnLimit(err, poolOpts, pool.Config().MaxConns))
+	}
 	switch f.stream {
 	case "leases":
 		s, err := subscribe.Leases(ctx, pool, opts)
 		if err != nil {
-			return cli.Report(stderr, fs.Name(), err)
+			return report(err)
 		}
 		defer s.Close()
 		close(streamOpen)
-		err = tail(ctx, t, s, leaseLine)
-		return cli.Report(stderr, fs.Name(), err)
+		return report(tail(ctx, t, s, leaseLine))
 	default:
 		s, err := subscribe.Completions(ctx, pool, opts)
 		if err != nil {
-			return cli.Report(stderr, fs.Name(), err)
+			return report(err)
 		}
 		defer s.Close()
 		close(streamOpen)
-		err = tail(ctx, t, s, completionLine)
-		return cli.Report(stderr, fs.Name(), err)
+		return report(tail(ctx, t, s, completionLine))
 	}
 }
 

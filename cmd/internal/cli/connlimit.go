@@ -76,6 +76,22 @@ func connLimitError(o PoolOptions, maxConns int32, err error) *ConnLimitError {
 	return &ConnLimitError{App: app, MaxConns: maxConns, SizeFlags: flags, Role: strings.Contains(err.Error(), "for role"), Err: err}
 }
 
+// ExplainConnLimit returns err, or, when err is (or wraps) the server's
+// refusal of a connection for lack of slots, a *ConnLimitError that says
+// so, names the pool of o (maxConns connections) and what to change: for
+// the errors of a connection a command's pool opens after its first one (a
+// stream's own, a second query's), which OpenPool's wait does not see.
+func ExplainConnLimit(err error, o PoolOptions, maxConns int32) error {
+	if err == nil || !isConnLimit(err) {
+		return err
+	}
+	var explained *ConnLimitError
+	if errors.As(err, &explained) {
+		return err
+	}
+	return connLimitError(o, maxConns, err)
+}
+
 // ConnLimitReportInterval is the least time between two explanations of a
 // refused connection in a running process.
 const ConnLimitReportInterval = time.Minute

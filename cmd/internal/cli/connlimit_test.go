@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testlog"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A refused connection (SQLSTATE 53300) is explained: which limit, the
@@ -112,5 +114,32 @@ func TestConnectionLimitIsExplained(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("log %q does not say %q", line, want)
 		}
+	}
+}
+
+// A refusal for lack of slots on a connection a command opens after its
+// first one (ffctl tail --consumer's stream) is explained as OpenPool
+// explains the first; other errors, and ones already explained, pass as
+// they are.
+func TestExplainConnLimit(t *testing.T) {
+	o := cli.PoolOptions{AppName: "ffctl tail", MaxConns: 2}
+	refused := fmt.Errorf("subscribe: connecting: %w", &pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"})
+	err := cli.ExplainConnLimit(refused, o, 2)
+	var cl *cli.ConnLimitError
+	if !errors.As(err, &cl) || !strings.Contains(err.Error(), "max_connections") || !strings.Contains(err.Error(), "ffctl tail's pool takes up to 2") {
+		t.Errorf("cli.ExplainConnLimit(53300) = %v, want the connection-limit sentence naming ffctl tail's pool", err)
+	}
+	if !errors.Is(err, refused) && !strings.Contains(errors.Unwrap(err).Error(), "too many clients") {
+		t.Errorf("the explanation lost the server's error: %v", err)
+	}
+	if again := cli.ExplainConnLimit(err, o, 2); again != err {
+		t.Errorf("an explained error was explained again: %v", again)
+	}
+	other := errors.New("subscribe: schema x has no ffriver tables")
+	if got := cli.ExplainConnLimit(other, o, 2); got != other {
+		t.Errorf("cli.ExplainConnLimit(%v) = %v, want it unchanged", other, got)
+	}
+	if cli.ExplainConnLimit(nil, o, 2) != nil {
+		t.Error("cli.ExplainConnLimit(nil) is not nil")
 	}
 }
