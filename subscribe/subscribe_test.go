@@ -676,6 +676,10 @@ func TestTerminatedConnections(t *testing.T) {
 	resc := make(chan result, 1)
 	// What the consumer has seen so far, for the faults to wait on.
 	var nEvents, nDiscs atomic.Int64
+	// sinceDisc counts the events the consumer saw after the latest
+	// DisconnectedError: delivery resumed after the outage it reported
+	// (events read before the fault and handed over after it do not count).
+	var sinceDisc atomic.Int64
 	// The consumer runs until the test stops it: a time limit here would
 	// fail the test on a machine too busy to reconnect three times in it.
 	cctx, stopConsumer := context.WithCancel(ctx)
@@ -686,6 +690,7 @@ func TestTerminatedConnections(t *testing.T) {
 			var d *subscribe.DisconnectedError
 			switch {
 			case errors.As(err, &d):
+				sinceDisc.Store(0)
 				nDiscs.Add(1)
 				r.discs = append(r.discs, d)
 				var c subscribe.Cursor
@@ -701,6 +706,7 @@ func TestTerminatedConnections(t *testing.T) {
 			default:
 				r.events = append(r.events, ev)
 				nEvents.Add(1)
+				sinceDisc.Add(1)
 			}
 			if err != nil {
 				break
@@ -754,7 +760,7 @@ func TestTerminatedConnections(t *testing.T) {
 		// is reported and the stream delivers again before the next.
 		logged := time.Now()
 		waitFor(t, faultWait, fmt.Sprintf("the disconnect of fault %d (%s) to be reported and delivery to resume", i, which), func() bool {
-			if nDiscs.Load() == int64(i+1) && nEvents.Load() > seen {
+			if nDiscs.Load() == int64(i+1) && sinceDisc.Load() > 0 {
 				return true
 			}
 			if time.Since(logged) > 10*time.Second {
