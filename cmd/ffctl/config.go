@@ -67,7 +67,7 @@ func runConfigGet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
-	pool, err := f.common.OpenPool(ctx, cli.PoolOptions{AppName: f.fs.Name(), MaxConns: 1})
+	pool, err := f.connect(ctx)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
@@ -139,7 +139,7 @@ func runConfigSet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
-	pool, err := f.common.OpenPool(ctx, cli.PoolOptions{AppName: f.fs.Name(), MaxConns: 1})
+	pool, err := f.connect(ctx)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
@@ -171,7 +171,7 @@ func runConfigUnset(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
-	pool, err := f.common.OpenPool(ctx, cli.PoolOptions{AppName: f.fs.Name(), MaxConns: 1})
+	pool, err := f.connect(ctx)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}

@@ -56,7 +56,7 @@ func runConsumerList(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
-	pool, err := f.common.OpenPool(ctx, cli.PoolOptions{AppName: f.fs.Name(), MaxConns: 1})
+	pool, err := f.connect(ctx)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
@@ -113,7 +113,7 @@ func runConsumerDrop(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}
-	pool, err := f.common.OpenPool(ctx, cli.PoolOptions{AppName: f.fs.Name(), MaxConns: 1})
+	pool, err := f.connect(ctx)
 	if err != nil {
 		return cli.Report(stderr, f.fs.Name(), err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var execCommand = command{
@@ -137,6 +138,12 @@ func (f *execFlags) parseID(args []string) (ff.ExecutionID, error) {
 		return ff.ExecutionID{}, &cli.UsageError{Err: err}
 	}
 	return id, nil
+}
+
+// connect opens the one-connection pool, named after the command, of a
+// subcommand that only runs a few statements (config, consumer).
+func (f *execFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	return f.common.OpenPool(ctx, cli.PoolOptions{AppName: f.fs.Name(), MaxConns: 1})
 }
 
 // open connects and opens the store (with the flow cascade wired in, so a
