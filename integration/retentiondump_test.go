@@ -325,12 +325,7 @@ func TestRetentionBesidePgDump(t *testing.T) {
 	waitingSeconds := func() float64 {
 		return scrape(t, metricsAddr).get(`ffriver_outbox_retention_waiting_seconds{stream="leases"}`)
 	}
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	reader, err := conn.Begin(ctx)
+	reader, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,12 +31,7 @@ func TestTrimOutboxDefersPartitionsLockedByAnotherSession(t *testing.T) {
 	var logs testlog.Buffer
 	env := workers.NewEnv(st, slog.New(slog.NewTextHandler(&logs, nil)))
 
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	reader, err := conn.Begin(ctx)
+	reader, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,12 +243,7 @@ func TestStatusShowsRetentionWaitingForALock(t *testing.T) {
 		return out.String()
 	}
 
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	reader, err := conn.Begin(ctx)
+	reader, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
