@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -100,7 +99,5 @@ func (b *callBounds) violations() []Violation {
 func (b *callBounds) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var s strings.Builder
-	fmt.Fprintf(&s, "%d calls returned at most %s after their deadline (allowed %s)", b.calls, max(b.latest, 0).Round(time.Millisecond), returnSlack)
-	return s.String()
+	return fmt.Sprintf("%d calls returned at most %s after their deadline (allowed %s)", b.calls, max(b.latest, 0).Round(time.Millisecond), returnSlack)
 }
