@@ -149,12 +149,16 @@ func TestRetentionBesidePgDump(t *testing.T) {
 		writeErr     error
 		executed     int
 	)
-	wctx, stopWriting := context.WithCancel(ctx)
+	// The writer stops between executions, never inside a write: a write
+	// cancelled mid-commit may have committed events the test could not
+	// count as written.
+	stopW := make(chan struct{})
 	var writer sync.WaitGroup
-	defer func() { stopWriting(); writer.Wait() }()
+	stopWriting := sync.OnceFunc(func() { close(stopW); writer.Wait() })
+	defer stopWriting()
 	writer.Go(func() {
 		timed := func(f func(context.Context) error) error {
-			octx, cancel := context.WithTimeout(wctx, 30*time.Second)
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			start := time.Now()
 			err := f(octx)
@@ -167,7 +171,7 @@ func TestRetentionBesidePgDump(t *testing.T) {
 		defer pace.Stop()
 		for {
 			select {
-			case <-wctx.Done():
+			case <-stopW:
 				return
 			case <-pace.C:
 			}
@@ -192,7 +196,7 @@ func TestRetentionBesidePgDump(t *testing.T) {
 				err = timed(func(ctx context.Context) error { return st.Complete(ctx, lease, nil) })
 			}
 			if err != nil {
-				if wctx.Err() == nil {
+				if ctx.Err() == nil {
 					mu.Lock()
 					writeErr = err
 					mu.Unlock()
@@ -358,7 +362,6 @@ func TestRetentionBesidePgDump(t *testing.T) {
 
 	// The load stops; every event written reaches its stream, once.
 	stopWriting()
-	writer.Wait()
 	healthy()
 	mu.Lock()
 	want := len(written)
