@@ -477,3 +477,52 @@ func TestEmbedTrapLeaderWithoutFFriverDefaultLogger(t *testing.T) {
 		t.Errorf("CheckTicks under old-leader = %v, want a *TicksStaleError naming it", err)
 	}
 }
+
+// Issue 39, trap 3: a Store from executions.Open made flows slow without a
+// word: its flow members' hops waited for the dependency sweep (16.6 s a
+// hop instead of 0.5–1.2 s). It now warns on its logger the first time a
+// member's transition leaves hops to the sweep, naming the fix, and says it
+// again at most every 10 minutes; a Store told FlowsBySweep, and the Store
+// of ffriver.New, say nothing.
+func TestEmbedTrapOpenWithFlows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	open := func(cfg executions.Config) (*executions.Store, *syncBuf) {
+		t.Helper()
+		var logs syncBuf
+		cfg.Schema = db.Schema
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		st, err := executions.Open(ctx, db.Pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, &logs
+	}
+
+	st, logs := open(executions.Config{})
+	flowHop(t, st)
+	flowHop(t, st)
+	got := logs.String()
+	if n := strings.Count(got, "level=WARN"); n != 1 ||
+		!strings.Contains(got, "wait for the dependency sweep") || !strings.Contains(got, "ffriver.New(…).Store()") ||
+		!strings.Contains(got, "executions.Config.FlowsBySweep") {
+		t.Errorf("a Store from executions.Open completed two flow members; its log:\n%s\nwant one warning naming ffriver.New(…).Store() and executions.Config.FlowsBySweep", got)
+	}
+
+	st, logs = open(executions.Config{FlowsBySweep: true})
+	flowHop(t, st)
+	if got := logs.String(); got != "" {
+		t.Errorf("a Store told FlowsBySweep logged:\n%s\nwant nothing", got)
+	}
+
+	var ffLogs syncBuf
+	f, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Logger: slog.New(slog.NewTextHandler(&ffLogs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowHop(t, f.Store())
+	if got := ffLogs.String(); strings.Contains(got, "dependency sweep") {
+		t.Errorf("the Store of ffriver.New warned:\n%s", got)
+	}
+}

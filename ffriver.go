@@ -282,7 +282,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		waker = outbox.NewWaker(pool, string(s), 0, cfg.Logger)
 	}
 	store, err := executions.Open(ctx, pool, executions.Config{Schema: cfg.Schema, Partitions: cfg.Partitions, Clock: cfg.Clock,
-		Waker: waker, Cascader: cascade})
+		Waker: waker, Cascader: cascade, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
@@ -585,6 +586,9 @@ func (s *Store) cascade(ctx context.Context, tx pgx.Tx, up ff.ExecutionID, flowI
 		return 0, false, dbutil.MapErr(err, "finding downstream edges of "+up.String())
 	}
 	if len(downs) == 0 || s.cascader == nil {
+		if len(downs) > 0 && s.sweepOnly {
+			s.warnSweepOnly(up)
+		}
 		return len(downs), false, nil
 	}
 	hops := make([]actions.Hop, len(downs))
@@ -595,4 +599,21 @@ func (s *Store) cascade(ctx context.Context, tx pgx.Tx, up ff.ExecutionID, flowI
 		return 0, false, fmt.Errorf("enqueueing the cascade of %s: %w", up, err)
 	}
 	return len(downs), true, nil
+}
+
+// warnSweepOnly says, at most every sweepOnlyWarnEvery, that a flow member's
+// hops were left to the dependency sweep because the Store has no Cascader.
+func (s *Store) warnSweepOnly(up ff.ExecutionID) {
+	now := time.Now().UnixMilli()
+	last := s.sweepWarnedMs.Load()
+	if last != 0 && now-last < sweepOnlyWarnEvery.Milliseconds() {
+		return
+	}
+	if !s.sweepWarnedMs.CompareAndSwap(last, now) {
+		return
+	}
+	s.logger.Warn("executions: this Store has no Cascader, so its flow members' hops wait for the dependency sweep "+
+		"(about 15 s a hop instead of under a second): use the Store of ffriver.New(…).Store(), or set "+
+		"executions.Config.FlowsBySweep if the sweep is meant (repeated at most every 10 minutes)",
+		"schema", string(s.schema), "upstream", up.String())
 }

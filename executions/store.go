@@ -76,6 +76,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -109,7 +111,21 @@ type Config struct {
 	// (ffriver.New gives its Store one). Without one, completion events stay
 	// undispatched for the dependency scanner.
 	Cascader actions.Cascader
+	// FlowsBySweep says that a Store without a Cascader is meant to leave
+	// its flow members' hops to the dependency sweep (one hop every
+	// Sweep of the dependency scanner, about 15 s). Without it, such a
+	// Store warns (Logger, at most every 10 minutes) the first time a
+	// flow member's transition leaves hops to the sweep, naming the fix:
+	// a Store from ffriver.New(…).Store(), which cascades at once.
+	FlowsBySweep bool
+	// Logger receives the Store's warnings (default slog.Default(), the
+	// application's logger).
+	Logger *slog.Logger
 }
+
+// sweepOnlyWarnEvery is how often a Store without a Cascader repeats that
+// its flows advance only through the dependency sweep.
+const sweepOnlyWarnEvery = 10 * time.Minute
 
 // Store runs execution operations against one schema. It is safe for
 // concurrent use.
@@ -121,6 +137,11 @@ type Store struct {
 	out      *outbox.Writer
 	waker    *outbox.Waker
 	cascader actions.Cascader
+	logger   *slog.Logger
+	// sweepOnly is set when the Store has no Cascader and was not told
+	// FlowsBySweep; sweepWarnedMs is when it last warned of it.
+	sweepOnly     bool
+	sweepWarnedMs atomic.Int64
 	// claimers and finisher coalesce concurrent Claim calls and
 	// Complete, Fail and Release calls (coalesce.go).
 	claimers keyed[claimKey, *coalescer[claimAsk, []Lease]]
@@ -159,7 +180,12 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if clock == nil {
 		clock = ff.SystemClock{}
 	}
-	st := &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	st := &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader,
+		logger: logger, sweepOnly: cfg.Cascader == nil && !cfg.FlowsBySweep}
 	st.finisher = &coalescer[Finish, FinishOutcome]{max: 256, inFlight: 2, run: st.finishBatch}
 	return st, nil
 }
