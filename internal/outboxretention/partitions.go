@@ -99,10 +99,12 @@ func partitionsAhead(w time.Duration) time.Duration {
 	return min(max(3*w, 2*time.Minute), 64*w)
 }
 
-// startMargin is how far in the future a partition starts when none covers
-// the clock (the first run, or after maintenance stopped): rows written
-// until then are in the DEFAULT partition, and ATTACH PARTITION must not
-// find any of its rows inside the new range.
+// startMargin is how far in the future every partition created starts at
+// least: rows written until then are in the DEFAULT partition (ATTACH
+// PARTITION must not find any of its rows inside the new range), and the
+// maintenance transaction commits before the clock reaches it (an insert
+// of a row of the range that ran before the commit would fail; see
+// createPartitions).
 const startMargin = 5 * time.Second
 
 // DefaultLockTimeout bounds how long a step of a maintenance pass waits
@@ -305,15 +307,28 @@ func createPartitions(ctx context.Context, tx pgx.Tx, schema dbutil.Schema, tabl
 		(SELECT max(hi_ms) FROM {S}ff_outbox_partition WHERE stream = $1 AND lo_ms IS NOT NULL)`), table).Scan(&nowMs, &maxHi); err != nil {
 		return dbutil.MapErr(err, "outbox partitions: reading "+table+"'s partitions")
 	}
+	began := time.Now()
 	wMs := m.Width.Milliseconds()
 	target := nowMs + m.Ahead.Milliseconds()
-	// A range that does not start where the newest one ends starts in the
-	// future: the DEFAULT partition may hold rows written up to now.
+	// Every range created starts at least startMargin ahead of the clock:
+	// the DEFAULT partition may hold rows written up to now, and an insert
+	// of a row of the range that runs before this transaction commits is
+	// routed to the DEFAULT partition (the attach is not visible to it
+	// yet), waits for the attach's lock on it, and then fails its
+	// partition constraint (SQLSTATE 23514) once the range is the new
+	// partition's. The newest range is continued only when it ends far
+	// enough ahead; otherwise the ranges in between stay the DEFAULT
+	// partition's (its old rows are trimmed row by row).
 	lo := nowMs + startMargin.Milliseconds()
-	if maxHi != nil && *maxHi > nowMs {
+	if maxHi != nil && *maxHi > lo {
 		lo = *maxHi
 	}
 	for n := 0; lo < target && n < maxCreate; n++ {
+		// The transaction must commit before the clock reaches its first
+		// range: on a busy server, leave the rest to the next run.
+		if n > 0 && time.Since(began) > startMargin/2 {
+			break
+		}
 		hi := (lo/wMs + 1) * wMs
 		if hi-lo < wMs/2 {
 			hi += wMs

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/testdb"
@@ -142,5 +143,73 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	}
 	if where != outboxretention.DefaultPartition(outbox.CompletionTable) {
 		t.Fatalf("a row written before the first partition is in %s, want the DEFAULT partition", where)
+	}
+}
+
+// A maintenance run that found the newest partition ending just ahead of
+// the clock continued it from there, so a row written at that time while
+// the run's transaction was open went to the DEFAULT partition, waited for
+// the attach's lock on it and then failed its partition constraint
+// (SQLSTATE 23514): a Complete beside retention on a busy machine failed
+// "new row for relation ff_completion_event_default violates partition
+// constraint". Every range a run creates now starts at least 5 s ahead;
+// the time in between stays the DEFAULT partition's.
+func TestMaintainPartitionsCreatesNoRangeAWriterReachesBeforeTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	s := dbutil.Schema(db.Schema)
+	dbNow := func() int64 {
+		t.Helper()
+		var ms int64
+		if err := db.Pool.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	// The newest partition ends 1.5 s ahead of the clock.
+	now := dbNow()
+	edge := now + 1500
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := outboxretention.AttachPartition(ctx, tx, s, outbox.CompletionTable, now-60_000, edge)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	maint, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer maint.Rollback(ctx)
+	res, err := outboxretention.MaintainPartitions(ctx, maint, s, outboxretention.Maintenance{Table: outbox.CompletionTable, Width: time.Second})
+	if err != nil || len(res.Created) == 0 {
+		t.Fatalf("maintenance: %+v, %v: want partitions created", res, err)
+	}
+	// A writer past the newest partition's end, while the run is open.
+	fftest.Await(t, 10*time.Second, "the clock to pass the newest partition's end", func() bool { return dbNow() > edge+100 })
+	written := make(chan error, 1)
+	go func() {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO ff_completion_event /* past the edge */ (partition_key, execution_id, outcome, occurred_at_ms)
+			VALUES (0, gen_random_uuid(), 'success', 1)`)
+		written <- err
+	}()
+	fftest.Await(t, 10*time.Second, "the insert to wait for the run's lock on the DEFAULT partition", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%/* past the edge */%'
+			AND pid <> pg_backend_pid()`).Scan(&n)
+		return n == 1
+	})
+	if err := maint.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("a row written past the newest partition's end while maintenance ran: %v (partitions created: %v)", err, res.Created)
+	}
+	var first int64
+	if err := db.Pool.QueryRow(ctx, `SELECT min(lo_ms) FROM ff_outbox_partition WHERE stream = 'ff_completion_event' AND lo_ms >= $1`, edge).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if first < now+5000 {
+		t.Errorf("the run's first partition starts at %d, %d ms after the clock it read: want at least 5 s ahead", first, first-now)
 	}
 }
