@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,31 +20,33 @@ import (
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testproc"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// silenceBound is the longest a stream may go without delivering while an
-// event it has to deliver is committed, and the longest one write of the
-// load may take. Maintenance makes them wait at most its lock timeout (200
-// ms) per step, two steps a pass; the rest is room for two cores that run
-// the whole suite (alone, the longest silence was 0.5–0.6 s; beside
-// another engineer's lease checker, 2.0–2.5 s). A maintenance that queued
-// behind the idle reader would stop the streams and the writers for as
-// long as the reader stays open: at least readerHold (with a 5 s lock
-// timeout instead of 200 ms, the leases stream went 5.2 s silent and a
-// write took 5.0 s).
-const silenceBound = 4 * time.Second
+// lockWaitBound is the longest any session may wait for a lock on a table
+// of the test's schema: the streams, the writer, pg_dump, maintenance
+// itself. Maintenance gives up on a lock after 200 ms (its lock_timeout)
+// and tries again later; the rest is room for two busy cores. A maintenance
+// that queued behind the idle reader would make everyone queue behind it
+// for as long as the reader stays open: at least readerHold. Lock waits,
+// not wall-clock silences, are what the test bounds: on two cores that
+// other test runs keep busy (load average 30), a write and a stream's
+// silence took 5.5–6 s with no lock wait at all, and those are reported,
+// not asserted.
+const lockWaitBound = 2 * time.Second
 
 // readerHold is how long the idle reader stays open at least.
-const readerHold = 2 * silenceBound
+const readerHold = 8 * time.Second
 
 // TestRetentionBesidePgDump runs outbox retention rotating 1-second
 // partitions (a 10 s retention, a pass every 300 ms, the built ffscheduler
 // and ffworker) beside a small write load, a consumer of each stream and a
 // real `pg_dump` of the schema 2 s after the last one ended, then beside a session idle in
 // `BEGIN; SELECT count(*) FROM ff_lease_event`. Every stream keeps
-// flowing: no consumer goes silent for longer than silenceBound while an
-// event is committed for it, no write takes longer than that, every event
-// is delivered exactly once; retention still drops and attaches
+// flowing: no session waits longer than lockWaitBound for a lock on the
+// schema's tables (the longest stream silence and write are reported),
+// every event is delivered exactly once; retention still drops and attaches
 // partitions. While the idle session holds the table, `ffctl status` names
 // it as what retention waits for and the scheduler's
 // ffriver_outbox_retention_waiting_seconds is above 0; both clear once it
@@ -84,6 +87,8 @@ func TestRetentionBesidePgDump(t *testing.T) {
 		"--outbox-retention", "10s", "--outbox-retention-interval", "300ms")...)
 	startProc(t, "ffworker", bins["ffworker"], append(dbArgs(db), "--concurrency", "4")...)
 	metricsAddr := awaitMetricsAddr(t, sched)
+	locks := watchLockWaits(t, db.Pool, db.Schema)
+	defer locks.stop()
 
 	// The consumers: one per stream, from the start of the (empty)
 	// outboxes. Each records when it delivered what.
@@ -348,7 +353,7 @@ func TestRetentionBesidePgDump(t *testing.T) {
 		return waitingSeconds() > 0
 	})
 	// Held long enough that a maintenance queued behind it would have
-	// stopped the streams for longer than silenceBound.
+	// stopped the streams and the writer for readerHold.
 	if rest := readerHold - time.Since(readerSince); rest > 0 {
 		time.Sleep(rest)
 	}
@@ -410,14 +415,14 @@ func TestRetentionBesidePgDump(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d events delivered once each; longest silence with an event committed: %s (until %s)", stream, len(seen), silent.Round(time.Millisecond), silentAt)
-		if silent > silenceBound {
-			t.Errorf("the %s stream went %s without delivering an event committed for it (until %s): want at most %s", stream, silent.Round(time.Millisecond), silentAt, silenceBound)
-		}
 	}
 	t.Logf("%d executions written, the slowest write %s; %d pg_dumps, the slowest %s, %d failed %q; the reader held the outbox %s",
 		executed, slowestWrite.Round(time.Millisecond), dumpsOK, slowestDump.Round(time.Millisecond), len(dumpErrs), dumpErrs, time.Since(readerSince).Round(time.Millisecond))
-	if slowestWrite > silenceBound {
-		t.Errorf("a write of the load took %s beside retention: want at most %s", slowestWrite.Round(time.Millisecond), silenceBound)
+	locks.stop()
+	waited, who := locks.longest()
+	t.Logf("the longest wait for a lock on the schema's tables: %s (%s)", waited.Round(time.Millisecond), who)
+	if waited > lockWaitBound {
+		t.Errorf("%s waited %s for a lock on the schema's tables beside retention: want at most %s", who, waited.Round(time.Millisecond), lockWaitBound)
 	}
 }
 
@@ -441,4 +446,74 @@ func cmpErr(first, err error) error {
 		return first
 	}
 	return err
+}
+
+// lockWaits samples, every 100 ms, the sessions waiting for a lock on a
+// table of one schema, and keeps the longest wait seen (pg_locks.waitstart).
+type lockWaits struct {
+	stop func()
+
+	mu          sync.Mutex
+	longestWait time.Duration
+	who         string
+	err         error
+}
+
+func watchLockWaits(t *testing.T, pool *pgxpool.Pool, schema string) *lockWaits {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	w := &lockWaits{}
+	var wg sync.WaitGroup
+	w.stop = sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+		if w.err != nil {
+			t.Errorf("sampling the lock waits: %v", w.err)
+		}
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var (
+				pid            int32
+				app, rel, mode string
+				secs           float64
+			)
+			err := pool.QueryRow(ctx, `SELECT l.pid, coalesce(a.application_name, ''), c.relname, l.mode,
+				extract(epoch FROM clock_timestamp() - l.waitstart)::float8
+				FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+				LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+				WHERE NOT l.granted AND l.waitstart IS NOT NULL AND n.nspname = $1
+				ORDER BY l.waitstart LIMIT 1`, schema).Scan(&pid, &app, &rel, &mode, &secs)
+			if ctx.Err() != nil {
+				return
+			}
+			w.mu.Lock()
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				w.err = err
+				w.mu.Unlock()
+				return
+			case time.Duration(secs*float64(time.Second)) > w.longestWait:
+				w.longestWait = time.Duration(secs * float64(time.Second))
+				w.who = fmt.Sprintf("pid %d (%s) for %s on %s", pid, cmp.Or(app, "no application_name"), mode, rel)
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return w
+}
+
+// longest returns the longest lock wait seen and who waited.
+func (w *lockWaits) longest() (time.Duration, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.longestWait, cmp.Or(w.who, "nobody")
 }
