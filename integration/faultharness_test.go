@@ -197,20 +197,33 @@ func (sc *scenario) await(what string, within time.Duration, cond func() (bool, 
 }
 
 // awaitExplained is await whose failure adds what explain says, when set.
+//
+// within is how long cond may go without progress: a status that changes
+// (more events printed, more transitions done) starts it again, up to
+// 10×within in all. How much work fits in a window is no promise of the
+// product: on two cores at load average 40, two streams printing 16,000
+// events went on steadily past a fixed 30 s.
 func (sc *scenario) awaitExplained(what string, within time.Duration, cond func() (bool, string), explain func() string) time.Duration {
 	sc.t.Helper()
 	began := time.Now()
-	deadline := began.Add(within)
+	deadline, last := began.Add(within), ""
 	for {
 		ok, status := cond()
 		if ok {
 			return time.Since(began)
 		}
+		if status != last {
+			last = status
+			deadline = time.Now().Add(within)
+			if limit := began.Add(10 * within); deadline.After(limit) {
+				deadline = limit
+			}
+		}
 		if time.Now().After(deadline) || sc.ctx.Err() != nil {
 			if explain != nil {
 				status += "\n" + explain()
 			}
-			sc.t.Fatalf("timed out after %s waiting for %s: %s", within, what, status)
+			sc.t.Fatalf("timed out after %s waiting for %s (%s without progress): %s", time.Since(began).Round(time.Second), what, within, status)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

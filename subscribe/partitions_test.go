@@ -59,7 +59,11 @@ func dbNowMs(t *testing.T, db *testdb.DB) int64 {
 func partitionedEvents(t *testing.T, db *testdb.DB, n int) (ids []int64) {
 	t.Helper()
 	ctx := context.Background()
-	res := maintain(t, db, 8*time.Second, 0)
+	// Partitions far enough ahead that the inserts below, one statement
+	// each, land in them however slowly a busy machine runs them (8 s
+	// ahead, 200 inserts on two cores at load average 40 reached past
+	// the last one, into the DEFAULT partition).
+	res := maintain(t, db, 45*time.Second, 0)
 	if len(res.Created) == 0 {
 		t.Fatalf("maintenance created no partition: %+v", res)
 	}
