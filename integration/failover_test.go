@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -11,98 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/pgcluster"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/migrations"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// replication is a primary and a streaming standby of it, started from the
-// installed PostgreSQL binaries (pg_basebackup -R), and the multi-host URL
-// that reaches whichever of the two is writable.
-type replication struct {
-	t                *testing.T
-	primary, standby *cluster
-	// url lists both servers, the primary first, with
-	// target_session_attrs=read-write: what the binaries are given.
-	url string
-}
-
-// newReplication starts a primary and a standby streaming from it; with
-// sync the primary waits for the standby at every commit
-// (synchronous_standby_names = '*').
-func newReplication(ctx context.Context, t *testing.T, sync bool) *replication {
+// failover fails r over (Replication.Failover), failing the test when it
+// cannot, and returns how long the promotion took.
+func failover(t *testing.T, r *pgcluster.Replication) time.Duration {
 	t.Helper()
-	r := &replication{t: t, primary: newCluster(ctx, t)}
-	if _, err := r.primary.run(ctx, "pg_basebackup", "--version"); err != nil {
-		skipOrFail(t, "pg_basebackup is not installed beside "+filepath.Join(r.primary.bin, "postgres"))
-	}
-	r.standby = newClusterDir(t)
-	if out, err := r.standby.run(ctx, "pg_basebackup", "-D", r.standby.data(), "-R", "-X", "stream", "-c", "fast",
-		"-h", r.primary.host, "-p", fmt.Sprint(r.primary.port), "-U", "postgres"); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s\nprimary's log:\n%s", err, out, r.primary.log())
-	}
-	// Promoted, the standby has no standby of its own to wait for.
-	r.standby.configure("synchronous_standby_names = ''\n")
-	r.standby.start(ctx)
-	admin := r.primary.pool(ctx, "public", 2)
-	if sync {
-		for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
-			if _, err := admin.Exec(ctx, q); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	want := "async"
-	if sync {
-		want = "sync"
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var state string
-		err := admin.QueryRow(ctx, `SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&state)
-		if err == nil && state == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby is not streaming %s after 30 s (%q, %v)\nstandby's log:\n%s", want, state, err, r.standby.log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	r.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=5",
-		r.primary.port, r.standby.port)
-	return r
-}
-
-// pool returns a pool through the multi-host URL whose search_path is
-// schema, closed when the test ends.
-func (r *replication) pool(ctx context.Context, schema string, maxConns int32) *pgxpool.Pool {
-	r.t.Helper()
-	cfg, err := pgxpool.ParseConfig(r.url)
+	d, err := r.Failover(t.Context())
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
-	cfg.MaxConns = maxConns
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(p.Close)
-	return p
-}
-
-// failover kills the primary (pg_ctl stop -m immediate) and promotes the
-// standby, returning how long the promotion took.
-func (r *replication) failover(ctx context.Context) time.Duration {
-	r.t.Helper()
-	if out, err := r.primary.run(ctx, "pg_ctl", "-D", r.primary.data(), "-m", "immediate", "-w", "-t", "30", "stop"); err != nil {
-		r.t.Fatalf("pg_ctl stop -m immediate: %v\n%s", err, out)
-	}
-	began := time.Now()
-	if out, err := r.standby.run(ctx, "pg_ctl", "-D", r.standby.data(), "-w", "-t", "30", "promote"); err != nil {
-		r.t.Fatalf("pg_ctl promote: %v\n%s\nstandby's log:\n%s", err, out, r.standby.log())
-	}
-	return time.Since(began)
+	return d
 }
 
 // TestFailover runs the fault suite's scenario (faultharness_test.go: due
@@ -136,13 +57,13 @@ func TestFailover(t *testing.T) {
 	// multi-host URL and the scenario's processes, with a named consumer
 	// (`ffctl tail --consumer`) per stream beside the scenario's tails, and
 	// seeds the load.
-	start := func(t *testing.T, sync bool) (*replication, *scenario, map[string]*tailProc) {
-		r := newReplication(t.Context(), t, sync)
-		pool := r.pool(t.Context(), schema, 8)
+	start := func(t *testing.T, sync bool) (*pgcluster.Replication, *scenario, map[string]*tailProc) {
+		r := pgcluster.NewReplication(t.Context(), t, sync, "")
+		pool := r.Pool(t.Context(), schema, 8)
 		if _, err := migrations.Migrate(t.Context(), pool, schema, &migrations.Options{Partitions: faultPartitions}); err != nil {
 			t.Fatalf("migrating through the multi-host URL: %v", err)
 		}
-		sc := newScenario(t, bins, &testdb.DB{Pool: pool, Schema: schema, Partitions: faultPartitions}, r.url)
+		sc := newScenario(t, bins, &testdb.DB{Pool: pool, Schema: schema, Partitions: faultPartitions}, r.URL)
 		sc.startOneOfEach()
 		named := map[string]*tailProc{}
 		for _, stream := range []string{"leases", "completions"} {
@@ -169,7 +90,7 @@ func TestFailover(t *testing.T) {
 		sc.startWriters(4)
 		done := sc.awaitProgress(0.3, 60*time.Second)
 		killed := time.Now()
-		promote := r.failover(t.Context())
+		promote := failover(t, r)
 		after := -1
 		sc.await("a transition on the promoted standby", 60*time.Second, func() (bool, string) {
 			after = sc.progress()
@@ -204,7 +125,7 @@ func TestFailover(t *testing.T) {
 			}
 		}
 		if t.Failed() {
-			t.Logf("primary's log:\n%s\nstandby's log:\n%s", r.primary.log(), r.standby.log())
+			t.Logf("the promoted standby's log:\n%s\nthe old primary's log:\n%s", r.Primary.Log(), r.Standby.Log())
 		}
 	})
 
@@ -213,7 +134,7 @@ func TestFailover(t *testing.T) {
 		sc.awaitProgress(0.3, 60*time.Second)
 
 		// The standby stops receiving: the primary's WAL sender is frozen.
-		admin := r.primary.pool(t.Context(), "public", 1)
+		admin := r.Primary.Pool(t.Context(), "public", 1)
 		var sender int
 		if err := admin.QueryRow(t.Context(), `SELECT pid FROM pg_stat_replication`).Scan(&sender); err != nil {
 			t.Fatalf("finding the WAL sender: %v", err)
@@ -222,24 +143,47 @@ func TestFailover(t *testing.T) {
 			t.Fatalf("freezing the WAL sender: %v", err)
 		}
 		frozenAt := sc.progress()
-		printed := map[string]int{}
-		for stream, tp := range sc.tails {
-			printed[stream] = tp.count()
+		// Every event committed from now on is one the standby never
+		// receives: its id is above the newest committed now.
+		frozenEvent := map[string]int64{}
+		var leaseMax, completionMax int64
+		if err := admin.QueryRow(t.Context(), `SELECT (SELECT coalesce(max(event_id), 0) FROM `+schema+`.ff_lease_event),
+			(SELECT coalesce(max(event_id), 0) FROM `+schema+`.ff_completion_event)`).Scan(&leaseMax, &completionMax); err != nil {
+			t.Fatal(err)
 		}
-		sc.await("transitions and events the standby does not receive", 60*time.Second, func() (bool, string) {
+		frozenEvent["leases"], frozenEvent["completions"] = leaseMax, completionMax
+		// Each consumer must have printed such an event, else it has read
+		// nothing the failover loses and may rightly go on (on a busy
+		// machine a consumer lags: twenty events printed after the freeze
+		// were not enough).
+		readLost := func(tp *tailProc, stream string) bool {
+			for _, ev := range tp.snapshot() {
+				if ev.EventID > frozenEvent[stream] {
+					return true
+				}
+			}
+			return false
+		}
+		sc.await("transitions and events the standby does not receive, read by every consumer", 90*time.Second, func() (bool, string) {
 			n := sc.progress()
 			ok := n >= frozenAt+100
-			for stream, tp := range sc.tails {
-				ok = ok && tp.count() >= printed[stream]+20
+			var behind []string
+			for _, stream := range []string{"leases", "completions"} {
+				for name, tp := range map[string]*tailProc{"tail": sc.tails[stream], "named consumer": named[stream]} {
+					if !readLost(tp, stream) {
+						ok = false
+						behind = append(behind, name+" of "+stream)
+					}
+				}
 			}
-			return ok, fmt.Sprintf("%d transitions since the freeze; tails printed leases %d, completions %d",
-				n-frozenAt, sc.tails["leases"].count()-printed["leases"], sc.tails["completions"].count()-printed["completions"])
+			slices.Sort(behind)
+			return ok, fmt.Sprintf("%d transitions since the freeze; yet to print an event committed after it: %v", n-frozenAt, behind)
 		})
 		lostFrom := sc.progress()
 		admin.Close()
 		// The WAL sender dies with what it had not sent.
 		_ = syscall.Kill(sender, syscall.SIGKILL)
-		promote := r.failover(t.Context())
+		promote := failover(t, r)
 		killed := time.Now()
 
 		// Each consumer is refused and names the failover, and what to do:
@@ -380,13 +324,14 @@ func TestFailover(t *testing.T) {
 		// What the consumers printed before the failover all comes from the
 		// old primary's history: started again alone, on a port of its own,
 		// it has every one of those events as they were printed.
-		r.primary.port = freePort(t)
-		r.primary.host = "127.0.0.1"
-		if out, err := r.primary.run(t.Context(), "pg_ctl", "-D", r.primary.data(), "-l", r.primary.logFile(), "-w", "-t", "30",
-			"-o", fmt.Sprintf("-p %d", r.primary.port), "start"); err != nil {
-			t.Fatalf("starting the old primary alone: %v\n%s\n%s", err, out, r.primary.log())
+		old := r.Standby // the old primary, stopped by the failover
+		old.Port = pgcluster.FreePort(t)
+		old.Host = "127.0.0.1"
+		if out, err := old.Run(t.Context(), "pg_ctl", "-D", old.Data(), "-l", old.LogFile(), "-w", "-t", "30",
+			"-o", fmt.Sprintf("-p %d", old.Port), "start"); err != nil {
+			t.Fatalf("starting the old primary alone: %v\n%s\n%s", err, out, old.Log())
 		}
-		oldDB := &scenario{t: t, ctx: t.Context(), db: &testdb.DB{Pool: r.primary.pool(t.Context(), schema, 2), Schema: schema}}
+		oldDB := &scenario{t: t, ctx: t.Context(), db: &testdb.DB{Pool: old.Pool(t.Context(), schema, 2), Schema: schema}}
 		oldTables := map[string]func(int64) (string, string, bool){"leases": oldDB.readLeaseTable().event, "completions": oldDB.readCompletionTable().event}
 		lost := map[string]int{}
 		for _, c := range consumers {
@@ -413,7 +358,7 @@ func TestFailover(t *testing.T) {
 			t.Log(n)
 		}
 		if probs.total() > 0 || t.Failed() {
-			t.Logf("primary's log:\n%s\nstandby's log:\n%s", r.primary.log(), r.standby.log())
+			t.Logf("the promoted standby's log:\n%s\nthe old primary's log:\n%s", r.Primary.Log(), r.Standby.Log())
 		}
 	})
 }

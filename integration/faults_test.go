@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/pgcluster"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
@@ -175,20 +176,20 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("restart Postgres", func(t *testing.T) {
-		c := newCluster(t.Context(), t)
+		c := pgcluster.New(t.Context(), t)
 		const schema = "fault_restart"
-		pool := c.pool(t.Context(), schema, 8)
+		pool := c.Pool(t.Context(), schema, 8)
 		if _, err := migrations.Migrate(t.Context(), pool, schema, &migrations.Options{Partitions: faultPartitions}); err != nil {
 			t.Fatalf("migrating the throwaway cluster: %v", err)
 		}
 		db := &testdb.DB{Pool: pool, Schema: schema, Partitions: faultPartitions}
-		sc := newScenario(t, bins, db, c.connString("postgres"))
+		sc := newScenario(t, bins, db, c.ConnString("postgres"))
 		sc.startOneOfEach()
 		sc.seed()
 		done := sc.awaitProgress(0.3, 60*time.Second)
 		began := time.Now()
-		if err := c.restart(t.Context()); err != nil {
-			t.Fatalf("%v\nserver log:\n%s", err, c.log())
+		if err := c.Restart(t.Context()); err != nil {
+			t.Fatalf("%v\nserver log:\n%s", err, c.Log())
 		}
 		restart := time.Since(began)
 		after := -1
@@ -206,7 +207,7 @@ func TestFaults(t *testing.T) {
 		}
 		sc.reconcile()
 		if t.Failed() {
-			t.Logf("server log:\n%s", c.log())
+			t.Logf("server log:\n%s", c.Log())
 		}
 	})
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pgcluster"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
@@ -69,11 +70,11 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	c := newCluster(ctx, t)
+	c := pgcluster.New(ctx, t)
 
 	const schema = "ffpgrestart"
 	const writers = 4
-	pool := c.pool(ctx, schema, writers+4)
+	pool := c.Pool(ctx, schema, writers+4)
 	if _, err := migrations.Migrate(ctx, pool, schema, nil); err != nil {
 		t.Fatalf("migrating: %v", err)
 	}
@@ -147,7 +148,7 @@ func TestPostgresRestartMidStream(t *testing.T) {
 		for !cond() {
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				t.Fatalf("timed out after %s waiting for %s (delivered %d, disconnects %d)\nserver log:\n%s",
-					limit, what, count.Load(), disconnects(), c.log())
+					limit, what, count.Load(), disconnects(), c.Log())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -218,8 +219,8 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	waitFor("200 events before the restart", 20*time.Second, func() bool { return count.Load() >= 200 })
 	before := count.Load()
 	began := time.Now()
-	if err := c.restart(ctx); err != nil {
-		t.Fatalf("%v\nserver log:\n%s", err, c.log())
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("%v\nserver log:\n%s", err, c.Log())
 	}
 	restarted.Store(true)
 	took := time.Since(began)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/pgcluster"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/google/uuid"
@@ -23,7 +24,7 @@ func TestRestoredSchemaOnAnotherServer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	c := newCluster(ctx, t)
+	c := pgcluster.New(ctx, t)
 
 	src := testdb.New(t, nil)
 	var want []int64
@@ -49,14 +50,14 @@ func TestRestoredSchemaOnAnotherServer(t *testing.T) {
 
 	// pg_dump of the schema from the test server, restored with psql.
 	dump := filepath.Join(t.TempDir(), "schema.sql")
-	out, err := exec.CommandContext(ctx, filepath.Join(c.bin, "pg_dump"), "--no-owner", "--no-privileges",
+	out, err := exec.CommandContext(ctx, filepath.Join(c.Bin, "pg_dump"), "--no-owner", "--no-privileges",
 		"-n", src.Schema, "-f", dump, testdb.URL()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("pg_dump: %v\n%s", err, out)
 	}
-	dst := c.pool(ctx, src.Schema, 4)
-	if out, err := exec.CommandContext(ctx, filepath.Join(c.bin, "psql"), "-v", "ON_ERROR_STOP=1", "-q", "-f", dump,
-		c.connString("postgres")).CombinedOutput(); err != nil {
+	dst := c.Pool(ctx, src.Schema, 4)
+	if out, err := exec.CommandContext(ctx, filepath.Join(c.Bin, "psql"), "-v", "ON_ERROR_STOP=1", "-q", "-f", dump,
+		c.ConnString("postgres")).CombinedOutput(); err != nil {
 		t.Fatalf("psql restore: %v\n%s", err, out)
 	}
 	var here int64

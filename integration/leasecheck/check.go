@@ -415,7 +415,9 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 	}
 	var diffs []string
 	for _, s := range states {
-		d := compare(s, h.db, nowMs)
+		// A delayed_promoter whose binary's clock runs ahead promotes
+		// that much early by the snapshot's clock.
+		d := compare(s, h.db, nowMs+tl.scannerAhead.Milliseconds())
 		if d == "" {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/pgcluster"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -49,6 +50,16 @@ type Faults struct {
 	// maxStreamSilence while clients write.
 	OutboxRetention time.Duration
 	IdleReaders     bool
+	// Failover, when set, runs the whole history on a primary and a
+	// synchronous streaming standby of the run's own (internal/pgcluster)
+	// instead of the shared server, every process given the multi-host
+	// URL of the two, and about every Failover (0.5–1.5 of it) kills the
+	// primary (immediate), promotes the standby and makes the old primary
+	// its standby again (a new pg_basebackup). Calls cut off by it have an
+	// unknown outcome, resolved by the outbox: with synchronous
+	// replication nothing acknowledged is lost, so the histories must
+	// hold as they are.
+	Failover time.Duration
 	// Every is the mean time between two injections.
 	Every time.Duration
 }
@@ -84,6 +95,9 @@ func (f Faults) String() string {
 	if f.OutboxRetention > 0 {
 		k = append(k, fmt.Sprintf("outbox retention %s", f.OutboxRetention))
 	}
+	if f.Failover > 0 {
+		k = append(k, fmt.Sprintf("failover every %s", f.Failover))
+	}
 	if len(k) == 0 {
 		return "none"
 	}
@@ -97,11 +111,14 @@ type injector struct {
 	cluster *Cluster
 	tag     string
 	rng     *rand.Rand
+	// repl is the run's own primary and standby when f.Failover is set.
+	repl *pgcluster.Replication
 
-	mu     sync.Mutex
-	counts map[string]int
-	errs   []string
-	wg     sync.WaitGroup
+	mu         sync.Mutex
+	counts     map[string]int
+	promotions []time.Duration
+	errs       []string
+	wg         sync.WaitGroup
 }
 
 func newInjector(f Faults, admin *pgxpool.Pool, cluster *Cluster, tag string, seed uint64) *injector {
@@ -137,8 +154,14 @@ func (in *injector) Counts() map[string]int {
 // locks run in goroutines of their own (they last seconds), and so does
 // terminateCalls.
 func (in *injector) run(ctx context.Context) {
+	if in.f.Failover > 0 && in.repl != nil {
+		rng := rand.New(rand.NewPCG(in.rng.Uint64(), 9))
+		in.wg.Go(func() { in.failovers(ctx, rng) })
+	}
 	kinds := in.f.kinds()
 	if len(kinds) == 0 || in.f.Every <= 0 {
+		<-ctx.Done()
+		in.wg.Wait()
 		return
 	}
 	if in.f.TerminateBackends {
@@ -308,4 +331,41 @@ func (in *injector) idleReader(ctx context.Context, hold time.Duration) error {
 	case <-time.After(hold):
 	}
 	return nil
+}
+
+// failovers fails the run's replication over about every f.Failover until
+// ctx is done, each time making the old primary a standby again before the
+// next. A failover or rebuild once begun runs to its end (up to 2 minutes),
+// whatever ctx says: a half-promoted standby would end the run with no
+// server.
+func (in *injector) failovers(ctx context.Context, rng *rand.Rand) {
+	for {
+		wait := time.Duration(float64(in.f.Failover) * (0.5 + rng.Float64()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		took, err := in.repl.Failover(octx)
+		if err == nil {
+			in.counted("failover", 1)
+			in.mu.Lock()
+			in.promotions = append(in.promotions, took)
+			in.mu.Unlock()
+			err = in.repl.Rebuild(octx)
+		}
+		cancel()
+		if err != nil {
+			in.failed("failover", err)
+			return
+		}
+	}
+}
+
+// Promotions are how long each failover's promotion took.
+func (in *injector) Promotions() []time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.promotions)
 }

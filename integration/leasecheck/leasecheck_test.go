@@ -18,7 +18,7 @@ var (
 	flagSeed     = flag.Uint64("seed", 0, "seed of the run (0: random; with the small runs, replaces the random seed)")
 	flagClients  = flag.Int("clients", 0, "application clients (default 8 small, 16 long)")
 	flagRunners  = flag.Int("runners", -1, "package runner's Runners on the shared lanes (default 2 small, 4 long)")
-	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s), retention (outbox retention 30 s rotating, idle readers)")
+	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s), retention (outbox retention 30 s rotating, idle readers), failover (the run on a primary and a synchronous standby of its own, failed over about every minute)")
 )
 
 // smallRun is one of the small runs of make test: a fixed seed and the few
@@ -67,7 +67,7 @@ func randomFaults(seed uint64) Faults {
 func allFaults(list string) Faults {
 	f := Faults{Every: time.Second}
 	if list == "" {
-		list = "kill-worker,kill-scheduler,terminate,long-locks,duplicate-jobs,cancel-jobs,skew,retention"
+		list = "kill-worker,kill-scheduler,terminate,long-locks,duplicate-jobs,cancel-jobs,skew,retention,failover"
 	}
 	for _, name := range strings.Split(list, ",") {
 		switch strings.TrimSpace(name) {
@@ -88,6 +88,8 @@ func allFaults(list string) Faults {
 			f.BinaryClockSkew = 2 * time.Second
 		case "retention":
 			f.OutboxRetention, f.IdleReaders = 30*time.Second, true
+		case "failover":
+			f.Failover = time.Minute
 		}
 	}
 	return f

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/pgcluster"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 )
@@ -141,7 +142,16 @@ func Run(tb testing.TB, o Options) *Report {
 		o.CheckTimeout = 2 * time.Minute
 	}
 	ctx := tb.Context()
-	db := testdb.New(tb, &testdb.Options{MaxConns: 8})
+	dbURL := testdb.URL()
+	var repl *pgcluster.Replication
+	if o.Faults.Failover > 0 {
+		// A primary and a synchronous standby of the run's own: every
+		// process is given both, and the injector fails over between
+		// them (faults.go).
+		repl = pgcluster.NewReplication(ctx, tb, true, "max_connections = 300\n")
+		dbURL = repl.URL
+	}
+	db := testdb.New(tb, &testdb.Options{MaxConns: 8, URL: dbURL})
 	tag := "lc" + db.Schema[len(db.Schema)-8:]
 	rep := &Report{Seed: o.Seed}
 	if err := InstallCommitOrder(ctx, db.Pool); err != nil {
@@ -154,7 +164,7 @@ func Run(tb testing.TB, o Options) *Report {
 	}
 	defer streams.Stop()
 
-	cluster := NewCluster(o.Bins, testdb.URL(), db.Schema, tag)
+	cluster := NewCluster(o.Bins, dbURL, db.Schema, tag)
 	if o.Faults.BinaryClockSkew > 0 {
 		cluster.Skew(o.Faults.BinaryClockSkew, o.Seed)
 	}
@@ -185,7 +195,7 @@ func Run(tb testing.TB, o Options) *Report {
 			offset = time.Duration(rng.Int64N(int64(o.Faults.ClockSkew))) - o.Faults.ClockSkew/2
 		}
 		offset = offset.Round(time.Millisecond)
-		p, err := OpenApp(ctx, testdb.URL(), db.Schema, fmt.Sprintf("%s-app%d", tag, i), i, offset, perProc)
+		p, err := OpenApp(ctx, dbURL, db.Schema, fmt.Sprintf("%s-app%d", tag, i), i, offset, perProc)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -197,6 +207,7 @@ func Run(tb testing.TB, o Options) *Report {
 	rec := &Recorder{}
 	w := NewWorkload(o.Workload, procs, rec, tl, o.Seed)
 	inj := newInjector(o.Faults, db.Pool, cluster, tag, o.Seed)
+	inj.repl = repl
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan struct{})
 	go func() {
@@ -209,7 +220,7 @@ func Run(tb testing.TB, o Options) *Report {
 		// The probes' own process: its calls are not among those
 		// terminateCalls cuts off (it names the clients' processes), so
 		// that its rounds finish; the other faults reach it.
-		p, err := OpenApp(ctx, testdb.URL(), db.Schema, tag+"-probe", len(procs), 0, 8)
+		p, err := OpenApp(ctx, dbURL, db.Schema, tag+"-probe", len(procs), 0, 8)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -321,6 +332,9 @@ func Run(tb testing.TB, o Options) *Report {
 	rep.BinaryOffsets = cluster.Offsets()
 	rep.Runner = runnerStats(calls, snap)
 	rep.Faults = inj.Counts()
+	if p := inj.Promotions(); len(p) > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d failovers to the synchronous standby (promotions took %v)", len(p), p))
+	}
 	rep.Notes = slices.Concat(rep.Notes, cluster.Notes(), inj.Errors(), w.HarnessErrors())
 	if len(rep.Verdict.Violations) > 0 {
 		files, err := rep.Verdict.WriteArtifacts(ArtifactsDir(), o.Seed, 10)

@@ -59,6 +59,9 @@ type Options struct {
 	RiverOnly bool
 	// MaxConns of the pool (default 16).
 	MaxConns int32
+	// URL of the server to create the schema on (default URL()): a
+	// throwaway cluster's, a replication's multi-host URL.
+	URL string
 }
 
 // New creates a schema named after the test, migrates it, and registers
@@ -71,8 +74,12 @@ func New(tb testing.TB, opts *Options) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
+	url := opts.URL
+	if url == "" {
+		url = URL()
+	}
 	schema := SchemaName(tb.Name())
-	admin := Connect(tb, "")
+	admin := connectTo(tb, url, "", 4)
 	if _, err := admin.Exec(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
 		tb.Fatalf("testdb: creating schema %s: %v", schema, err)
 	}
@@ -100,7 +107,7 @@ func New(tb testing.TB, opts *Options) *DB {
 	if maxConns == 0 {
 		maxConns = 16
 	}
-	pool := connectWith(tb, schema, maxConns)
+	pool := connectTo(tb, url, schema, maxConns)
 	tb.Cleanup(pool.Close)
 	db := &DB{Pool: pool, Schema: schema}
 	if opts.NoMigrate {
@@ -138,9 +145,14 @@ func Connect(tb testing.TB, schema string) *pgxpool.Pool {
 
 func connectWith(tb testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(URL())
+	return connectTo(tb, URL(), schema, maxConns)
+}
+
+func connectTo(tb testing.TB, url, schema string, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		tb.Fatalf("testdb: DATABASE_URL: %v", err)
+		tb.Fatalf("testdb: the database URL: %v", err)
 	}
 	cfg.MaxConns = maxConns
 	if schema != "" {
@@ -156,7 +168,7 @@ func connectWith(tb testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 		if pool != nil {
 			pool.Close()
 		}
-		msg := "testdb: no Postgres at " + redact(URL()) + ": " + ffredact.Scrub(err.Error(), ffredact.Secrets(URL())) +
+		msg := "testdb: no Postgres at " + redact(url) + ": " + ffredact.Scrub(err.Error(), ffredact.Secrets(url)) +
 			" (run `make test`, which finds or starts one, or set DATABASE_URL)"
 		if os.Getenv("CI") == "true" {
 			tb.Fatal(msg)
