@@ -71,6 +71,7 @@ func TestVersion(t *testing.T) {
 // so by the time it has logged the line the default one has run longer.
 func TestQuietByDefault(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	db := testdb.New(t, &testdb.Options{Partitions: 16})
 	// River logs a producer's counts only while it works jobs: the ticks
@@ -98,6 +99,7 @@ func TestQuietByDefault(t *testing.T) {
 // and nothing else is printed.
 func TestRefusalJSON(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 4) // its binaries and streams (docs/development.md)
 	_, workerBin := buildPipelineBinaries(t)
 	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
 	p := startProc(t, "ffworker-json", workerBin, append(dbArgs(bare), "--log-format", "json")...)

@@ -110,6 +110,7 @@ func dbArgs(db *testdb.DB) []string {
 // and --schema; both stop cleanly on SIGTERM.
 func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -158,6 +159,7 @@ func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 // execution transitions exactly once, with exactly one set of events.
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -195,6 +197,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 // leadership to the other, which keeps ticking; no transition happens twice.
 func TestSchedulerFailover(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -238,6 +241,7 @@ func TestSchedulerFailover(t *testing.T) {
 // TestBinariesRefuseUnmigratedSchema: exit code 3 and one clear message.
 func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 4) // its binaries and streams (docs/development.md)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	bare := testdb.New(t, &testdb.Options{NoMigrate: true})
 	migrated := testdb.New(t, &testdb.Options{Partitions: 16})
@@ -268,6 +272,7 @@ func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
 // them, River UI requires basic auth.
 func TestSchedulerUIAuth(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
 	schedBin, _ := buildPipelineBinaries(t)
 	db := testdb.New(t, nil)
 	p := startProc(t, "ffscheduler-open", schedBin, append(dbArgs(db), "--ui-addr", "0.0.0.0:0")...)

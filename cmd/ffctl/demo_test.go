@@ -134,6 +134,7 @@ func (o *demoOutput) String() string {
 // non-zero counts from the streams, and drop its schema.
 func TestDemo(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 20)          // its River clients and pools (docs/development.md)
 	admin := testdb.Connect(t, "") // skips without a database (fails with CI=true)
 	defer admin.Close()
 

@@ -144,7 +144,11 @@ func Run(tb testing.TB, o Options) *Report {
 	ctx := tb.Context()
 	dbURL := testdb.URL()
 	var repl *pgcluster.Replication
-	if o.Faults.Failover > 0 {
+	if o.Faults.Failover == 0 {
+		// The binaries, the applications' pools, the probes and the
+		// streams (about 40 at once in the small runs).
+		testdb.Reserve(tb, 35)
+	} else {
 		// A primary and a synchronous standby of the run's own: every
 		// process is given both, and the injector fails over between
 		// them (faults.go).

@@ -168,14 +168,21 @@ func connectTo(tb testing.TB, url, schema string, maxConns int32) *pgxpool.Pool 
 		if pool != nil {
 			pool.Close()
 		}
-		msg := "testdb: no Postgres at " + redact(url) + ": " + ffredact.Scrub(err.Error(), ffredact.Secrets(url)) +
-			" (run `make test`, which finds or starts one, or set DATABASE_URL)"
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
+		unreachable(tb, url, err)
 	}
 	return pool
+}
+
+// unreachable skips the test, or fails it with CI=true, saying the server
+// at url could not be reached.
+func unreachable(tb testing.TB, url string, err error) {
+	tb.Helper()
+	msg := "testdb: no Postgres at " + redact(url) + ": " + ffredact.Scrub(err.Error(), ffredact.Secrets(url)) +
+		" (run `make test`, which finds or starts one, or set DATABASE_URL)"
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
 }
 
 // SchemaName returns a unique, valid schema name derived from a test name.

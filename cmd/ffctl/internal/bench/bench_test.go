@@ -52,6 +52,7 @@ func checkRows(t *testing.T, ctx context.Context, db *testdb.DB, results []bench
 // figures are for ffctl bench, not for assertions here.
 func TestScenariosRunSmall(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 15) // its scenarios' pools and processes (docs/development.md)
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	// A prefix of this run's own, so that another bench running on the same
@@ -118,6 +119,7 @@ func TestScenariosRunSmall(t *testing.T) {
 // well-formed plot; its figures are not checked.
 func TestSoakRunsSmall(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 15) // its scenarios' pools and processes (docs/development.md)
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	prefix := testdb.SchemaName("benchsoak") + "_"

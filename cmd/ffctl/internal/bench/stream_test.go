@@ -16,6 +16,7 @@ import (
 // assertions here.
 func TestStreamScenarioRunsSmall(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 15) // its scenarios' pools and processes (docs/development.md)
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	// A prefix of this run's own, so that another bench running on the same

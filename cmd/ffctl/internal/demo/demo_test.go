@@ -111,6 +111,7 @@ func TestRunRefusesAnExistingSchema(t *testing.T) {
 // the schema stays, and the demo says how to look at it.
 func TestRunInterruptedAndKept(t *testing.T) {
 	t.Parallel()
+	testdb.Reserve(t, 20) // its River clients and pools (docs/development.md)
 	admin := testdb.Connect(t, "")
 	schema := NewSchemaName()
 	t.Cleanup(func() {
