@@ -354,3 +354,29 @@ func TestDropDoesNotHoldTheTableWhileWaitingForAPartition(t *testing.T) {
 		t.Fatalf("the pass after the vacuum: %+v, %v; want %s dropped", r, err, busy)
 	}
 }
+
+// A drop holds the table's ACCESS EXCLUSIVE lock until its transaction
+// commits: a run that dropped creates no partition while the partitions
+// still reach half their span ahead (readers waited behind those creates),
+// and the next run creates them.
+func TestRunThatDroppedLeavesTheCreatesToTheNext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	now := dbNowMs(t, db)
+	old := oldPartition(t, db, now-10*time.Minute.Milliseconds())
+	first, err := maintainOnce(ctx, db, outboxretention.Maintenance{Table: outbox.LeaseTable, Width: time.Minute, Ahead: 4 * time.Minute, NowMs: now})
+	if err != nil || len(first.Created) == 0 {
+		t.Fatalf("first run %+v, %v: want partitions up to 4 minutes ahead", first, err)
+	}
+	// Six minutes ahead wanted, four there: more than half.
+	m := outboxretention.Maintenance{Table: outbox.LeaseTable, Width: time.Minute, Ahead: 6 * time.Minute, CutoffMs: now, NowMs: now}
+	r, err := maintainOnce(ctx, db, m)
+	if err != nil || !slices.Equal(r.Dropped, []string{old}) || len(r.Created) != 0 {
+		t.Fatalf("the run that dropped: %+v, %v; want %s dropped and nothing created", r, err, old)
+	}
+	r, err = maintainOnce(ctx, db, m)
+	if err != nil || len(r.Dropped) != 0 || len(r.Created) == 0 {
+		t.Fatalf("the next run: %+v, %v; want the partitions up to 6 minutes ahead created", r, err)
+	}
+}
