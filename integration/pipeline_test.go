@@ -73,10 +73,25 @@ func (p *proc) wait(within time.Duration) int {
 }
 
 // awaitDB polls the count query q on sql until it reaches want, and fails
-// the test when it has not after within.
+// the test when it stops moving short of it.
+//
+// within is how long the count may stay put: a count that moves starts it
+// again, up to 10×within in all (how much work fits in a window is no
+// promise: at load average 38, 3,000 expiries went on steadily past 75 s).
 func awaitDB(sql *fftest.DB, within time.Duration, what string, want int, q string, args ...any) {
 	sql.TB.Helper()
-	fftest.Await(sql.TB, within, what+" (want "+strconv.Itoa(want)+")", func() bool { return sql.Count(q, args...) == want })
+	began := time.Now()
+	last, moved := -1, began
+	fftest.Await(sql.TB, 10*within, what+" (want "+strconv.Itoa(want)+")", func() bool {
+		n := sql.Count(q, args...)
+		if n != last {
+			last, moved = n, time.Now()
+		}
+		if n != want && time.Since(moved) > within {
+			sql.TB.Fatalf("%s: %d of %d, and no progress for %s (%s in all)", what, n, want, within, time.Since(began).Round(time.Second))
+		}
+		return n == want
+	})
 }
 
 // seedExpiredAttempts writes n active executions whose attempt lease expired
