@@ -198,7 +198,7 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 		}
 		hs[k].db = d
 	}
-	incarnationMarks(tl, hs, snap, scannerClient)
+	v.incarnationMarks(tl, hs, snap, scannerClient)
 	for _, txs := range snap.Txs {
 		for _, tx := range txs {
 			tx.RecvNs = received(streams, tx)
@@ -295,8 +295,8 @@ func (v *Verdict) countRemovedRefusals(h *history) {
 // the next incarnation] (that Create found no row, so the removal had
 // committed; without one, unbounded), and the later incarnations' creations
 // (their Create calls' windows) and removals. A removed incarnation's row
-// is the one retention deleted.
-func incarnationMarks(tl Timeline, hs map[string]*history, snap *Snapshot, scannerClient int) {
+// is the one retention deleted, and it has no live row.
+func (v *Verdict) incarnationMarks(tl Timeline, hs map[string]*history, snap *Snapshot, scannerClient int) {
 	for _, incs := range snap.Incarnations {
 		createOf := func(j int) *Call {
 			if j < len(incs) {
@@ -325,6 +325,9 @@ func incarnationMarks(tl Timeline, hs map[string]*history, snap *Snapshot, scann
 			}
 			if inc.RemovedSeq == 0 {
 				continue
+			}
+			if snap.Execs[inc.Key] != nil {
+				v.add("final state", inc.Key, fmt.Sprintf("execution retention removed it (#%d), yet its row is in the database", inc.RemovedSeq))
 			}
 			h.db = inc.Row
 			lo, hi := removal(i)

@@ -285,9 +285,11 @@ func Run(tb testing.TB, o Options) *Report {
 			_ = db.Pool.QueryRow(ctx, `SELECT coalesce(sum(events), 0) FROM ff_outbox_trim`).Scan(&n)
 			return n
 		}
+		waited := time.Now()
 		if !await(ctx, 3*o.Faults.OutboxRetention+10*time.Second, func() bool { return removed() > 0 }) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("outbox retention (%s) removed no event within %s of the quiesce", o.Faults.OutboxRetention, 3*o.Faults.OutboxRetention+10*time.Second))
 		}
+		logf("seed %d: outbox retention removed events %s after the quiesce", o.Seed, time.Since(waited).Round(10*time.Millisecond))
 	}
 
 	checkStart := time.Now()

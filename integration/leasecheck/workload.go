@@ -100,8 +100,10 @@ type execution struct {
 	Shared bool
 	// Group is set on a flow downstream.
 	Group *Group
-	// Inc is the incarnation of the id (1: the first; Key is incKey).
-	Inc int
+	// Inc is the incarnation of the id (1: the first; Key is incKey), prev
+	// the incarnation it superseded.
+	Inc  int
+	prev *execution
 	// Solo: no flow (a lane of its own or a shared one): an execution
 	// whose id the creator may create again once retention removed it
 	// (WorkloadConfig.Recreate).
@@ -124,6 +126,16 @@ type execution struct {
 
 // maxNoted bounds execution.leases.
 const maxNoted = 4
+
+// firstLease returns the first lease noted for x.
+func (x *execution) firstLease() (executions.Lease, bool) {
+	x.leaseMu.Lock()
+	defer x.leaseMu.Unlock()
+	if len(x.leases) == 0 {
+		return executions.Lease{}, false
+	}
+	return x.leases[0], true
+}
 
 // note keeps l among the execution's first leases.
 func (x *execution) note(l executions.Lease) {
@@ -504,7 +516,8 @@ func (w *Workload) recreate(ctx context.Context, proc *AppProcess, old *executio
 	old.superseded = true
 	old.guard.Unlock()
 	spec := w.spec(proc, false)
-	x := &execution{ID: old.ID, Key: incKey(old.ID.String(), old.Inc+1), Lane: old.Lane, Spec: spec, Inc: old.Inc + 1, Solo: true, Shared: old.Shared}
+	x := &execution{ID: old.ID, Key: incKey(old.ID.String(), old.Inc+1), Lane: old.Lane, Spec: spec, Inc: old.Inc + 1, Solo: true, Shared: old.Shared,
+		prev: old}
 	w.remember(x)
 	call := &Call{Client: CreatorClient, Process: proc.Index, Exec: x.Key, Steps: []Step{{Kind: OpCreate, Create: spec}}}
 	call.Clock.Lo, call.CallNs = proc.Clock.NowMs(), w.tl.Now()
@@ -791,6 +804,14 @@ func (c *client) run(ctx context.Context) {
 			c.leaseOp(ctx, x, c.leases[x.Key])
 		} else {
 			c.freeOp(ctx, x)
+			if _, now := c.leases[x.Key]; now && x.prev != nil && c.rng.IntN(2) == 0 {
+				// A worker of the removed incarnation wakes up while the
+				// new one is leased, likely under the same attempt and
+				// epoch.
+				if l, ok := x.prev.firstLease(); ok {
+					c.staleOp(ctx, x.prev, l)
+				}
+			}
 		}
 		if int(x.calls.Add(1)) >= c.w.cfg.MaxCallsPerExec {
 			c.w.retire(x)
@@ -835,6 +856,8 @@ func (c *client) hold(x *execution, l executions.Lease) {
 // or ErrNotFound while the id has no row), plain, in a transaction or in a
 // batch, as leaseOp draws it. A lease of the removed incarnation may have
 // the attempt and epoch of the new one's: only its id tells them apart.
+// Clients make one at random (staleLease), and half the time right after
+// they claimed the new incarnation, with the old one's first lease.
 func (c *client) staleOp(ctx context.Context, x *execution, l executions.Lease) {
 	c.w.staleOps.Add(1)
 	c.leaseOp(ctx, x, l)
