@@ -84,9 +84,9 @@ type WorkloadConfig struct {
 	// process of their own, alternating incarnation and bounds rounds.
 	NoProbes bool
 	// Recreate: execution retention runs (Faults.ExecutionRetention), and
-	// the creator creates again, under the same id, solo executions of
-	// lanes of their own that it removed, while clients go on using the
-	// removed incarnations' leases (staleOp).
+	// the creator creates again, under the same id, solo executions (of
+	// lanes of their own or shared ones) that retention removed, while
+	// clients go on using the removed incarnations' leases (staleOp).
 	Recreate bool
 }
 
@@ -529,7 +529,7 @@ func (w *Workload) recreate(ctx context.Context, proc *AppProcess, old *executio
 	}
 	if err != nil && !w.exists(cctx, proc, x.ID) {
 		w.forget(x)
-		w.remember(old)
+		w.restore(old)
 		return nil
 	}
 	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), w.tl.ScannerNowMs()
@@ -647,9 +647,15 @@ func (w *Workload) remember(x *execution) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.byID[x.ID.UUID] = x
-	if !slices.Contains(w.all, x) {
-		w.all = append(w.all, x)
-	}
+	w.all = append(w.all, x)
+}
+
+// restore makes old the id's latest incarnation again, after a Create of
+// the next one that did not commit (forget undid its remember).
+func (w *Workload) restore(old *execution) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byID[old.ID.UUID] = old
 }
 
 // forget undoes remember for an execution that was not created.
