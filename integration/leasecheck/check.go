@@ -13,6 +13,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/testproc"
+	"github.com/google/uuid"
 )
 
 // Violation is one thing a check found wrong.
@@ -47,8 +48,16 @@ func (v Violation) String() string {
 // Verdict is what the checks found in one run.
 type Verdict struct {
 	// Ops is the number of operations checked (calls and scanner
-	// transactions); Histories the number of executions.
+	// transactions); Histories the number of executions (incarnations).
 	Ops, Histories int
+	// Incarnations counts the histories of ids created again after
+	// execution retention removed them (incarnations 2, 3, ...); Removed
+	// the histories whose execution retention removed.
+	Incarnations, Removed int
+	// RemovedStale and RemovedNotFound count the calls with the lease of
+	// a removed incarnation refused with ErrStaleLease (its id created
+	// again) and ErrNotFound (the id without a row).
+	RemovedStale, RemovedNotFound int
 	// Txs is the number of outbox transactions attributed.
 	Txs int
 	// Resolved counts the calls of unknown outcome the outbox showed
@@ -92,8 +101,18 @@ type history struct {
 	// with those calls (see ambiguity).
 	cands   map[*Tx][]*Call
 	derived []*Tx
-	db      *DBExec
+	// db is the row at the end: the live row, or the row retention
+	// removed (inc.Row).
+	db *DBExec
+	// inc is the incarnation (nil when the run's trigger saw no creation).
+	inc *Incarnation
+	// marks are the removal of this incarnation and the creations and
+	// removals of the id's later ones (see Mark).
+	marks []porcupine.Operation
 }
+
+// removed reports whether execution retention removed the incarnation.
+func (h *history) removed() bool { return h.inc != nil && h.inc.RemovedSeq != 0 }
 
 // earliest is the call of tx that began first: with several candidates,
 // the one that gives the weakest bound on its commit.
@@ -111,6 +130,9 @@ func (h *history) ops(tl Timeline) []string {
 	var out []string
 	if h.create != nil {
 		out = append(out, h.create.String())
+	}
+	for _, m := range h.marks {
+		out = append(out, fmt.Sprintf("[%s, %s] %s (%s)", ns(m.Call), ns(m.Return), m.Input.(Input).Mark, m.Metadata))
 	}
 	for _, c := range h.calls {
 		out = append(out, c.String())
@@ -176,6 +198,7 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 		}
 		hs[k].db = d
 	}
+	v.incarnationMarks(tl, hs, snap, scannerClient)
 	for _, txs := range snap.Txs {
 		for _, tx := range txs {
 			tx.RecvNs = received(streams, tx)
@@ -203,6 +226,13 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 		}
 		slices.SortStableFunc(h.calls, func(a, b *Call) int { return cmpInt(a.CallNs, b.CallNs) })
 		v.Histories++
+		if h.inc != nil && h.inc.K > 1 {
+			v.Incarnations++
+		}
+		if h.removed() {
+			v.Removed++
+			v.countRemovedRefusals(h)
+		}
 		v.Txs += len(h.txs)
 		v.attribute(tl, h)
 		for tx, c := range h.callOf {
@@ -235,6 +265,86 @@ func Judge(tl Timeline, calls []*Call, snap *Snapshot, streams *Streams, groups 
 	}
 	v.flows(tl, hs, snap, groups)
 	return v
+}
+
+// countRemovedRefusals counts the calls begun after a removed
+// incarnation's DELETE ran, with its lease, that were refused as stale or
+// not found (the checks are the model's; these are the report's figures).
+func (v *Verdict) countRemovedRefusals(h *history) {
+	var removedAt int64 = Unbounded
+	for _, m := range h.marks {
+		if m.Input.(Input).Mark == MarkRemoved {
+			removedAt = m.Call
+		}
+	}
+	for _, c := range h.calls {
+		if c.Unknown || len(c.Results) == 0 || len(c.Steps) != 1 || c.Steps[0].Lease.LeaseID == uuid.Nil || c.CallNs < removedAt {
+			continue
+		}
+		switch c.Results[0].Err {
+		case ErrStale:
+			v.RemovedStale++
+		case ErrNotFound:
+			v.RemovedNotFound++
+		}
+	}
+}
+
+// incarnationMarks gives each incarnation its Incarnation and its marks:
+// its own removal, over [the DELETE's reading, the return of the Create of
+// the next incarnation] (that Create found no row, so the removal had
+// committed; without one, unbounded), and the later incarnations' creations
+// (their Create calls' windows) and removals. A removed incarnation's row
+// is the one retention deleted, and it has no live row.
+func (v *Verdict) incarnationMarks(tl Timeline, hs map[string]*history, snap *Snapshot, scannerClient int) {
+	for _, incs := range snap.Incarnations {
+		createOf := func(j int) *Call {
+			if j < len(incs) {
+				if h := hs[incs[j].Key]; h != nil {
+					return h.create
+				}
+			}
+			return nil
+		}
+		removal := func(j int) (lo, hi int64) {
+			hi = Unbounded
+			if c := createOf(j + 1); c != nil {
+				hi = c.ReturnNs
+			}
+			return tl.FromWallMs(incs[j].RemovedAtMs), hi
+		}
+		for i, inc := range incs {
+			h := hs[inc.Key]
+			if h == nil {
+				continue
+			}
+			h.inc = inc
+			add := func(m Mark, lo, hi int64, what string) {
+				h.marks = append(h.marks, porcupine.Operation{ClientId: scannerClient, Call: lo, Return: hi,
+					Input: Input{Exec: h.key, Client: scannerClient, Mark: m}, Output: Output{}, Metadata: what})
+			}
+			if inc.RemovedSeq == 0 {
+				continue
+			}
+			if snap.Execs[inc.Key] != nil {
+				v.add("final state", inc.Key, fmt.Sprintf("execution retention removed it (#%d), yet its row is in the database", inc.RemovedSeq))
+			}
+			h.db = inc.Row
+			lo, hi := removal(i)
+			add(MarkRemoved, lo, hi, fmt.Sprintf("removed, #%d", inc.RemovedSeq))
+			for j := i + 1; j < len(incs); j++ {
+				lo, hi := tl.FromWallMs(incs[j-1].RemovedAtMs), int64(Unbounded)
+				if c := createOf(j); c != nil {
+					lo, hi = c.CallNs, c.ReturnNs
+				}
+				add(MarkIDCreated, lo, hi, fmt.Sprintf("%s created, #%d", incs[j].Key, incs[j].CreatedSeq))
+				if incs[j].RemovedSeq != 0 {
+					lo, hi := removal(j)
+					add(MarkIDRemoved, lo, hi, fmt.Sprintf("%s removed, #%d", incs[j].Key, incs[j].RemovedSeq))
+				}
+			}
+		}
+	}
 }
 
 func txsStrings(txs []*Tx) []string {
@@ -413,17 +523,34 @@ func (v *Verdict) replay(tl Timeline, h *history, nowMs int64) {
 		v.add("final state", h.key, "the execution is not in the database")
 		return
 	}
-	var diffs []string
+	what := "the row is not where its outbox leads"
+	if h.removed() {
+		// Its end is the row retention deleted, as it was then.
+		nowMs, what = h.inc.RemovedAtMs, "the row execution retention removed is not where its outbox led"
+	}
+	var diffs, whys []string
 	for _, s := range states {
 		// A delayed_promoter whose binary's clock runs ahead promotes
 		// that much early by the snapshot's clock.
 		d := compare(s, h.db, nowMs+tl.scannerAhead.Milliseconds())
-		if d == "" {
+		if d != "" {
+			diffs = append(diffs, fmt.Sprintf("model %s: %s", s, d))
+			continue
+		}
+		if !h.removed() {
 			return
 		}
-		diffs = append(diffs, fmt.Sprintf("model %s: %s", s, d))
+		_, why := mark(s, MarkRemoved)
+		if why == "" {
+			return
+		}
+		whys = append(whys, fmt.Sprintf("model %s: %s", s, why))
 	}
-	v.add("final state", h.key, "the row is not where its outbox leads", append(diffs, h.ops(tl)...)...)
+	if len(whys) > 0 {
+		v.add("replay", h.key, "execution retention removed it where its outbox leads: "+strings.Join(whys, "; "), h.ops(tl)...)
+		return
+	}
+	v.add("final state", h.key, what, append(diffs, h.ops(tl)...)...)
 }
 
 func dedupe(ss []State) []State {
@@ -523,7 +650,7 @@ func (h *history) operations(tl Timeline, scannerClient int) []porcupine.Operati
 			Input:  Input{Exec: h.key, Client: scannerClient, Derived: true},
 			Output: Output{Events: tx}, Metadata: fmt.Sprintf("xact %d, commit #%d", tx.Xact, tx.Seq)})
 	}
-	return ops
+	return append(ops, h.marks...)
 }
 
 func describeOps(ops []porcupine.Operation) []string {
@@ -614,13 +741,26 @@ func (v *Verdict) flows(tl Timeline, hs map[string]*history, snap *Snapshot, gro
 			}
 		}
 		// Once the scanners quiesced every hop is counted: the counters
-		// are the upstreams' outcomes, each counted once.
-		if dg.Counts != c {
+		// are the upstreams' outcomes, each counted once. Execution
+		// retention removes a flow once every member has been terminal for
+		// the retention, whether or not every hop was applied (a hop
+		// changes nothing once its downstream is terminal): a removed
+		// group's counters are the outcomes of the hops applied by then,
+		// each counted once, the others still running, and its state is
+		// what its policy says over them.
+		over := c
+		if dg.Removed {
+			over = dg.Counts
+			if dg.Counts.Success > c.Success || dg.Counts.Fail > c.Fail || dg.Counts.Skip > c.Skip || c.Running > 0 ||
+				dg.Counts.Success+dg.Counts.Fail+dg.Counts.Skip+dg.Counts.Running != c.Success+c.Fail+c.Skip {
+				v.add("flow", g.Downstream, fmt.Sprintf("group counters %+v when execution retention removed its flow; its upstreams' outcomes are %+v", dg.Counts, c))
+			}
+		} else if dg.Counts != c {
 			v.add("flow", g.Downstream, fmt.Sprintf("group counters %+v; its upstreams' outcomes are %+v", dg.Counts, c))
 		}
-		want := evaluate(g.Policy, c)
+		want := evaluate(g.Policy, over)
 		if want != dg.State {
-			v.add("flow", g.Downstream, fmt.Sprintf("group is %s; its policy %+v over its upstreams' outcomes (%+v) says %s", dg.State, g.Policy, c, want))
+			v.add("flow", g.Downstream, fmt.Sprintf("group is %s; its policy %+v over its upstreams' outcomes (%+v) says %s", dg.State, g.Policy, over, want))
 		}
 		terminal := d.db.Phase == ff.PhaseTerminal
 		switch dg.State {

@@ -48,8 +48,8 @@ type Cluster struct {
 	tag    string
 
 	// outboxRetention is the scheduler's --outbox-retention (0: its
-	// default).
-	outboxRetention time.Duration
+	// default), execRetention its --execution-retention.
+	outboxRetention, execRetention time.Duration
 	// skew: each binary started gets a clock offset drawn from
 	// [-skew/2, skew/2) by rng ($FF_CLOCK_OFFSET), as the application
 	// processes do (Faults.BinaryClockSkew).
@@ -92,6 +92,15 @@ func (c *Cluster) OutboxRetention(d time.Duration) {
 	c.outboxRetention = d
 }
 
+// ExecutionRetention makes every scheduler started from now on remove
+// executions terminal for longer than d, its pass every
+// executionRetentionInterval.
+func (c *Cluster) ExecutionRetention(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.execRetention = d
+}
+
 // Offsets are the clock offsets of the binaries started, in start order.
 func (c *Cluster) Offsets() []time.Duration {
 	c.mu.Lock()
@@ -132,6 +141,9 @@ func (c *Cluster) Start(scheduler bool) (string, error) {
 	args := slices.Concat([]string{"--database-url", u, "--schema", c.schema, "--id", id}, binaryFlags(scheduler))
 	if scheduler && c.outboxRetention > 0 {
 		args = append(args, "--outbox-retention", c.outboxRetention.String(), "--outbox-retention-interval", outboxRetentionInterval.String())
+	}
+	if scheduler && c.execRetention > 0 {
+		args = append(args, "--execution-retention", c.execRetention.String(), "--execution-retention-interval", executionRetentionInterval.String())
 	}
 	var env []string
 	if offset != 0 {

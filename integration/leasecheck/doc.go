@@ -10,6 +10,8 @@
 // Then:
 //
 //  1. porcupine checks each execution's history for linearizability
+//     (each incarnation's, where execution retention removed an execution
+//     and the workload created its id again: outbox.go, check.go)
 //     against a sequential model of the execution's state machine
 //     (model.go: the specification, one rule per store behaviour), the
 //     scanners' transactions taken from the outbox as operations;

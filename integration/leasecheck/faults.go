@@ -60,6 +60,12 @@ type Faults struct {
 	// replication nothing acknowledged is lost, so the histories must
 	// hold as they are.
 	Failover time.Duration
+	// ExecutionRetention, when set, runs the scheduler with this execution
+	// retention (its pass every executionRetentionInterval), so terminal
+	// executions are removed during the run, and the workload creates some
+	// of their ids again while clients still use the removed incarnations'
+	// leases (WorkloadConfig.Recreate).
+	ExecutionRetention time.Duration
 	// Every is the mean time between two injections.
 	Every time.Duration
 }
@@ -67,6 +73,10 @@ type Faults struct {
 // outboxRetentionInterval is the scheduler's outbox_retention tick when
 // Faults.OutboxRetention is set.
 const outboxRetentionInterval = 500 * time.Millisecond
+
+// executionRetentionInterval is the scheduler's execution_retention tick
+// when Faults.ExecutionRetention is set.
+const executionRetentionInterval = 250 * time.Millisecond
 
 func (f Faults) kinds() []string {
 	var out []string
@@ -97,6 +107,9 @@ func (f Faults) String() string {
 	}
 	if f.Failover > 0 {
 		k = append(k, fmt.Sprintf("failover every %s", f.Failover))
+	}
+	if f.ExecutionRetention > 0 {
+		k = append(k, fmt.Sprintf("execution retention %s", f.ExecutionRetention))
 	}
 	if len(k) == 0 {
 		return "none"

@@ -18,7 +18,8 @@ var (
 	flagSeed     = flag.Uint64("seed", 0, "seed of the run (0: random; with the small runs, replaces the random seed)")
 	flagClients  = flag.Int("clients", 0, "application clients (default 8 small, 16 long)")
 	flagRunners  = flag.Int("runners", -1, "package runner's Runners on the shared lanes (default 2 small, 4 long)")
-	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s), retention (outbox retention 30 s rotating, idle readers), failover (the run on a primary and a synchronous standby of its own, failed over about every minute)")
+	flagNoProbes = flag.Bool("noprobes", false, "run without the probes (probe.go): what the histories alone catch")
+	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s), retention (outbox retention 30 s rotating, idle readers), exec-retention (execution retention 3 s, ids created again), failover (the run on a primary and a synchronous standby of its own, failed over about every minute)")
 )
 
 // smallRun is one of the small runs of make test: a fixed seed and the few
@@ -33,7 +34,7 @@ func smallRuns() []smallRun {
 	runs := []smallRun{
 		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, BinaryClockSkew: 2 * time.Second, Every: 700 * time.Millisecond}},
 		{seed: 2, faults: Faults{KillWorker: true, DuplicateJobs: true, CancelJobs: true, OutboxRetention: 10 * time.Second, IdleReaders: true,
-			Every: 1500 * time.Millisecond}},
+			ExecutionRetention: time.Second, Every: 1500 * time.Millisecond}},
 	}
 	seed := *flagSeed
 	for _, r := range runs {
@@ -61,13 +62,16 @@ func randomFaults(seed uint64) Faults {
 		f.ClockSkew = time.Duration(1+rng.IntN(10)) * time.Second
 		f.BinaryClockSkew = f.ClockSkew / 5
 	}
+	if rng.IntN(3) == 0 {
+		f.ExecutionRetention = time.Second
+	}
 	return f
 }
 
 func allFaults(list string) Faults {
 	f := Faults{Every: time.Second}
 	if list == "" {
-		list = "kill-worker,kill-scheduler,terminate,long-locks,duplicate-jobs,cancel-jobs,skew,retention,failover"
+		list = "kill-worker,kill-scheduler,terminate,long-locks,duplicate-jobs,cancel-jobs,skew,retention,exec-retention,failover"
 	}
 	for _, name := range strings.Split(list, ",") {
 		switch strings.TrimSpace(name) {
@@ -90,6 +94,8 @@ func allFaults(list string) Faults {
 			f.OutboxRetention, f.IdleReaders = 30*time.Second, true
 		case "failover":
 			f.Failover = time.Minute
+		case "exec-retention":
+			f.ExecutionRetention = 3 * time.Second
 		}
 	}
 	return f
@@ -119,7 +125,7 @@ func TestLeaseHistories(t *testing.T) {
 		}
 		runOne(t, Options{Seed: seed, Duration: *flagDuration, Processes: 4, Schedulers: 2, Workers: 2,
 			Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 40, FlowShare: 0.2, Hold: 40 * time.Millisecond,
-				SharedShare: 0.25, SharedLanes: 2, Runners: runners(4)},
+				SharedShare: 0.25, SharedLanes: 2, Runners: runners(4), NoProbes: *flagNoProbes},
 			Faults: allFaults(*flagFaults), Bins: bins, Quiesce: 3 * time.Minute})
 		return
 	}
@@ -131,7 +137,7 @@ func TestLeaseHistories(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", r.seed), func(t *testing.T) {
 			runOne(t, Options{Seed: r.seed, Duration: 6 * time.Second, Processes: 2, Schedulers: 1, Workers: 1,
 				Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 30, FlowShare: 0.2, Hold: 40 * time.Millisecond,
-					SharedShare: 0.3, SharedLanes: 1, Runners: runners(2)},
+					SharedShare: 0.3, SharedLanes: 1, Runners: runners(2), NoProbes: *flagNoProbes},
 				Faults: r.faults, Bins: bins})
 		})
 	}

@@ -65,6 +65,9 @@ func PartitionByExecution(history []porcupine.Operation) [][]porcupine.Operation
 
 // Describe renders an operation for the visualization and reports.
 func Describe(in Input, out Output) string {
+	if in.Mark != 0 {
+		return in.Mark.String()
+	}
 	if in.Derived {
 		if out.Events == nil {
 			return "scanner (no events)"

@@ -43,6 +43,13 @@ const (
 	Active
 	// Terminal: completed, failed, expired, cancelled or skipped (Outcome).
 	Terminal
+	// Removed: execution retention deleted the terminal row with its
+	// attempts (Outcome stays). Every call of the incarnation is then
+	// refused: one with its lease gets ErrNotFound while the id has no row,
+	// ErrStaleLease once the id was created again (IDRow: the fence finds
+	// another incarnation's attempt, or one without the lease id); Cancel,
+	// Revoke and Reclaim get ErrNotFound, and Claim finds nothing.
+	Removed
 )
 
 // String names the phase.
@@ -60,6 +67,8 @@ func (p Phase) String() string {
 		return "active"
 	case Terminal:
 		return "terminal"
+	case Removed:
+		return "removed"
 	}
 	return fmt.Sprintf("Phase(%d)", p)
 }
@@ -94,6 +103,8 @@ type State struct {
 	BackoffMs int64
 	// Deadline is deadline_at_ms (0: none).
 	Deadline int64
+	// IDRow, while Removed: the id has a row again, a later incarnation's.
+	IDRow bool
 }
 
 // leased is the store's locked.leased(): active with a lease expiry.
@@ -190,6 +201,12 @@ func (s State) String() string {
 		fmt.Fprintf(&b, " until %d", s.DelayUntil)
 	case Terminal:
 		fmt.Fprintf(&b, " %s", s.Outcome)
+	case Removed:
+		fmt.Fprintf(&b, " (was %s", s.Outcome)
+		if s.IDRow {
+			b.WriteString("; the id created again")
+		}
+		b.WriteString(")")
 	}
 	fmt.Fprintf(&b, " a%d", s.Attempt)
 	if s.Row {
@@ -418,6 +435,66 @@ type Input struct {
 	WallHi int64
 	// Derived: a scanner transaction (OpScanner), from the outbox.
 	Derived bool
+	// Mark, when set, is not a call but what happened to the id's row:
+	// this incarnation removed by execution retention, or a later one
+	// created or removed (known from the run's trigger and the creator's
+	// calls).
+	Mark Mark
+}
+
+// Mark is a change of an execution id's row that is not an operation of
+// the incarnation's lease protocol.
+type Mark uint8
+
+// The marks.
+const (
+	// MarkRemoved: execution retention deleted this incarnation's row, a
+	// terminal one (it writes no event).
+	MarkRemoved Mark = iota + 1
+	// MarkIDCreated: a later incarnation of the id was created.
+	MarkIDCreated
+	// MarkIDRemoved: a later incarnation of the id was removed.
+	MarkIDRemoved
+)
+
+// String names the mark.
+func (m Mark) String() string {
+	switch m {
+	case MarkRemoved:
+		return "removed by execution retention"
+	case MarkIDCreated:
+		return "the id created again"
+	case MarkIDRemoved:
+		return "the id's later incarnation removed"
+	}
+	return fmt.Sprintf("Mark(%d)", m)
+}
+
+// mark applies a mark: retention removes only a terminal execution; a
+// later incarnation exists only after this one was removed, and is
+// created and removed in turn.
+func mark(s State, m Mark) ([]State, string) {
+	switch m {
+	case MarkRemoved:
+		if s.Phase != Terminal {
+			return nil, fmt.Sprintf("execution retention removed a %s execution: it removes only terminal ones", s.Phase)
+		}
+		s.Phase = Removed
+		return []State{s}, ""
+	case MarkIDCreated:
+		if s.Phase != Removed || s.IDRow {
+			return nil, fmt.Sprintf("the id was created again while this incarnation is %s", s)
+		}
+		s.IDRow = true
+		return []State{s}, ""
+	case MarkIDRemoved:
+		if s.Phase != Removed || !s.IDRow {
+			return nil, fmt.Sprintf("a later incarnation of the id was removed while this one is %s", s)
+		}
+		s.IDRow = false
+		return []State{s}, ""
+	}
+	return nil, fmt.Sprintf("unknown mark %d", m)
 }
 
 // Output is what an operation returned.
@@ -553,6 +630,9 @@ func (c *cursor) rest() string {
 // next states (several only where the events leave two readings open) and,
 // when there is none, why the operation is illegal there.
 func Transition(s State, in Input, out Output) ([]State, string) {
+	if in.Mark != 0 {
+		return mark(s, in.Mark)
+	}
 	if in.Derived {
 		return scanner(s, out.Events)
 	}
@@ -640,6 +720,9 @@ func step(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	if s.Phase == Absent {
 		return s, fmt.Sprintf("%s before the execution was created", st.Kind)
 	}
+	if s.Phase == Removed {
+		return removedStep(s, st, r)
+	}
 	switch st.Kind {
 	case OpClaim:
 		return claim(s, st, r, in, c)
@@ -653,6 +736,43 @@ func step(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 		return reclaim(s, st, r, in, c)
 	}
 	return s, fmt.Sprintf("unknown step %s", st.Kind)
+}
+
+// removedStep judges a call on a removed incarnation (see Removed): with
+// its lease, ErrNotFound while the id has no row and ErrStaleLease once a
+// later incarnation has one; without a lease (acting on whatever row the id
+// has), ErrNotFound, or for a Claim nothing, and only while the id has no
+// row: the workload makes such calls on an incarnation only before its id
+// is created again (execution.guard), so one after it is the harness's
+// fault, reported all the same.
+func removedStep(s State, st Step, r Result) (State, string) {
+	switch st.Kind {
+	case OpRenew, OpComplete, OpFail, OpDelay, OpRelease:
+		want := ErrNotFound
+		if s.IDRow {
+			want = ErrStale
+		}
+		if r.Err != want {
+			return s, fmt.Sprintf("%s(%s) returned %s; in state %s it must return %s", st.Kind, st.Lease, r.Err, s, want)
+		}
+		return s, ""
+	}
+	if s.IDRow {
+		return s, fmt.Sprintf("%s without a lease on an incarnation whose id was created again (a harness error)", st.Kind)
+	}
+	switch st.Kind {
+	case OpClaim:
+		if r.Err != OK || !r.Empty {
+			return s, fmt.Sprintf("Claim of the lane of a removed execution returned %s", describeStep(st, &r, false))
+		}
+	case OpCancel, OpRevoke, OpReclaim:
+		if r.Err != ErrNotFound {
+			return s, fmt.Sprintf("%s of a removed execution returned %s, want ErrNotFound", st.Kind, r.Err)
+		}
+	default:
+		return s, fmt.Sprintf("%s on a removed execution", st.Kind)
+	}
+	return s, ""
 }
 
 // created is the state Create leaves: runnable, eligible now or delayed
@@ -1037,6 +1157,9 @@ func scanner(s State, tx *Tx) ([]State, string) {
 	}
 	if s.Phase == Absent {
 		return nil, "events before the execution was created"
+	}
+	if s.Phase == Removed {
+		return nil, "events of an execution retention removed"
 	}
 	n, why := scannerTransition(s, tx)
 	if why != "" {

@@ -388,3 +388,75 @@ func TestModelDeadlines(t *testing.T) {
 	h.add(1, 700, 710, []Step{{Kind: OpComplete, Lease: capped}}, []Result{{Err: ErrStale}})
 	h.check(t, porcupine.Ok)
 }
+
+// mark adds a mark of the execution's row over [call, ret].
+func (h *hist) mark(call, ret int64, m Mark) {
+	h.ops = append(h.ops, porcupine.Operation{ClientId: 9, Call: call, Return: ret,
+		Input: Input{Exec: x, Client: 9, Mark: m}, Output: Output{}})
+}
+
+// removed: claimed(), completed at 100, removed by execution retention in
+// [1200, 1300], the id created again in [1400, 1410].
+func removed() *hist {
+	h := claimed()
+	h.add(1, 100, 100, []Step{{Kind: OpComplete, Lease: lease1()}}, ok())
+	h.mark(1200, 1300, MarkRemoved)
+	h.mark(1400, 1410, MarkIDCreated)
+	return h
+}
+
+// A lease of a removed incarnation: not found while the id has no row,
+// stale once it was created again; never ok, however its attempt and epoch
+// match the new incarnation's.
+func TestModelRemovedIncarnation(t *testing.T) {
+	lease := []Step{{Kind: OpRenew, Lease: lease1(), TTL: 1000}}
+	for _, tc := range []struct {
+		name string
+		at   int64
+		err  ErrClass
+		then func(*hist)
+		want porcupine.CheckResult
+	}{
+		{name: "not found before the id is created again", at: 1350, err: ErrNotFound, want: porcupine.Ok},
+		{name: "stale before the id is created again", at: 1350, err: ErrStale, want: porcupine.Illegal},
+		{name: "stale after", at: 1500, err: ErrStale, want: porcupine.Ok},
+		{name: "not found after", at: 1500, err: ErrNotFound, want: porcupine.Illegal},
+		{name: "ok after", at: 1500, err: OK, want: porcupine.Illegal},
+		{name: "not active while terminal", at: 1100, err: ErrNotActive, want: porcupine.Ok},
+		{name: "not found once the later incarnation is removed too", at: 1700, err: ErrNotFound, want: porcupine.Ok,
+			then: func(h *hist) { h.mark(1600, 1650, MarkIDRemoved) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := removed()
+			if tc.then != nil {
+				tc.then(h)
+			}
+			r := Result{Err: tc.err}
+			if tc.err == OK {
+				r.Lease = lease1()
+				r.Lease.ExpiresAt = tc.at + 1000
+			}
+			h.add(2, tc.at, tc.at, lease, []Result{r})
+			h.check(t, tc.want)
+		})
+	}
+}
+
+// Retention removes only terminal executions, and calls without a lease on
+// a removed one find nothing.
+func TestModelRemovedOnlyTerminal(t *testing.T) {
+	h := claimed()
+	h.mark(1200, 1300, MarkRemoved)
+	h.check(t, porcupine.Illegal)
+
+	h = removed()
+	h.ops = h.ops[:len(h.ops)-1] // not created again
+	h.add(2, 1350, 1360, []Step{{Kind: OpCancel}}, []Result{{Err: ErrNotFound}})
+	h.add(3, 1350, 1360, []Step{{Kind: OpClaim, TTL: 100, Instance: w2}}, []Result{{Empty: true}})
+	h.check(t, porcupine.Ok)
+
+	h = removed()
+	h.ops = h.ops[:len(h.ops)-1]
+	h.add(2, 1350, 1360, []Step{{Kind: OpCancel}}, []Result{{Err: ErrNotActive}})
+	h.check(t, porcupine.Illegal)
+}

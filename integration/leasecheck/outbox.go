@@ -32,6 +32,17 @@ import (
 // touches: the checker reads the outbox from them, so retention may drop
 // partitions during a run (Faults.OutboxRetention) while the streams must
 // still deliver every event exactly once.
+//
+// Incarnations. Execution retention deletes terminal executions
+// (Faults.ExecutionRetention) and the workload creates some of their ids
+// again. A trigger on ff_exec_core numbers each INSERT and DELETE of an
+// execution's row from the same counter as its events (lc_incarnation: the
+// row as it was deleted, and when), so every event falls between the
+// creation of its incarnation and its removal: the k-th creation of an id
+// starts its k-th incarnation (incKey), checked as an execution of its
+// own. The attempt rows and edge groups retention deletes are copied too
+// (lc_attempt_removed, lc_group_removed): a removed incarnation's
+// end state is its row as retention found it.
 const commitOrderSQL = `
 CREATE TABLE lc_exec_seq (partition_key integer NOT NULL, execution_id uuid NOT NULL, n bigint NOT NULL,
 	PRIMARY KEY (partition_key, execution_id));
@@ -53,7 +64,37 @@ BEGIN
 	RETURN NULL;
 END $$;
 CREATE TRIGGER lc_number_lease_event AFTER INSERT ON ff_lease_event FOR EACH ROW EXECUTE FUNCTION lc_number_event('l');
-CREATE TRIGGER lc_number_completion_event AFTER INSERT ON ff_completion_event FOR EACH ROW EXECUTE FUNCTION lc_number_event('c');`
+CREATE TRIGGER lc_number_completion_event AFTER INSERT ON ff_completion_event FOR EACH ROW EXECUTE FUNCTION lc_number_event('c');
+CREATE TABLE lc_incarnation (partition_key integer NOT NULL, execution_id uuid NOT NULL, n bigint NOT NULL, kind "char" NOT NULL,
+	at_ms bigint NOT NULL, xact xid8 NOT NULL, namespace text, lifecycle_phase text, eligibility_state text, public_state text,
+	attempt_index integer, delay_until_ms bigint, cancelled_by text, PRIMARY KEY (partition_key, execution_id, n));
+CREATE TABLE lc_attempt_removed (LIKE ff_attempt, xact xid8 NOT NULL);
+CREATE TABLE lc_group_removed (LIKE ff_edge_group);
+CREATE FUNCTION lc_number_exec() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE k bigint; r record;
+BEGIN
+	IF TG_OP = 'INSERT' THEN r := NEW; ELSE r := OLD; END IF;
+	INSERT INTO lc_exec_seq AS s VALUES (r.partition_key, r.execution_id, 1)
+	ON CONFLICT (partition_key, execution_id) DO UPDATE SET n = s.n + 1
+	RETURNING s.n INTO k;
+	INSERT INTO lc_incarnation VALUES (r.partition_key, r.execution_id, k, CASE WHEN TG_OP = 'INSERT' THEN 'c' ELSE 'r' END,
+		(extract(epoch FROM clock_timestamp()) * 1000)::bigint, pg_current_xact_id(), r.raw_fields->>'namespace',
+		r.lifecycle_phase, r.eligibility_state, r.public_state, r.attempt_index, r.delay_until_ms, r.cancelled_by);
+	RETURN NULL;
+END $$;
+CREATE FUNCTION lc_copy_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO lc_attempt_removed SELECT OLD.*, pg_current_xact_id();
+	RETURN NULL;
+END $$;
+CREATE FUNCTION lc_copy_group() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO lc_group_removed SELECT OLD.*;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER lc_number_exec AFTER INSERT OR DELETE ON ff_exec_core FOR EACH ROW EXECUTE FUNCTION lc_number_exec();
+CREATE TRIGGER lc_copy_attempt AFTER DELETE ON ff_attempt FOR EACH ROW EXECUTE FUNCTION lc_copy_attempt();
+CREATE TRIGGER lc_copy_group AFTER DELETE ON ff_edge_group FOR EACH ROW EXECUTE FUNCTION lc_copy_group();`
 
 // InstallCommitOrder installs the commit-order numbering in the pool's
 // schema (its search_path).
@@ -297,6 +338,9 @@ type DBGroup struct {
 	// Counts are the group's counters (success_count, fail_count,
 	// skip_count, running_count).
 	Counts counts
+	// Removed: execution retention removed the flow; the group is as it
+	// was then (lc_group_removed).
+	Removed bool
 }
 
 // Snapshot is the database at the end of a run, read in one transaction.
@@ -314,15 +358,109 @@ type Snapshot struct {
 	// delay ends). The run waits for it too, so that every lease left
 	// behind is seen expired exactly once.
 	Pending int
+	// Incarnations are each id's creations in commit order, by the id
+	// ({fp:N}:<uuid>); Execs and Txs are keyed by incarnation (incKey).
+	Incarnations map[string][]*Incarnation
+}
+
+// Incarnation is one creation of an execution id and, if execution
+// retention removed it, its removal (lc_incarnation).
+type Incarnation struct {
+	// Key is the incarnation's key (incKey), K its number (1: the first).
+	Key string
+	K   int
+	// CreatedSeq and RemovedSeq number its creation and removal among the
+	// id's transactions in commit order (RemovedSeq 0: not removed).
+	CreatedSeq, RemovedSeq int64
+	// RemovedAtMs is the database's clock when retention's DELETE ran
+	// (its commit came later).
+	RemovedAtMs int64
+	// Row is the row retention deleted, with its attempt rows.
+	Row *DBExec
+}
+
+// incKey is the key of incarnation k of an execution id: the id itself for
+// the first, id#k for the ones created again after retention removed the
+// previous one.
+func incKey(id string, k int) string {
+	if k <= 1 {
+		return id
+	}
+	return fmt.Sprintf("%s#%d", id, k)
+}
+
+// incarnationOf is the key of the incarnation of base whose lifetime holds
+// the transaction numbered seq: the last created before it.
+func (snap *Snapshot) incarnationOf(base string, seq int64) string {
+	incs := snap.Incarnations[base]
+	k := 0
+	for _, inc := range incs {
+		if inc.CreatedSeq < seq {
+			k = inc.K
+		}
+	}
+	if len(incs) == 0 {
+		return base // the run's trigger saw no creation: reported as an execution never created
+	}
+	if k == 0 {
+		return incKey(base, 0) + "#before-creation"
+	}
+	return incKey(base, k)
+}
+
+func (snap *Snapshot) readIncarnations(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT i.partition_key, i.execution_id, i.n, i.kind, i.at_ms, i.lifecycle_phase, i.eligibility_state,
+		i.public_state, i.attempt_index, i.delay_until_ms, i.cancelled_by,
+		a.attempt_index IS NOT NULL, COALESCE(a.lease_epoch, 0), a.lease_expires_at_ms, a.lease_id::text, a.worker_instance_id,
+		COALESCE((SELECT max(m.lease_epoch) FROM lc_attempt_removed m
+			WHERE m.partition_key = i.partition_key AND m.execution_id = i.execution_id AND m.xact = i.xact), 0)
+		FROM lc_incarnation i
+		LEFT JOIN lc_attempt_removed a ON i.kind = 'r' AND a.partition_key = i.partition_key AND a.execution_id = i.execution_id
+			AND a.attempt_index = i.attempt_index AND a.xact = i.xact
+		WHERE i.namespace IS DISTINCT FROM $1
+		ORDER BY i.partition_key, i.execution_id, i.n`, probeNamespace)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var part int16
+		var u uuid.UUID
+		var n, at int64
+		var kind string
+		var d DBExec
+		if err := rows.Scan(&part, &u, &n, &kind, &at, &d.Phase, &d.Eligibility, &d.Public, &d.Attempt, &d.DelayUntil, &d.CancelledBy,
+			&d.Row, &d.Epoch, &d.Expires, &d.LeaseID, &d.Holder, &d.MaxEpoch); err != nil {
+			return err
+		}
+		base := key(part, u)
+		incs := snap.Incarnations[base]
+		if kind == "c" {
+			inc := &Incarnation{K: len(incs) + 1, CreatedSeq: n}
+			inc.Key = incKey(base, inc.K)
+			snap.Incarnations[base] = append(incs, inc)
+			continue
+		}
+		if len(incs) == 0 || incs[len(incs)-1].RemovedSeq != 0 {
+			return fmt.Errorf("execution %s: a removal (#%d) of no incarnation", base, n)
+		}
+		inc := incs[len(incs)-1]
+		d.Key = inc.Key
+		inc.RemovedSeq, inc.RemovedAtMs, inc.Row = n, at, &d
+	}
+	return rows.Err()
 }
 
 // ReadSnapshot reads the final state of schema in one REPEATABLE READ
 // transaction.
 func ReadSnapshot(ctx context.Context, pool *pgxpool.Pool) (*Snapshot, error) {
-	snap := &Snapshot{Execs: map[string]*DBExec{}, Txs: map[string][]*Tx{}, Groups: map[string]*DBGroup{}}
+	snap := &Snapshot{Execs: map[string]*DBExec{}, Txs: map[string][]*Tx{}, Groups: map[string]*DBGroup{}, Incarnations: map[string][]*Incarnation{}}
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&snap.NowMs); err != nil {
 			return err
+		}
+		if err := snap.readIncarnations(ctx, tx); err != nil {
+			return fmt.Errorf("incarnations: %w", err)
 		}
 		if err := snap.readExecs(ctx, tx); err != nil {
 			return fmt.Errorf("executions: %w", err)
@@ -363,7 +501,8 @@ func (snap *Snapshot) readExecs(ctx context.Context, tx pgx.Tx) error {
 			&d.Row, &d.Epoch, &d.Expires, &d.LeaseID, &d.Holder, &d.MaxEpoch); err != nil {
 			return err
 		}
-		d.Key = key(part, u)
+		base := key(part, u)
+		d.Key = incKey(base, len(snap.Incarnations[base]))
 		snap.Execs[d.Key] = &d
 	}
 	return rows.Err()
@@ -414,7 +553,7 @@ func (snap *Snapshot) readEvents(ctx context.Context, tx pgx.Tx) error {
 				return fmt.Errorf("lease event %d: lease_id %q: %w", ev.EventID, leaseID, err)
 			}
 		}
-		t := txOf(key(int16(part), u), xact, *n)
+		t := txOf(snap.incarnationOf(key(int16(part), u), *n), xact, *n)
 		t.Lease = append(t.Lease, ev)
 	}
 	rows.Close()
@@ -442,7 +581,7 @@ func (snap *Snapshot) readEvents(ctx context.Context, tx pgx.Tx) error {
 			rows.Close()
 			return fmt.Errorf("completion event %d has no commit-order number", ev.EventID)
 		}
-		t := txOf(key(part, u), xact, *n)
+		t := txOf(snap.incarnationOf(key(part, u), *n), xact, *n)
 		t.Completions = append(t.Completions, ev)
 	}
 	rows.Close()
@@ -461,8 +600,13 @@ func (snap *Snapshot) readEvents(ctx context.Context, tx pgx.Tx) error {
 }
 
 func (snap *Snapshot) readGroups(ctx context.Context, tx pgx.Tx) error {
+	// A flow execution retention removed has its groups in
+	// lc_group_removed, as they were when it removed them.
 	rows, err := tx.Query(ctx, `SELECT partition_key, downstream_eid, group_state, cancel_siblings_pending_flag,
-		success_count, fail_count, skip_count, running_count FROM ff_edge_group`)
+		success_count, fail_count, skip_count, running_count, false FROM ff_edge_group
+		UNION ALL
+		SELECT partition_key, downstream_eid, group_state, cancel_siblings_pending_flag,
+		success_count, fail_count, skip_count, running_count, true FROM lc_group_removed`)
 	if err != nil {
 		return err
 	}
@@ -471,7 +615,7 @@ func (snap *Snapshot) readGroups(ctx context.Context, tx pgx.Tx) error {
 		var g DBGroup
 		var part int16
 		var u uuid.UUID
-		if err := rows.Scan(&part, &u, &g.State, &g.Flag, &g.Counts.Success, &g.Counts.Fail, &g.Counts.Skip, &g.Counts.Running); err != nil {
+		if err := rows.Scan(&part, &u, &g.State, &g.Flag, &g.Counts.Success, &g.Counts.Fail, &g.Counts.Skip, &g.Counts.Running, &g.Removed); err != nil {
 			return err
 		}
 		g.Downstream = key(part, u)

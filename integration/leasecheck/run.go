@@ -54,6 +54,10 @@ type Report struct {
 	// Batches counts the FinishMany and FinishManyTx batches the clients
 	// built themselves (live, stale and repeated items together).
 	Batches int64
+	// Recreated counts the ids the workload created again after execution
+	// retention removed them (Faults.ExecutionRetention), StaleOps the
+	// operations clients then made with the removed incarnations' leases.
+	Recreated, StaleOps int64
 	// Bounds says how late the clients' calls returned after their
 	// deadlines (bounds.go).
 	Bounds string
@@ -86,10 +90,15 @@ type Report struct {
 func (r *Report) Summary() string {
 	var b strings.Builder
 	v := r.Verdict
-	fmt.Fprintf(&b, "seed %d: %d operations checked (%d calls, %d of unknown outcome, %d resolved by the outbox; %d leases from shared-lane claims), %d histories (executions), %d outbox transactions\n",
+	fmt.Fprintf(&b, "seed %d: %d operations checked (%d calls, %d of unknown outcome, %d resolved by the outbox; %d leases from shared-lane claims), %d histories (incarnations of executions), %d outbox transactions\n",
 		r.Seed, v.Ops, r.Calls, r.Unknown, r.Resolved, r.SharedOthers, v.Histories, v.Txs)
 	if r.Runner.Calls > 0 {
 		fmt.Fprintf(&b, "runners: %s\n", r.Runner)
+	}
+	if v.Removed > 0 || v.Incarnations > 0 || r.Recreated > 0 {
+		fmt.Fprintf(&b, "incarnations: %d histories removed by execution retention, %d of ids created again (%d re-creations, then %d operations with the leases of the removed ones); "+
+			"calls with a removed incarnation's lease: %d refused as stale, %d as not found\n",
+			v.Removed, v.Incarnations, r.Recreated, r.StaleOps, v.RemovedStale, v.RemovedNotFound)
 	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v, binaries' %v\n", formatCounts(r.Faults), r.Offsets, r.BinaryOffsets)
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
@@ -173,6 +182,10 @@ func Run(tb testing.TB, o Options) *Report {
 		cluster.Skew(o.Faults.BinaryClockSkew, o.Seed)
 	}
 	cluster.OutboxRetention(o.Faults.OutboxRetention)
+	cluster.ExecutionRetention(o.Faults.ExecutionRetention)
+	if o.Faults.ExecutionRetention > 0 {
+		o.Workload.Recreate = true
+	}
 	defer cluster.Stop(30 * time.Second)
 	for range o.Schedulers {
 		if _, err := cluster.Start(true); err != nil {
@@ -287,9 +300,11 @@ func Run(tb testing.TB, o Options) *Report {
 			_ = db.Pool.QueryRow(ctx, `SELECT coalesce(sum(events), 0) FROM ff_outbox_trim`).Scan(&n)
 			return n
 		}
+		waited := time.Now()
 		if !await(ctx, 3*o.Faults.OutboxRetention+10*time.Second, func() bool { return removed() > 0 }) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("outbox retention (%s) removed no event within %s of the quiesce", o.Faults.OutboxRetention, 3*o.Faults.OutboxRetention+10*time.Second))
 		}
+		logf("seed %d: outbox retention removed events %s after the quiesce", o.Seed, time.Since(waited).Round(10*time.Millisecond))
 	}
 
 	checkStart := time.Now()
@@ -333,6 +348,8 @@ func Run(tb testing.TB, o Options) *Report {
 	}
 	rep.SharedOthers = w.SharedOthers()
 	rep.Batches = w.Batches()
+	rep.Recreated = w.Recreated()
+	rep.StaleOps = w.StaleOps()
 	rep.BinaryOffsets = cluster.Offsets()
 	rep.Runner = runnerStats(calls, snap)
 	rep.Faults = inj.Counts()

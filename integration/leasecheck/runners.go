@@ -152,7 +152,7 @@ func (s *recordingStore) Claim(ctx context.Context, p executions.ClaimParams) ([
 
 // leaseCall records one fenced call of the runner on its lease's execution.
 func (s *recordingStore) leaseCall(l executions.Lease, st Step, do func() (Result, error)) error {
-	x := s.w.lookup(l.ID.UUID)
+	x := s.w.leaseOf(l)
 	if x == nil {
 		s.w.harness("a runner called %s on %s, an execution the run never created", st.Kind, l.ID)
 		_, err := do()

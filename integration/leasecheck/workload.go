@@ -83,6 +83,11 @@ type WorkloadConfig struct {
 	// NoProbes turns the probes off (probe.go): by default they run on a
 	// process of their own, alternating incarnation and bounds rounds.
 	NoProbes bool
+	// Recreate: execution retention runs (Faults.ExecutionRetention), and
+	// the creator creates again, under the same id, solo executions (of
+	// lanes of their own or shared ones) that retention removed, while
+	// clients go on using the removed incarnations' leases (staleOp).
+	Recreate bool
 }
 
 // execution is one execution the workload made.
@@ -95,9 +100,50 @@ type execution struct {
 	Shared bool
 	// Group is set on a flow downstream.
 	Group *Group
+	// Inc is the incarnation of the id (1: the first; Key is incKey), prev
+	// the incarnation it superseded.
+	Inc  int
+	prev *execution
+	// Solo: no flow (a lane of its own or a shared one): an execution
+	// whose id the creator may create again once retention removed it
+	// (WorkloadConfig.Recreate).
+	Solo  bool
 	calls atomic.Int32
 	// retired: no client picks it any more.
 	retired atomic.Bool
+	// guard is held (read) by every call on the execution that names its
+	// id without a lease (freeOp): such a call acts on whatever row the id
+	// has, so it is made only while the id is this incarnation's. The
+	// creator takes it (write) to mark it superseded before it creates the
+	// id again; a call that finds it superseded is not made.
+	guard      sync.RWMutex
+	superseded bool
+	// leases are the first leases clients got for it (stale ones, once
+	// it is superseded: staleOp).
+	leaseMu sync.Mutex
+	leases  []executions.Lease
+}
+
+// maxNoted bounds execution.leases.
+const maxNoted = 4
+
+// firstLease returns the first lease noted for x.
+func (x *execution) firstLease() (executions.Lease, bool) {
+	x.leaseMu.Lock()
+	defer x.leaseMu.Unlock()
+	if len(x.leases) == 0 {
+		return executions.Lease{}, false
+	}
+	return x.leases[0], true
+}
+
+// note keeps l among the execution's first leases.
+func (x *execution) note(l executions.Lease) {
+	x.leaseMu.Lock()
+	defer x.leaseMu.Unlock()
+	if len(x.leases) < maxNoted && !slices.ContainsFunc(x.leases, func(m executions.Lease) bool { return m.LeaseID == l.LeaseID }) {
+		x.leases = append(x.leases, l)
+	}
 }
 
 // Group is a flow downstream's edge group, as AddDependencies fixed it.
@@ -116,11 +162,15 @@ type Workload struct {
 	tl    Timeline
 	rng   *rand.Rand // the creator's
 
-	mu     sync.Mutex
-	hot    []*execution
-	byID   map[uuid.UUID]*execution
-	groups []*Group
-	lanes  int
+	mu   sync.Mutex
+	hot  []*execution
+	byID map[uuid.UUID]*execution
+	// byLease finds the incarnation a lease was granted on (an id created
+	// again has several); all are every incarnation made.
+	byLease map[uuid.UUID]*execution
+	all     []*execution
+	groups  []*Group
+	lanes   int
 
 	stop atomic.Bool
 	wg   sync.WaitGroup
@@ -136,14 +186,33 @@ type Workload struct {
 	// (bounds.go).
 	bounds callBounds
 	harnd  []string // the harness's own errors (a validation error is a bug here)
+
+	// Re-creation (WorkloadConfig.Recreate), under mu: candidates are
+	// retired solo executions, gone those of them retention removed, old
+	// the incarnations superseded by a new one (their leases are used
+	// stale). recreated counts the ids created again.
+	candidates, gone, old []*execution
+	recreated             atomic.Int64
+	// staleOps counts the operations clients made with the leases of
+	// superseded incarnations (staleOp).
+	staleOps atomic.Int64
 }
+
+// maxCandidates bounds Workload.candidates, gone and old;
+// recreateExtra is how many executions created again may be in the hot
+// set beyond its size.
+const (
+	maxCandidates = 64
+	recreateExtra = 8
+)
 
 // CreatorClient is the client id of the goroutine that creates executions.
 const CreatorClient = 0
 
 // NewWorkload prepares a workload over procs, recording into rec.
 func NewWorkload(cfg WorkloadConfig, procs []*AppProcess, rec *Recorder, tl Timeline, seed uint64) *Workload {
-	return &Workload{cfg: cfg, procs: procs, rec: rec, tl: tl, rng: rand.New(rand.NewPCG(seed, 0)), byID: map[uuid.UUID]*execution{}}
+	return &Workload{cfg: cfg, procs: procs, rec: rec, tl: tl, rng: rand.New(rand.NewPCG(seed, 0)), byID: map[uuid.UUID]*execution{},
+		byLease: map[uuid.UUID]*execution{}}
 }
 
 // Start starts the creator, the clients, the runners and, on probeProc
@@ -188,12 +257,13 @@ func (w *Workload) Groups() []*Group {
 	return slices.Clone(w.groups)
 }
 
-// SharedLanes maps each execution of a shared lane to its lane.
+// SharedLanes maps each execution (each incarnation) of a shared lane to
+// its lane.
 func (w *Workload) SharedLanes() map[string]string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := map[string]string{}
-	for _, x := range w.byID {
+	for _, x := range w.all {
 		if x.Shared {
 			out[x.Key] = x.Lane
 		}
@@ -205,6 +275,24 @@ func (w *Workload) lookup(u uuid.UUID) *execution {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.byID[u]
+}
+
+// leaseOf returns the incarnation lease l was granted on, as recorded when
+// a claim returned it, else the id's latest incarnation.
+func (w *Workload) leaseOf(l executions.Lease) *execution {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.byLease[l.LeaseID]; x != nil {
+		return x
+	}
+	return w.byID[l.ID.UUID]
+}
+
+// granted records that lease l is x's.
+func (w *Workload) granted(x *execution, l executions.Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byLease[l.LeaseID] = x
 }
 
 // SharedOthers is how many leases claims on shared lanes returned for
@@ -283,7 +371,25 @@ func (w *Workload) retire(x *execution) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.hot = slices.DeleteFunc(w.hot, func(y *execution) bool { return y == x })
+	if w.cfg.Recreate && x.Solo {
+		w.candidates = capped(append(w.candidates, x))
+	}
 }
+
+// capped drops the oldest of xs beyond maxCandidates.
+func capped(xs []*execution) []*execution {
+	if len(xs) > maxCandidates {
+		xs = slices.Delete(xs, 0, len(xs)-maxCandidates)
+	}
+	return xs
+}
+
+// Recreated counts the ids the creator created again.
+func (w *Workload) Recreated() int64 { return w.recreated.Load() }
+
+// StaleOps counts the operations made with superseded incarnations'
+// leases.
+func (w *Workload) StaleOps() int64 { return w.staleOps.Load() }
 
 // callCtx bounds one call: long enough for a lock held by a fault.
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -295,7 +401,16 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 func (w *Workload) creator(ctx context.Context) {
 	lastSweep := time.Now()
 	for !w.stop.Load() && ctx.Err() == nil {
-		if hot, shared := w.hotCounts(); hot < w.cfg.HotSet || shared < runnerBacklog*w.cfg.Runners {
+		hot, shared := w.hotCounts()
+		if old := w.goneOne(); old != nil && hot < w.cfg.HotSet+runnerBacklog*w.cfg.Runners+recreateExtra {
+			// An id retention removed is created again at once, beyond the
+			// hot set if need be: in a short run, few are removed in time.
+			if x := w.recreate(ctx, w.procs[w.rng.IntN(len(w.procs))], old); x != nil {
+				w.publish(x)
+			}
+			continue
+		}
+		if hot < w.cfg.HotSet || shared < runnerBacklog*w.cfg.Runners {
 			proc := w.procs[w.rng.IntN(len(w.procs))]
 			if hot >= w.cfg.HotSet {
 				// The runners' backlog: solo executions of the shared lanes.
@@ -318,7 +433,9 @@ func (w *Workload) creator(ctx context.Context) {
 	}
 }
 
-// sweep retires hot executions that are terminal.
+// sweep retires hot executions that are terminal (or already removed by
+// execution retention), and finds the candidates for re-creation that
+// retention removed.
 func (w *Workload) sweep(ctx context.Context) {
 	w.mu.Lock()
 	ids := make([]uuid.UUID, len(w.hot))
@@ -327,23 +444,131 @@ func (w *Workload) sweep(ctx context.Context) {
 		ids[i] = x.ID.UUID
 		byID[x.ID.UUID] = x
 	}
+	cands := slices.Clone(w.candidates)
 	w.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
-	rows, err := w.procs[0].Pool.Query(cctx, `SELECT execution_id FROM ff_exec_core WHERE execution_id = ANY($1) AND lifecycle_phase = 'terminal'`, ids)
-	if err != nil {
-		return // a fault; the next sweep tries again
+	if len(ids) > 0 {
+		rows, err := w.procs[0].Pool.Query(cctx, `SELECT u FROM unnest($1::uuid[]) u
+			WHERE NOT EXISTS (SELECT 1 FROM ff_exec_core WHERE execution_id = u AND lifecycle_phase <> 'terminal')`, ids)
+		if err != nil {
+			return // a fault; the next sweep tries again
+		}
+		done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return
+		}
+		for _, u := range done {
+			w.retire(byID[u])
+		}
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if len(cands) == 0 {
+		return
+	}
+	cids := make([]uuid.UUID, len(cands))
+	for i, x := range cands {
+		cids[i] = x.ID.UUID
+	}
+	rows, err := w.procs[0].Pool.Query(cctx, `SELECT u FROM unnest($1::uuid[]) u WHERE NOT EXISTS (SELECT 1 FROM ff_exec_core WHERE execution_id = u)`, cids)
 	if err != nil {
 		return
 	}
-	for _, u := range done {
-		w.retire(byID[u])
+	removed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, x := range cands {
+		if slices.Contains(removed, x.ID.UUID) {
+			w.candidates = slices.DeleteFunc(w.candidates, func(y *execution) bool { return y == x })
+			w.gone = capped(append(w.gone, x))
+		}
+	}
+}
+
+// goneOne returns a candidate that retention removed (nil: none).
+func (w *Workload) goneOne() *execution {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.gone) == 0 {
+		return nil
+	}
+	return w.gone[0]
+}
+
+// recreate creates the id of old, which retention removed, again: a new
+// incarnation in the same lane with a new policy, recorded as its own
+// execution (incKey). old is superseded first (its guard), so no call
+// without a lease is made on it any more, while its leases stay in use
+// (staleOp). It returns nil when the Create did not commit.
+func (w *Workload) recreate(ctx context.Context, proc *AppProcess, old *execution) *execution {
+	w.mu.Lock()
+	w.gone = slices.DeleteFunc(w.gone, func(y *execution) bool { return y == old })
+	w.mu.Unlock()
+	if !old.guard.TryLock() {
+		// A call on it is in flight: another time.
+		w.mu.Lock()
+		w.gone = capped(append(w.gone, old))
+		w.mu.Unlock()
+		return nil
+	}
+	old.superseded = true
+	old.guard.Unlock()
+	spec := w.spec(proc, false)
+	x := &execution{ID: old.ID, Key: incKey(old.ID.String(), old.Inc+1), Lane: old.Lane, Spec: spec, Inc: old.Inc + 1, Solo: true, Shared: old.Shared,
+		prev: old}
+	w.remember(x)
+	call := &Call{Client: CreatorClient, Process: proc.Index, Exec: x.Key, Steps: []Step{{Kind: OpCreate, Create: spec}}}
+	call.Clock.Lo, call.CallNs = proc.Clock.NowMs(), w.tl.Now()
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	_, err := proc.Store.Create(cctx, createParams(x.ID.UUID, uuid.Nil, x.Lane, spec))
+	if errors.Is(err, ff.ErrValidation) {
+		w.harness("creating %s again after retention removed it: %v", x.ID, err)
+	}
+	if err != nil && !w.exists(cctx, proc, x.ID) {
+		w.forget(x)
+		w.restore(old)
+		return nil
+	}
+	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), w.tl.ScannerNowMs()
+	call.Results = []Result{{}}
+	w.rec.Add(call)
+	w.recreated.Add(1)
+	w.mu.Lock()
+	w.old = capped(append(w.old, old))
+	w.mu.Unlock()
+	return x
+}
+
+// staleLease draws a superseded incarnation and one of its leases (nil:
+// none), mostly its first.
+func (w *Workload) staleLease(rng *rand.Rand) (*execution, executions.Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.old) == 0 {
+		return nil, executions.Lease{}
+	}
+	for range 4 {
+		x := w.old[rng.IntN(len(w.old))]
+		x.leaseMu.Lock()
+		n := len(x.leases)
+		var l executions.Lease
+		if n > 0 {
+			// Half the time its first lease: attempt 0, epoch 1, as the
+			// new incarnation's first claim has.
+			l = x.leases[0]
+			if rng.IntN(2) == 0 {
+				l = x.leases[rng.IntN(n)]
+			}
+		}
+		x.leaseMu.Unlock()
+		if n > 0 {
+			return x, l
+		}
+	}
+	return nil, executions.Lease{}
 }
 
 // spec draws an execution's policy, delay and deadline on proc's clock.
@@ -398,7 +623,7 @@ func (w *Workload) create(ctx context.Context, proc *AppProcess, flow uuid.UUID,
 	}
 	u := uuid.New()
 	id := ff.ExecutionID{Partition: proc.Store.PartitionFor(flow, lane), UUID: u}
-	x := &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec, Shared: shared != ""}
+	x := &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec, Shared: shared != "", Inc: 1, Solo: flow == uuid.Nil}
 	// Known before it exists: a runner polling the shared lane may claim it
 	// before Create returns.
 	w.remember(x)
@@ -422,6 +647,15 @@ func (w *Workload) remember(x *execution) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.byID[x.ID.UUID] = x
+	w.all = append(w.all, x)
+}
+
+// restore makes old the id's latest incarnation again, after a Create of
+// the next one that did not commit (forget undid its remember).
+func (w *Workload) restore(old *execution) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byID[old.ID.UUID] = old
 }
 
 // forget undoes remember for an execution that was not created.
@@ -429,6 +663,7 @@ func (w *Workload) forget(x *execution) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.byID, x.ID.UUID)
+	w.all = slices.DeleteFunc(w.all, func(y *execution) bool { return y == x })
 }
 
 // exists tells whether a Create whose outcome was unknown committed.
@@ -503,7 +738,7 @@ func (w *Workload) createFlow(ctx context.Context, proc *AppProcess) {
 	call.ReturnNs, call.Clock.Hi, call.WallHi = w.tl.Now(), proc.Clock.NowMs(), w.tl.ScannerNowMs()
 	call.Results = []Result{{}}
 	w.rec.Add(call)
-	down := &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec}
+	down := &execution{ID: id, Key: id.String(), Lane: lane, Spec: spec, Inc: 1}
 	if spec.Blocked {
 		g := &Group{Flow: flow, Downstream: down.Key, Upstreams: upKeys, Policy: policy}
 		down.Group = g
@@ -560,6 +795,12 @@ const maxStale = 8
 func (c *client) run(ctx context.Context) {
 	c.byKey = map[string]*execution{}
 	for !c.w.stop.Load() && ctx.Err() == nil {
+		if c.w.cfg.Recreate && c.rng.IntN(5) == 0 {
+			if x, l := c.w.staleLease(c.rng); x != nil {
+				c.staleOp(ctx, x, l)
+				continue
+			}
+		}
 		x, held := c.choose()
 		if x == nil {
 			time.Sleep(5 * time.Millisecond)
@@ -569,6 +810,14 @@ func (c *client) run(ctx context.Context) {
 			c.leaseOp(ctx, x, c.leases[x.Key])
 		} else {
 			c.freeOp(ctx, x)
+			if _, now := c.leases[x.Key]; now && x.prev != nil && c.rng.IntN(2) == 0 {
+				// A worker of the removed incarnation wakes up while the
+				// new one is leased, likely under the same attempt and
+				// epoch.
+				if l, ok := x.prev.firstLease(); ok {
+					c.staleOp(ctx, x.prev, l)
+				}
+			}
 		}
 		if int(x.calls.Add(1)) >= c.w.cfg.MaxCallsPerExec {
 			c.w.retire(x)
@@ -604,6 +853,21 @@ func (c *client) choose() (*execution, bool) {
 func (c *client) hold(x *execution, l executions.Lease) {
 	c.leases[x.Key] = l
 	c.byKey[x.Key] = x
+	x.note(l)
+	c.w.granted(x, l)
+}
+
+// staleOp uses lease l of x, an incarnation that retention removed and
+// whose id was created again: every call must be refused (ErrStaleLease,
+// or ErrNotFound while the id has no row), plain, in a transaction or in a
+// batch, as leaseOp draws it. A lease of the removed incarnation may have
+// the attempt and epoch of the new one's: only its id tells them apart.
+// Clients make one at random (staleLease), and half the time right after
+// they claimed the new incarnation, with the old one's first lease.
+func (c *client) staleOp(ctx context.Context, x *execution, l executions.Lease) {
+	c.w.staleOps.Add(1)
+	c.leaseOp(ctx, x, l)
+	time.Sleep(time.Duration(c.rng.IntN(8000)) * time.Microsecond)
 }
 
 func (c *client) drop(key string) {
@@ -745,6 +1009,11 @@ func (c *client) after(x *execution, call *Call) {
 // freeOp is what a client does to an execution whose lease it does not
 // hold: claim it, take it over, or act as an operator.
 func (c *client) freeOp(ctx context.Context, x *execution) {
+	x.guard.RLock()
+	defer x.guard.RUnlock()
+	if x.superseded {
+		return // the id may be another incarnation's by now
+	}
 	store := c.proc.Store
 	ttl := c.ttl()
 	claimMax := 1
@@ -865,6 +1134,8 @@ func (w *Workload) recordLease(call *Call, claim Step, l executions.Lease) *exec
 		w.harness("a claim returned a lease of %s, an execution the run never created", l.ID)
 		return nil
 	}
+	w.granted(y, l)
+	y.note(l)
 	w.rec.Add(&Call{Client: call.Client, Process: call.Process, Exec: y.Key, Steps: []Step{claim}, Results: []Result{{Lease: leaseRef(l)}},
 		Unknown: call.Unknown, RolledBack: call.RolledBack, CallNs: call.CallNs, ReturnNs: call.ReturnNs, Clock: call.Clock,
 		WallHi: call.WallHi, Err: call.Err, Runner: call.Runner})
