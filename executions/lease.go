@@ -667,8 +667,12 @@ func (s *Store) queueRelease(b *pgx.Batch, l *locked, now int64) error {
 
 // Reclaim takes over an active execution whose lease has expired before the
 // attempt_timeout scanner got to it: the old attempt is closed
-// (interrupted_reclaimed), a new attempt starts under a new lease with epoch
-// = old + 1, and a "reclaimed" event is written. The new lease's expiry is
+// (interrupted_reclaimed) and its epoch bumped, a new attempt starts under a
+// new lease with epoch = old + 1, and a "reclaimed" event is written. The
+// bump fences the old holder wherever it checks: ffriver's fence checks the
+// attempt too, but upstream FlowFabric's handle-based calls on the same
+// tables fence on the epoch of the attempt their handle names and nothing
+// else (docs/upstream.md). The new lease's expiry is
 // now + p.LeaseTTL, capped at the execution's deadline. It fails with
 // ff.ErrLeaseHeld while the lease is live, ff.ErrNotActive when the
 // execution is not active, its deadline has passed (the execution_deadline
@@ -718,7 +722,7 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 	lease := Lease{ID: id, AttemptIndex: l.attemptIndex + 1, Epoch: l.epoch + 1, LeaseID: uuid.New(),
 		ExpiresAtMs: l.capExpiry(now, p.LeaseTTL), WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
 	b := &pgx.Batch{}
-	s.queueCloseAttempt(b, l, "interrupted_reclaimed", false, now)
+	s.queueCloseAttempt(b, l, "interrupted_reclaimed", true, now)
 	b.Queue(s.sql(`INSERT INTO {S}ff_attempt
 		(partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id, lease_epoch,
 		 lease_expires_at_ms, started_at_ms)

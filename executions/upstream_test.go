@@ -1,10 +1,12 @@
 package executions_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/upstream"
@@ -434,4 +436,40 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	if n := f.successes(flow, down) + f.Count(`SELECT fail_count FROM ff_edge_group WHERE flow_id = $1`, flow); n != 0 {
 		t.Errorf("%d outcomes counted, want none", n)
 	}
+}
+
+// A lease ffriver's Reclaim took over is fenced for upstream's handle too:
+// upstream's handle-based calls fence on the epoch of the attempt the handle
+// names and nothing else, so the reclaimed attempt's epoch moves on, as
+// docs/api.md's Fencing says (found while modelling the lease checker's
+// upstream writer: Reclaim closed the old attempt under its epoch, and the
+// old holder's upstream Complete then ended the execution under the
+// reclaimer's live lease).
+func TestUpstreamHandleFencedAfterReclaim(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const lane = "up-reclaim"
+	id := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 2}}`))
+	h := f.claimUp(id, lane, false, time.Second)
+	f.clock.Advance(2 * time.Second)
+	l, err := f.st.Reclaim(f.ctx, id, executions.ClaimParams{WorkerID: "r", WorkerInstanceID: "r-1", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatalf("reclaim: %v", err)
+	}
+	now := f.clock.NowMs()
+	for what, call := range map[string]func() error{
+		"renew":    func() error { return upstream.Renew(f.ctx, f.db.Pool, h, 30_000, now) },
+		"complete": func() error { return upstream.Complete(f.ctx, f.db.Pool, h, now) },
+		"fail":     func() error { return upstream.Fail(f.ctx, f.db.Pool, h, false, now) },
+		"delay":    func() error { return upstream.Delay(f.ctx, f.db.Pool, h, now+1000, now) },
+	} {
+		if err := call(); !errors.Is(err, upstream.ErrFence) {
+			t.Errorf("upstream %s with the reclaimed handle: %v, want upstream.ErrFence", what, err)
+		}
+	}
+	f.WantState(id, state{ff.PhaseActive, ff.OwnershipLeased, ff.EligibleNotApplicable, ff.AttemptRunning, ff.PublicActive})
+	if err := f.st.Complete(f.ctx, l, nil); err != nil {
+		t.Fatalf("the reclaimer's complete: %v", err)
+	}
+	f.WantEvents(id, []string{"acquired", "reclaimed", "revoked"}, []string{"success"})
 }
