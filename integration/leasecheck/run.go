@@ -63,6 +63,9 @@ type Report struct {
 	// Runner counts the runners' calls (package runner's own loop): see
 	// RunnerStats.
 	Runner RunnerStats
+	// Upstream counts the upstream writers' calls by operation
+	// (WorkloadConfig.Upstream).
+	Upstream *UpstreamStats
 	// Faults injected, by kind.
 	Faults map[string]int
 	// Probes counts the probes' completed rounds, by probe (probe.go).
@@ -89,6 +92,9 @@ func (r *Report) Summary() string {
 		r.Seed, v.Ops, r.Calls, r.Unknown, r.Resolved, r.SharedOthers, v.Histories, v.Txs)
 	if r.Runner.Calls > 0 {
 		fmt.Fprintf(&b, "runners: %s\n", r.Runner)
+	}
+	if r.Upstream != nil {
+		fmt.Fprintf(&b, "upstream writer: %d writes committed; %s\n", r.Upstream.Total(), r.Upstream)
 	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v, binaries' %v\n", formatCounts(r.Faults), r.Offsets, r.BinaryOffsets)
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
@@ -320,6 +326,10 @@ func Run(tb testing.TB, o Options) *Report {
 	rep.Batches = w.Batches()
 	rep.BinaryOffsets = cluster.Offsets()
 	rep.Runner = runnerStats(calls, snap)
+	if o.Workload.Upstream > 0 {
+		up := upstreamStats(w, calls)
+		rep.Upstream = &up
+	}
 	rep.Faults = inj.Counts()
 	rep.Notes = slices.Concat(rep.Notes, cluster.Notes(), inj.Errors(), w.HarnessErrors())
 	if len(rep.Verdict.Violations) > 0 {

@@ -83,6 +83,11 @@ type WorkloadConfig struct {
 	// NoProbes turns the probes off (probe.go): by default they run on a
 	// process of their own, alternating incarnation and bounds rounds.
 	NoProbes bool
+	// Upstream is the number of upstream writers (upstream.go): FlowFabric
+	// v0.15.0's handle-based statements on the shared lanes, one call every
+	// 10 ms to 10+UpstreamPaceMs ms each. It needs SharedLanes.
+	Upstream       int
+	UpstreamPaceMs int
 }
 
 // execution is one execution the workload made.
@@ -161,6 +166,7 @@ func (w *Workload) Start(ctx context.Context, seed uint64, admin *pgxpool.Pool, 
 		c.instance = fmt.Sprintf("p%d-c%d-%d", c.proc.Index, c.id, 0)
 		w.wg.Go(func() { c.run(ctx) })
 	}
+	w.startUpstream(ctx, seed)
 	for i := range w.cfg.Runners {
 		if w.cfg.SharedLanes == 0 {
 			w.harness("runners need shared lanes")
