@@ -505,13 +505,18 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 // row and extends a lease past its expiry under the same epoch: a renew
 // that committed between this transaction's read and its write would
 // otherwise be expired on the expiry it replaced. The write then changes
-// no row and fails with ff.ErrStaleLease (the action is retried alone and
+// no row and fails with ff.ErrLeaseHeld: the lease was renewed, it is live
+// (Reclaim returns it; the attempt_timeout action is retried alone and
 // finds the lease live).
 func (s *Store) queueCloseExpiredAttempt(b *pgx.Batch, l *locked, outcome string, now int64) {
+	if upstreamUnfenced {
+		s.queueCloseAttempt(b, l, outcome, outcome != "interrupted_reclaimed", now)
+		return
+	}
 	if !l.attemptExists {
 		return
 	}
-	s.queueGuarded(b, l, "closing the expired attempt of", ff.ErrStaleLease, `UPDATE {S}ff_attempt
+	s.queueGuarded(b, l, "closing the expired attempt of", ff.ErrLeaseHeld, `UPDATE {S}ff_attempt
 		SET outcome = $4, lease_expires_at_ms = NULL, terminal_at_ms = $5, lease_epoch = lease_epoch + 1
 		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND lease_epoch = $6
 		  AND lease_expires_at_ms = $7`,

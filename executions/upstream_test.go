@@ -2,6 +2,7 @@ package executions_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -475,75 +476,82 @@ func TestUpstreamHandleFencedAfterReclaim(t *testing.T) {
 	f.WantEvents(id, []string{"acquired", "reclaimed", "revoked"}, []string{"success"})
 }
 
-// An upstream renew that commits while attempt_timeout waits for the
-// attempt row is not undone: upstream's renew locks only the attempt row and
-// extends an expired lease under the same epoch, so the expiry that
-// attempt_timeout read under the execution's lock no longer holds when its
-// write gets the row. The write is refused (ErrStaleLease, the action is
-// retried alone), and the retry finds the lease live (found by the lease
-// checker's upstream writer: a renew that committed first, then an
-// "expired" event decided on the expiry it had replaced).
-func TestUpstreamRenewBeatsAttemptTimeoutWaitingForTheRow(t *testing.T) {
+// An upstream renew that commits while attempt_timeout or Reclaim waits for
+// the attempt row is not undone: upstream's renew locks only the attempt row
+// and extends an expired lease under the same epoch, so the expiry that
+// they read under the execution's lock no longer holds when their write
+// gets the row. The write is refused with ErrLeaseHeld (the lease is live:
+// Reclaim returns it, the attempt_timeout action is retried alone and then
+// finds the lease live), and the upstream holder keeps its lease (found by
+// the lease checker's upstream writer: a renew that committed first, then
+// an "expired" event decided on the expiry it had replaced).
+func TestUpstreamRenewBeatsExpiryWaitingForTheRow(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	const lane = "up-renew-race"
-	id := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 2}}`))
-	h := f.claimUp(id, lane, false, time.Second)
-	f.clock.Advance(2 * time.Second)
+	for name, take := range map[string]func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error{
+		"attempt_timeout": func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error {
+			out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, attempt)
+			if err == nil {
+				return fmt.Errorf("outcome %s", out)
+			}
+			return err
+		},
+		"Reclaim": func(f *fixture, tx pgx.Tx, id ff.ExecutionID, _ int32) error {
+			_, err := f.st.ReclaimTx(f.ctx, tx, id, executions.ClaimParams{WorkerID: "r", WorkerInstanceID: "r-1", LeaseTTL: time.Minute})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			const lane = "up-renew-race"
+			id := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 2}}`))
+			h := f.claimUp(id, lane, false, time.Second)
+			f.clock.Advance(2 * time.Second)
 
-	// Upstream's renew, up to its COMMIT: the attempt row locked and its
-	// expiry moved on.
-	renew, err := f.db.Pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer renew.Rollback(f.ctx)
-	var renewPID int
-	if err := renew.QueryRow(f.ctx, `SELECT pg_backend_pid()`).Scan(&renewPID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := renew.Exec(f.ctx, `SELECT 1 FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
-		id.Partition, id.UUID, h.Attempt); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		out actions.Outcome
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		r.err = f.InTx(func(tx pgx.Tx) error {
-			r.out, r.err = actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, h.Attempt)
-			return r.err
+			// Upstream's renew, up to its COMMIT: the attempt row locked
+			// and its expiry moved on.
+			renew, err := f.db.Pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer renew.Rollback(f.ctx)
+			var renewPID int
+			if err := renew.QueryRow(f.ctx, `SELECT pg_backend_pid()`).Scan(&renewPID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := renew.Exec(f.ctx, `SELECT 1 FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
+				id.Partition, id.UUID, h.Attempt); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- f.InTx(func(tx pgx.Tx) error { return take(f, tx, id, h.Attempt) }) }()
+			fftest.Await(t, 10*time.Second, name+" waiting for the attempt row", func() bool {
+				return f.Count(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, renewPID) > 0
+			})
+			expiry := f.clock.NowMs() + 30_000
+			if _, err := renew.Exec(f.ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $4 WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`,
+				id.Partition, id.UUID, h.Attempt, expiry); err != nil {
+				t.Fatal(err)
+			}
+			if err := renew.Commit(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; !errors.Is(err, ff.ErrLeaseHeld) {
+				t.Fatalf("%s after the renew committed: %v; want ff.ErrLeaseHeld", name, err)
+			}
+			f.apply("expire again", func(tx pgx.Tx) error {
+				out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, h.Attempt)
+				if err == nil && out != actions.NoOp {
+					t.Errorf("attempt_timeout of the renewed lease: %s, want %s", out, actions.NoOp)
+				}
+				return err
+			})
+			if e := f.Get(id); e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || *e.Attempt.LeaseExpiresAtMs != expiry {
+				t.Fatalf("after the renew: attempt %+v, want the lease renewed until %d", e.Attempt, expiry)
+			}
+			if err := upstream.Complete(f.ctx, f.db.Pool, h, f.clock.NowMs()); err != nil {
+				t.Fatalf("upstream complete with the renewed handle: %v", err)
+			}
 		})
-		done <- r
-	}()
-	fftest.Await(t, 10*time.Second, "attempt_timeout waiting for the attempt row", func() bool {
-		return f.Count(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, renewPID) > 0
-	})
-	expiry := f.clock.NowMs() + 30_000
-	if _, err := renew.Exec(f.ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $4 WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`,
-		id.Partition, id.UUID, h.Attempt, expiry); err != nil {
-		t.Fatal(err)
-	}
-	if err := renew.Commit(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-done; !errors.Is(r.err, ff.ErrStaleLease) {
-		t.Fatalf("attempt_timeout after the renew committed: %s, %v; want ff.ErrStaleLease", r.out, r.err)
-	}
-	f.apply("expire again", func(tx pgx.Tx) error {
-		out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, h.Attempt)
-		if err == nil && out != actions.NoOp {
-			t.Errorf("attempt_timeout of the renewed lease: %s, want %s", out, actions.NoOp)
-		}
-		return err
-	})
-	if e := f.Get(id); e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || *e.Attempt.LeaseExpiresAtMs != expiry {
-		t.Fatalf("after the renew: attempt %+v, want the lease renewed until %d", e.Attempt, expiry)
-	}
-	if err := upstream.Complete(f.ctx, f.db.Pool, h, f.clock.NowMs()); err != nil {
-		t.Fatalf("upstream complete with the renewed handle: %v", err)
 	}
 }
