@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/upstream"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The upstream writer: FlowFabric v0.15.0's handle-based statements
@@ -31,6 +33,8 @@ import (
 type upHandle struct {
 	x *execution
 	h upstream.Handle
+	// exp is the lease's expiry as its claim or last renew set it.
+	exp int64
 }
 
 // upWriter is one upstream writer goroutine.
@@ -74,6 +78,11 @@ func (u *upWriter) run(ctx context.Context) {
 			if len(u.held) < maxUpHandles {
 				u.claim(ctx)
 			}
+		case r < 0.5:
+			// Now and then its own process reclaims a lease of its own
+			// through ffriver's API once it ran out, and the handle is
+			// used after that: a stale handle every such round.
+			u.reclaimRound(ctx, u.rng.IntN(len(u.held)))
 		default:
 			u.leaseOp(ctx, u.rng.IntN(len(u.held)))
 		}
@@ -96,6 +105,11 @@ func (u *upWriter) record(key, lane string, st Step, r Result, now, callNs int64
 		r = Result{Err: ErrStale}
 	case errors.Is(err, upstream.ErrNothing):
 		r = Result{Err: ErrNotFound}
+	case isDeadlock(err):
+		// Upstream locks the attempt row, then the execution's; ffriver
+		// the other way round. Postgres aborted this side: nothing
+		// committed.
+		r = Result{Err: ErrOther}
 	default:
 		// A lost connection, a deadlock, a timeout: whether it committed
 		// is for the outbox to say.
@@ -113,6 +127,13 @@ func (u *upWriter) record(key, lane string, st Step, r Result, now, callNs int64
 	call.ReturnNs, call.WallHi = u.w.tl.Now(), u.w.tl.ScannerNowMs()
 	u.w.rec.Add(call)
 	return call
+}
+
+// isDeadlock reports whether err is Postgres's deadlock_detected (40P01):
+// the transaction was aborted, a definite failure.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
 
 // create inserts an execution of a shared lane the way upstream's tests
@@ -161,8 +182,8 @@ func (u *upWriter) claim(ctx context.Context) {
 	defer cancel()
 	h, err := upstream.Claim(cctx, u.proc.Pool, part, lane, u.worker, ttl, now)
 	switch {
-	case errors.Is(err, upstream.ErrNothing):
-		return // found nothing: legal in every state, nothing to record
+	case errors.Is(err, upstream.ErrNothing), isDeadlock(err):
+		return // found nothing, or rolled back: nothing to record
 	case err != nil:
 		u.record("", lane, st, Result{}, now, callNs, err)
 		return
@@ -174,7 +195,7 @@ func (u *upWriter) claim(ctx context.Context) {
 	}
 	u.record(x.Key, "", st, Result{Lease: LeaseRef{Attempt: h.Attempt, Epoch: h.Epoch, ExpiresAt: now + ttl, Instance: st.Lease.Instance}}, now, callNs, nil)
 	x.calls.Add(1)
-	u.held = append(u.held, upHandle{x: x, h: h})
+	u.held = append(u.held, upHandle{x: x, h: h, exp: now + ttl})
 }
 
 // leaseOp renews, completes, fails or delays with held handle i. A handle
@@ -216,21 +237,66 @@ func (u *upWriter) leaseOp(ctx context.Context, i int) {
 	}
 	if err != nil || st.Kind != OpUpRenew {
 		u.held = slices.Delete(u.held, i, i+1)
+		return
 	}
+	u.held[i].exp = now + st.TTL
+}
+
+// reclaimRound waits until held handle i's lease has run out (by the
+// process's clock), reclaims its execution through ffriver's API (Reclaim:
+// refused while the lease is live, without a retry left, past the deadline
+// or once a scanner expired it), and then uses the handle with an upstream
+// renew, complete, fail or delay (leaseOp): after a Reclaim that committed
+// it is superseded and must be refused. The reclaimed lease is completed through ffriver's API
+// or left to run out. Each call is recorded.
+func (u *upWriter) reclaimRound(ctx context.Context, i int) {
+	hd := u.held[i]
+	u.held = slices.Delete(u.held, i, i+1)
+	if wait := hd.exp - u.proc.Clock.NowMs(); wait > 1600 {
+		u.held = append(u.held, hd) // renewed for long: not this round
+		return
+	} else if wait >= 0 {
+		sleepCtx(ctx, time.Duration(wait+2)*time.Millisecond)
+	}
+	st := Step{Kind: OpReclaim, TTL: int64(300 + u.rng.IntN(1200)), Instance: u.worker + "-r"}
+	call := u.w.begin(u.proc, u.client, hd.x.Key, []Step{st})
+	cctx, cancel := callCtx(ctx)
+	l, err := u.proc.Store.Reclaim(cctx, hd.x.ID, executions.ClaimParams{WorkerID: u.worker, WorkerInstanceID: st.Instance,
+		LeaseTTL: time.Duration(st.TTL) * time.Millisecond})
+	cancel()
+	u.w.settle(u.proc, call, Result{Lease: leaseRef(l)}, err, "")
+	hd.x.calls.Add(1)
+	u.held = append(u.held, hd)
+	u.leaseOp(ctx, len(u.held)-1)
+	if err != nil || u.rng.IntN(2) == 0 {
+		return
+	}
+	st = Step{Kind: OpComplete, Lease: leaseRef(l)}
+	call = u.w.begin(u.proc, u.client, hd.x.Key, []Step{st})
+	cctx, cancel = callCtx(ctx)
+	err = u.proc.Store.Complete(cctx, l, nil)
+	cancel()
+	u.w.settle(u.proc, call, Result{}, err, "")
+	hd.x.calls.Add(1)
 }
 
 // UpstreamStats counts the upstream writer's calls by operation: those that
-// committed, those refused (upstream's fence, or nothing to act on), and
-// those of unknown outcome (resolved: the outbox showed them committed).
+// committed, those refused (upstream's fence, or nothing to act on), those
+// Postgres aborted as one side of a deadlock with ffriver's transactions,
+// and those of unknown outcome (resolved: the outbox showed them
+// committed).
 type UpstreamStats struct {
-	Committed, Refused, Unknown, Resolved map[string]int
+	Committed, Refused, Deadlocked, Unknown, Resolved map[string]int
 }
 
-// Total is the number of upstream writes that committed.
+// Total is the number of upstream writes that committed (its reclaim
+// rounds' ffriver calls left out).
 func (s UpstreamStats) Total() int {
 	n := 0
-	for _, v := range s.Committed {
-		n += v
+	for k, v := range s.Committed {
+		if k == "Create" || strings.HasPrefix(k, "Upstream") {
+			n += v
+		}
 	}
 	return n
 }
@@ -240,13 +306,18 @@ func (s UpstreamStats) String() string {
 	var parts []string
 	for _, k := range []string{"Create", "UpstreamClaim", "UpstreamRenew", "UpstreamComplete", "UpstreamFail", "UpstreamDelay"} {
 		name := strings.TrimPrefix(k, "Upstream")
-		parts = append(parts, fmt.Sprintf("%s %d committed/%d refused/%d unknown (%d resolved)", name, s.Committed[k], s.Refused[k], s.Unknown[k], s.Resolved[k]))
+		parts = append(parts, fmt.Sprintf("%s %d committed/%d refused/%d deadlocked/%d unknown (%d resolved)",
+			name, s.Committed[k], s.Refused[k], s.Deadlocked[k], s.Unknown[k], s.Resolved[k]))
+	}
+	// Its reclaim rounds' calls of ffriver's API.
+	for _, k := range []string{"Reclaim", "Complete"} {
+		parts = append(parts, fmt.Sprintf("ffriver %s %d committed/%d refused/%d unknown", k, s.Committed[k], s.Refused[k], s.Unknown[k]))
 	}
 	return strings.Join(parts, "; ")
 }
 
 func upstreamStats(w *Workload, calls []*Call) UpstreamStats {
-	s := UpstreamStats{Committed: map[string]int{}, Refused: map[string]int{}, Unknown: map[string]int{}, Resolved: map[string]int{}}
+	s := UpstreamStats{Committed: map[string]int{}, Refused: map[string]int{}, Deadlocked: map[string]int{}, Unknown: map[string]int{}, Resolved: map[string]int{}}
 	first, last := w.UpstreamClient(0), w.UpstreamClient(w.cfg.Upstream-1)
 	for _, c := range calls {
 		if c.Client < first || c.Client > last {
@@ -260,6 +331,8 @@ func upstreamStats(w *Workload, calls []*Call) UpstreamStats {
 			s.Unknown[k]++
 		case c.Unknown:
 			s.Unknown[k]++
+		case len(c.Results) == 1 && c.Results[0].Err == ErrOther:
+			s.Deadlocked[k]++
 		case c.failed():
 			s.Refused[k]++
 		default:
