@@ -18,7 +18,7 @@ var (
 	flagSeed     = flag.Uint64("seed", 0, "seed of the run (0: random; with the small runs, replaces the random seed)")
 	flagClients  = flag.Int("clients", 0, "application clients (default 8 small, 16 long)")
 	flagRunners  = flag.Int("runners", -1, "package runner's Runners on the shared lanes (default 2 small, 4 long)")
-	flagUpstream = flag.Int("upstream", -1, "upstream writers (FlowFabric v0.15.0's handle-based statements) on the shared lanes (default: 1 in seed 1 and the long run, else 0)")
+	flagUpstream = flag.Int("upstream", -1, "upstream writers (FlowFabric v0.15.0's handle-based statements) on the shared lanes (default: 1 in seeds 1 and 2 and the long run, else 0)")
 	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s), retention (outbox retention 30 s rotating, idle readers)")
 )
 
@@ -37,7 +37,7 @@ func smallRuns() []smallRun {
 		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, BinaryClockSkew: 2 * time.Second, Every: 700 * time.Millisecond},
 			upstream: 1},
 		{seed: 2, faults: Faults{KillWorker: true, DuplicateJobs: true, CancelJobs: true, OutboxRetention: 10 * time.Second, IdleReaders: true,
-			Every: 1500 * time.Millisecond}},
+			Every: 1500 * time.Millisecond}, upstream: 1},
 	}
 	seed := *flagSeed
 	for _, r := range runs {

@@ -78,7 +78,7 @@ func (u *upWriter) run(ctx context.Context) {
 			if len(u.held) < maxUpHandles {
 				u.claim(ctx)
 			}
-		case r < 0.5:
+		case r < 0.6:
 			// Now and then its own process reclaims a lease of its own
 			// through ffriver's API once it ran out, and the handle is
 			// used after that: a stale handle every such round.
