@@ -44,7 +44,7 @@ func (s *Store) decideExpireAttempt(ctx context.Context, tx pgx.Tx, b *pgx.Batch
 		return s.decideExpireDeadline(ctx, tx, b, l, now)
 	}
 	rp := l.retryPolicy()
-	s.queueCloseAttempt(b, l, "interrupted", true, now)
+	s.queueCloseExpiredAttempt(b, l, "interrupted", now)
 	if int(l.attemptIndex) < rp.MaxRetries {
 		s.queueRetry(b, l, rp, "attempt_timeout", now)
 	} else {

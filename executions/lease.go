@@ -497,6 +497,32 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 		l.id.Partition, dbutil.UUID(l.id.UUID), l.attemptIndex, outcome, now, inc, l.epoch)
 }
 
+// queueCloseExpiredAttempt is queueCloseAttempt for a decision that the
+// lease had expired (attempt_timeout, Reclaim): the attempt row must still
+// hold the expiry read under the execution's lock, not only its epoch.
+// ffriver's writers change a lease only under that lock, but upstream
+// FlowFabric's handle-based renew (docs/upstream.md) locks only the attempt
+// row and extends a lease past its expiry under the same epoch: a renew
+// that committed between this transaction's read and its write would
+// otherwise be expired on the expiry it replaced. The write then changes
+// no row and fails with ff.ErrLeaseHeld: the lease was renewed, it is live
+// (Reclaim returns it; the attempt_timeout action is retried alone and
+// finds the lease live).
+func (s *Store) queueCloseExpiredAttempt(b *pgx.Batch, l *locked, outcome string, now int64) {
+	if upstreamUnfenced {
+		s.queueCloseAttempt(b, l, outcome, outcome != "interrupted_reclaimed", now)
+		return
+	}
+	if !l.attemptExists {
+		return
+	}
+	s.queueGuarded(b, l, "closing the expired attempt of", ff.ErrLeaseHeld, `UPDATE {S}ff_attempt
+		SET outcome = $4, lease_expires_at_ms = NULL, terminal_at_ms = $5, lease_epoch = lease_epoch + 1
+		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND lease_epoch = $6
+		  AND lease_expires_at_ms = $7`,
+		l.id.Partition, dbutil.UUID(l.id.UUID), l.attemptIndex, outcome, now, l.epoch, l.leaseExpiresMs)
+}
+
 // queueTerminalEvents queues the completion event (and, for a flow member,
 // the cascade) and, when the execution was leased (withLease), the lease event.
 func (s *Store) queueTerminalEvents(ctx context.Context, tx pgx.Tx, b *pgx.Batch, l *locked, outcome, leaseType string, withLease bool, now int64) error {
@@ -667,8 +693,12 @@ func (s *Store) queueRelease(b *pgx.Batch, l *locked, now int64) error {
 
 // Reclaim takes over an active execution whose lease has expired before the
 // attempt_timeout scanner got to it: the old attempt is closed
-// (interrupted_reclaimed), a new attempt starts under a new lease with epoch
-// = old + 1, and a "reclaimed" event is written. The new lease's expiry is
+// (interrupted_reclaimed) and its epoch bumped, a new attempt starts under a
+// new lease with epoch = old + 1, and a "reclaimed" event is written. The
+// bump fences the old holder wherever it checks: ffriver's fence checks the
+// attempt too, but upstream FlowFabric's handle-based calls on the same
+// tables fence on the epoch of the attempt their handle names and nothing
+// else (docs/upstream.md). The new lease's expiry is
 // now + p.LeaseTTL, capped at the execution's deadline. It fails with
 // ff.ErrLeaseHeld while the lease is live, ff.ErrNotActive when the
 // execution is not active, its deadline has passed (the execution_deadline
@@ -718,7 +748,7 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 	lease := Lease{ID: id, AttemptIndex: l.attemptIndex + 1, Epoch: l.epoch + 1, LeaseID: uuid.New(),
 		ExpiresAtMs: l.capExpiry(now, p.LeaseTTL), WorkerID: p.WorkerID, WorkerInstanceID: p.WorkerInstanceID}
 	b := &pgx.Batch{}
-	s.queueCloseAttempt(b, l, "interrupted_reclaimed", false, now)
+	s.queueCloseExpiredAttempt(b, l, "interrupted_reclaimed", now)
 	b.Queue(s.sql(`INSERT INTO {S}ff_attempt
 		(partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id, lease_epoch,
 		 lease_expires_at_ms, started_at_ms)

@@ -156,7 +156,7 @@ type leaseRow struct {
 
 // state classifies the row of lease l, read at now. Every transition that
 // takes a lease from its holder bumps the attempt's epoch (revoke, cancel,
-// the scanners' expiries) or closes it as interrupted_reclaimed (Reclaim);
+// the scanners' expiries; Reclaim also closes it as interrupted_reclaimed);
 // a Claim after a Release or Delay writes a new lease id; the holder's own
 // ends close the attempt under the same epoch and lease id.
 func (r *leaseRow) state(l Lease, now int64) LeaseState {

@@ -1,11 +1,15 @@
 package executions_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/upstream"
 	"github.com/ffriver/ffriver/jobs"
@@ -433,5 +437,121 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 	}
 	if n := f.successes(flow, down) + f.Count(`SELECT fail_count FROM ff_edge_group WHERE flow_id = $1`, flow); n != 0 {
 		t.Errorf("%d outcomes counted, want none", n)
+	}
+}
+
+// A lease ffriver's Reclaim took over is fenced for upstream's handle too:
+// upstream's handle-based calls fence on the epoch of the attempt the handle
+// names and nothing else, so the reclaimed attempt's epoch moves on, as
+// docs/api.md's Fencing says (found while modelling the lease checker's
+// upstream writer: Reclaim closed the old attempt under its epoch, and the
+// old holder's upstream Complete then ended the execution under the
+// reclaimer's live lease).
+func TestUpstreamHandleFencedAfterReclaim(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const lane = "up-reclaim"
+	id := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 2}}`))
+	h := f.claimUp(id, lane, false, time.Second)
+	f.clock.Advance(2 * time.Second)
+	l, err := f.st.Reclaim(f.ctx, id, executions.ClaimParams{WorkerID: "r", WorkerInstanceID: "r-1", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatalf("reclaim: %v", err)
+	}
+	now := f.clock.NowMs()
+	for what, call := range map[string]func() error{
+		"renew":    func() error { return upstream.Renew(f.ctx, f.db.Pool, h, 30_000, now) },
+		"complete": func() error { return upstream.Complete(f.ctx, f.db.Pool, h, now) },
+		"fail":     func() error { return upstream.Fail(f.ctx, f.db.Pool, h, false, now) },
+		"delay":    func() error { return upstream.Delay(f.ctx, f.db.Pool, h, now+1000, now) },
+	} {
+		if err := call(); !errors.Is(err, upstream.ErrFence) {
+			t.Errorf("upstream %s with the reclaimed handle: %v, want upstream.ErrFence", what, err)
+		}
+	}
+	f.WantState(id, state{ff.PhaseActive, ff.OwnershipLeased, ff.EligibleNotApplicable, ff.AttemptRunning, ff.PublicActive})
+	if err := f.st.Complete(f.ctx, l, nil); err != nil {
+		t.Fatalf("the reclaimer's complete: %v", err)
+	}
+	f.WantEvents(id, []string{"acquired", "reclaimed", "revoked"}, []string{"success"})
+}
+
+// An upstream renew that commits while attempt_timeout or Reclaim waits for
+// the attempt row is not undone: upstream's renew locks only the attempt row
+// and extends an expired lease under the same epoch, so the expiry that
+// they read under the execution's lock no longer holds when their write
+// gets the row. The write is refused with ErrLeaseHeld (the lease is live:
+// Reclaim returns it, the attempt_timeout action is retried alone and then
+// finds the lease live), and the upstream holder keeps its lease (found by
+// the lease checker's upstream writer: a renew that committed first, then
+// an "expired" event decided on the expiry it had replaced).
+func TestUpstreamRenewBeatsExpiryWaitingForTheRow(t *testing.T) {
+	t.Parallel()
+	for name, take := range map[string]func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error{
+		"attempt_timeout": func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error {
+			out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, attempt)
+			if err == nil {
+				return fmt.Errorf("outcome %s", out)
+			}
+			return err
+		},
+		"Reclaim": func(f *fixture, tx pgx.Tx, id ff.ExecutionID, _ int32) error {
+			_, err := f.st.ReclaimTx(f.ctx, tx, id, executions.ClaimParams{WorkerID: "r", WorkerInstanceID: "r-1", LeaseTTL: time.Minute})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			const lane = "up-renew-race"
+			id := f.upstreamExec(lane, []byte(`{"retry_policy": {"max_retries": 2}}`))
+			h := f.claimUp(id, lane, false, time.Second)
+			f.clock.Advance(2 * time.Second)
+
+			// Upstream's renew, up to its COMMIT: the attempt row locked
+			// and its expiry moved on.
+			renew, err := f.db.Pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer renew.Rollback(f.ctx)
+			var renewPID int
+			if err := renew.QueryRow(f.ctx, `SELECT pg_backend_pid()`).Scan(&renewPID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := renew.Exec(f.ctx, `SELECT 1 FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
+				id.Partition, id.UUID, h.Attempt); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- f.InTx(func(tx pgx.Tx) error { return take(f, tx, id, h.Attempt) }) }()
+			fftest.Await(t, 10*time.Second, name+" waiting for the attempt row", func() bool {
+				return f.Count(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, renewPID) > 0
+			})
+			expiry := f.clock.NowMs() + 30_000
+			if _, err := renew.Exec(f.ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $4 WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`,
+				id.Partition, id.UUID, h.Attempt, expiry); err != nil {
+				t.Fatal(err)
+			}
+			if err := renew.Commit(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; !errors.Is(err, ff.ErrLeaseHeld) {
+				t.Fatalf("%s after the renew committed: %v; want ff.ErrLeaseHeld", name, err)
+			}
+			f.apply("expire again", func(tx pgx.Tx) error {
+				out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, h.Attempt)
+				if err == nil && out != actions.NoOp {
+					t.Errorf("attempt_timeout of the renewed lease: %s, want %s", out, actions.NoOp)
+				}
+				return err
+			})
+			if e := f.Get(id); e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || *e.Attempt.LeaseExpiresAtMs != expiry {
+				t.Fatalf("after the renew: attempt %+v, want the lease renewed until %d", e.Attempt, expiry)
+			}
+			if err := upstream.Complete(f.ctx, f.db.Pool, h, f.clock.NowMs()); err != nil {
+				t.Fatalf("upstream complete with the renewed handle: %v", err)
+			}
+		})
 	}
 }

@@ -604,13 +604,18 @@ func compare(s State, d *DBExec, nowMs int64) string {
 	case Active:
 		want(d.Phase == ff.PhaseActive, "want active, row is %s", d.Phase)
 	case Terminal:
-		want(d.Phase == ff.PhaseTerminal && d.Public == publicOf(s.Outcome), "want terminal %s, row is %s/%s", publicOf(s.Outcome), d.Phase, d.Public)
+		public := publicOf(s.Outcome)
+		if s.PublicRunning {
+			public = upstreamPublicRunning
+		}
+		want(d.Phase == ff.PhaseTerminal && d.Public == public, "want terminal %s, row is %s/%s", public, d.Phase, d.Public)
 	}
 	want(d.Attempt == s.Attempt, "attempt_index %d, want %d", d.Attempt, s.Attempt)
 	want(d.Row == s.Row, "current attempt row exists: %v, want %v", d.Row, s.Row)
 	if d.Row && s.Row {
 		want(d.Epoch == s.Epoch, "lease_epoch %d, want %d", d.Epoch, s.Epoch)
-		want(d.LeaseID != nil && *d.LeaseID == s.LeaseID.String(), "lease_id %s, want %s", ptrString(d.LeaseID), s.LeaseID)
+		want((d.LeaseID == nil && s.LeaseID == uuid.Nil) || (d.LeaseID != nil && *d.LeaseID == s.LeaseID.String()),
+			"lease_id %s, want %s", ptrString(d.LeaseID), s.LeaseID) // NULL: an upstream claim's new attempt row
 		want(d.Holder != nil && *d.Holder == s.Holder, "worker_instance_id %s, want %s", ptrString(d.Holder), s.Holder)
 		want((d.Expires != nil) == s.HasExpiry && (d.Expires == nil || *d.Expires == s.Expires),
 			"lease_expires_at_ms %s, want %v", ptrString(d.Expires), expiryString(s))

@@ -19,6 +19,7 @@ var (
 	flagClients  = flag.Int("clients", 0, "application clients (default 8 small, 16 long)")
 	flagRunners  = flag.Int("runners", -1, "package runner's Runners on the shared lanes (default 2 small, 4 long)")
 	flagNoProbes = flag.Bool("noprobes", false, "run without the probes (probe.go): what the histories alone catch")
+	flagUpstream = flag.Int("upstream", -1, "upstream writers (FlowFabric v0.15.0's handle-based statements) on the shared lanes (default: 1 in seeds 1 and 2 and the long run, else 0)")
 	flagFaults   = flag.String("faults", "", "comma-separated faults of the long run (default all): kill-worker, kill-scheduler, terminate, long-locks, duplicate-jobs, cancel-jobs, skew (applications' clocks 10 s apart, binaries' 2 s), retention (outbox retention 30 s rotating, idle readers), exec-retention (execution retention 3 s, ids created again), failover (the run on a primary and a synchronous standby of its own, failed over about every minute)")
 )
 
@@ -27,14 +28,17 @@ var (
 type smallRun struct {
 	seed   uint64
 	faults Faults
+	// upstream writers (WorkloadConfig.Upstream).
+	upstream int
 }
 
 // With -seed N only that run is made (a fixed one's faults for its seed).
 func smallRuns() []smallRun {
 	runs := []smallRun{
-		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, BinaryClockSkew: 2 * time.Second, Every: 700 * time.Millisecond}},
+		{seed: 1, faults: Faults{TerminateBackends: true, LongLocks: true, ClockSkew: 2 * time.Second, BinaryClockSkew: 2 * time.Second, Every: 700 * time.Millisecond},
+			upstream: 1},
 		{seed: 2, faults: Faults{KillWorker: true, DuplicateJobs: true, CancelJobs: true, OutboxRetention: 10 * time.Second, IdleReaders: true,
-			ExecutionRetention: time.Second, Every: 1500 * time.Millisecond}},
+			ExecutionRetention: time.Second, Every: 1500 * time.Millisecond}, upstream: 1},
 	}
 	seed := *flagSeed
 	for _, r := range runs {
@@ -125,7 +129,7 @@ func TestLeaseHistories(t *testing.T) {
 		}
 		runOne(t, Options{Seed: seed, Duration: *flagDuration, Processes: 4, Schedulers: 2, Workers: 2,
 			Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 40, FlowShare: 0.2, Hold: 40 * time.Millisecond,
-				SharedShare: 0.25, SharedLanes: 2, Runners: runners(4), NoProbes: *flagNoProbes},
+				SharedShare: 0.25, SharedLanes: 2, Runners: runners(4), NoProbes: *flagNoProbes, Upstream: upstreamWriters(1), UpstreamPaceMs: 40},
 			Faults: allFaults(*flagFaults), Bins: bins, Quiesce: 3 * time.Minute})
 		return
 	}
@@ -137,7 +141,7 @@ func TestLeaseHistories(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", r.seed), func(t *testing.T) {
 			runOne(t, Options{Seed: r.seed, Duration: 6 * time.Second, Processes: 2, Schedulers: 1, Workers: 1,
 				Workload: WorkloadConfig{Clients: clients, HotSet: clients, MaxCallsPerExec: 30, FlowShare: 0.2, Hold: 40 * time.Millisecond,
-					SharedShare: 0.3, SharedLanes: 1, Runners: runners(2), NoProbes: *flagNoProbes},
+					SharedShare: 0.3, SharedLanes: 1, Runners: runners(2), NoProbes: *flagNoProbes, Upstream: upstreamWriters(r.upstream), UpstreamPaceMs: 40},
 				Faults: r.faults, Bins: bins})
 		})
 	}
@@ -168,6 +172,13 @@ func runOne(t *testing.T, o Options) {
 func runners(def int) int {
 	if *flagRunners >= 0 {
 		return *flagRunners
+	}
+	return def
+}
+
+func upstreamWriters(def int) int {
+	if *flagUpstream >= 0 {
+		return *flagUpstream
 	}
 	return def
 }

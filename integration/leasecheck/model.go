@@ -105,6 +105,10 @@ type State struct {
 	Deadline int64
 	// IDRow, while Removed: the id has a row again, a later incarnation's.
 	IDRow bool
+	// PublicRunning: terminal by an upstream handle-based Complete or
+	// Fail, which leave public_state as upstream's claim wrote it
+	// ("running"; model_upstream.go).
+	PublicRunning bool
 }
 
 // leased is the store's locked.leased(): active with a lease expiry.
@@ -248,6 +252,7 @@ const (
 	OpScanner
 	// OpRelease is last so that the other kinds keep their values.
 	OpRelease
+	// The upstream writer's operations follow (model_upstream.go).
 )
 
 // String names the kind of step.
@@ -275,6 +280,9 @@ func (k Kind) String() string {
 		return "Scanner"
 	case OpRelease:
 		return "Release"
+	}
+	if name := upstreamKindName(k); name != "" {
+		return name
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -735,6 +743,9 @@ func step(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	case OpReclaim:
 		return reclaim(s, st, r, in, c)
 	}
+	if st.Kind.upstream() {
+		return upstreamStep(s, st, r, in, c)
+	}
 	return s, fmt.Sprintf("unknown step %s", st.Kind)
 }
 
@@ -1096,7 +1107,8 @@ func reclaimClasses(s State, w Window) classes {
 	return out
 }
 
-// reclaim: on success the old attempt is closed (no bump), a new attempt
+// reclaim: on success the old attempt is closed (its epoch bumped, which
+// fences an upstream handle of it: model_upstream.go), a new attempt
 // row attempt+1 opens with epoch = the current epoch+1 and expiry now+ttl
 // capped at the deadline, and a "reclaimed" event names the new lease.
 func reclaim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
@@ -1127,7 +1139,7 @@ func reclaim(s State, st Step, r Result, in Input, c *cursor) (State, string) {
 	case l.Instance != st.Instance:
 		return s, fmt.Sprintf("reclaimed lease names instance %q, the reclaimer is %q", l.Instance, st.Instance)
 	}
-	n := s.closeAttempt(false).dropRow()
+	n := s.closeAttempt(true).dropRow()
 	n.Attempt = l.Attempt
 	n.Row, n.Epoch, n.LeaseID, n.Holder, n.HasExpiry, n.Expires = true, l.Epoch, l.LeaseID, st.Instance, true, l.ExpiresAt
 	n.MaxEpoch = max(s.MaxEpoch, l.Epoch)

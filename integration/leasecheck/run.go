@@ -68,6 +68,9 @@ type Report struct {
 	// Runner counts the runners' calls (package runner's own loop): see
 	// RunnerStats.
 	Runner RunnerStats
+	// Upstream counts the upstream writers' calls by operation
+	// (WorkloadConfig.Upstream).
+	Upstream *UpstreamStats
 	// Faults injected, by kind.
 	Faults map[string]int
 	// Probes counts the probes' completed rounds, by probe (probe.go).
@@ -99,6 +102,9 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(&b, "incarnations: %d histories removed by execution retention, %d of ids created again (%d re-creations, then %d operations with the leases of the removed ones); "+
 			"calls with a removed incarnation's lease: %d refused as stale, %d as not found\n",
 			v.Removed, v.Incarnations, r.Recreated, r.StaleOps, v.RemovedStale, v.RemovedNotFound)
+	}
+	if r.Upstream != nil {
+		fmt.Fprintf(&b, "upstream writer: %d writes committed; %s\n", r.Upstream.Total(), r.Upstream)
 	}
 	fmt.Fprintf(&b, "faults injected: %s; clock offsets %v, binaries' %v\n", formatCounts(r.Faults), r.Offsets, r.BinaryOffsets)
 	fmt.Fprintf(&b, "transactions rolled back after every call in them succeeded: %d\n", r.RolledBack)
@@ -352,6 +358,10 @@ func Run(tb testing.TB, o Options) *Report {
 	rep.StaleOps = w.StaleOps()
 	rep.BinaryOffsets = cluster.Offsets()
 	rep.Runner = runnerStats(calls, snap)
+	if o.Workload.Upstream > 0 {
+		up := upstreamStats(w, calls)
+		rep.Upstream = &up
+	}
 	rep.Faults = inj.Counts()
 	if p := inj.Promotions(); len(p) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d failovers to the synchronous standby (promotions took %v)", len(p), p))

@@ -79,7 +79,7 @@ func alternatives(st Step, r *Result) []eventAlt {
 	case OpCancel:
 		return []eventAlt{{completion: ff.OutcomeCancelled}, {lease: ff.LeaseRevoked, pred: anyLease, completion: ff.OutcomeCancelled}}
 	}
-	return nil
+	return upstreamAlternatives(st)
 }
 
 // fits reports whether tx can be c's transaction: it committed after c was
@@ -283,6 +283,8 @@ func reconstruct(c *Call, tx *Tx, spec CreateSpec) []Result {
 				r.DelayUntil = at + spec.BackoffMs
 			}
 		}
+	default:
+		r = upstreamReconstruct(st, at)
 	}
 	return []Result{r}
 }

@@ -88,6 +88,11 @@ type WorkloadConfig struct {
 	// lanes of their own or shared ones) that retention removed, while
 	// clients go on using the removed incarnations' leases (staleOp).
 	Recreate bool
+	// Upstream is the number of upstream writers (upstream.go): FlowFabric
+	// v0.15.0's handle-based statements on the shared lanes, one call every
+	// 10 ms to 10+UpstreamPaceMs ms each. It needs SharedLanes.
+	Upstream       int
+	UpstreamPaceMs int
 }
 
 // execution is one execution the workload made.
@@ -230,6 +235,7 @@ func (w *Workload) Start(ctx context.Context, seed uint64, admin *pgxpool.Pool, 
 		c.instance = fmt.Sprintf("p%d-c%d-%d", c.proc.Index, c.id, 0)
 		w.wg.Go(func() { c.run(ctx) })
 	}
+	w.startUpstream(ctx, seed)
 	for i := range w.cfg.Runners {
 		if w.cfg.SharedLanes == 0 {
 			w.harness("runners need shared lanes")
