@@ -41,6 +41,15 @@ var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_
 		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $1{PART}
 		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + dueExecFilterSQL}
 
+// NextDueSQL implements workers.NextDueScanner: the earliest lease expiry
+// after afterMs of a running attempt (ff_attempt_lease_due_idx).
+func (AttemptTimeoutScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
+	return nextDueSQL(req, `FROM {S}ff_attempt a
+		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms > $1
+		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+dueExecFilterSQL, "a.lease_expires_at_ms", afterMs)
+}
+
 // Unprocessable implements Auditor: expired leases in partitions outside
 // the schema's count, of attempts with no execution, of executions in an
 // unknown lifecycle_phase, and leases left on attempts that are not their
