@@ -35,7 +35,7 @@ func (AttemptTimeoutScanner) Due(ctx context.Context, q workers.Querier, req wor
 	return dueExec(ctx, q, req, attemptTimeoutDue, req.NowMs)
 }
 
-var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
+var attemptTimeoutDue = dueShape{timer: true, part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
 	rows: `FROM {S}ff_attempt a
 		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
 		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $1{PART}

@@ -34,7 +34,7 @@ func (DelayedPromoterScanner) Due(ctx context.Context, q workers.Querier, req wo
 	return dueExec(ctx, q, req, delayedPromoterDue, req.NowMs)
 }
 
-var delayedPromoterDue = dueShape{part: "c.partition_key", due: "c.delay_until_ms", gateOrder: "c.delay_until_ms", partOrdered: true,
+var delayedPromoterDue = dueShape{timer: true, part: "c.partition_key", due: "c.delay_until_ms", gateOrder: "c.delay_until_ms", partOrdered: true,
 	rows: `FROM {S}ff_exec_core c
 		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $1{PART}
 		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + dueExecFilterSQL}

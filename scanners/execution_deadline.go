@@ -34,7 +34,7 @@ func (ExecutionDeadlineScanner) Due(ctx context.Context, q workers.Querier, req 
 	return dueExec(ctx, q, req, executionDeadlineDue, req.NowMs)
 }
 
-var executionDeadlineDue = dueShape{part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
+var executionDeadlineDue = dueShape{timer: true, part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
 	rows: `FROM {S}ff_exec_core c
 		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms <= $1{PART}` + dueExecFilterSQL}
 

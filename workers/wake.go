@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -52,8 +53,30 @@ const (
 const TagWake = "wake"
 
 // WakeDueKey is the key, in a wake tick's River metadata, of the due time
-// (Unix ms, by the pipeline's clock) the tick was inserted for.
-const WakeDueKey = "ff_wake_due_ms"
+// (Unix ms, by the pipeline's clock) the tick was inserted for;
+// WakeAfterKey's is the time up to which every due item had already had a
+// tick (the loop's horizon): the tick counts only what came due after it
+// (DueRequest.AfterMs), so that items still queued from earlier ticks do
+// not send every partition to a scan on every wake tick.
+const (
+	WakeDueKey   = "ff_wake_due_ms"
+	WakeAfterKey = "ff_wake_after_ms"
+)
+
+// wakeAfter returns the WakeAfterKey of a tick's metadata, 0 when there is
+// none (a periodic tick) or it cannot be read.
+func wakeAfter(metadata []byte) int64 {
+	if len(metadata) == 0 {
+		return 0
+	}
+	var m struct {
+		After int64 `json:"ff_wake_after_ms"`
+	}
+	if err := json.Unmarshal(metadata, &m); err != nil {
+		return 0
+	}
+	return max(m.After, 0)
+}
 
 // WakeOptions configure Pipeline.Wake.
 type WakeOptions struct {
@@ -91,10 +114,11 @@ type wakeScanner struct {
 }
 
 // Wake runs the wake loop until ctx is done: on the elected leader (the
-// client o.ClientID), it inserts a scanner's tick (a TagWake tick, with
-// the scanner's periodic tick's args, so River's uniqueness makes both one
-// tick while either is in flight) as soon as the scanner's next item comes
-// due, instead of leaving it to the next periodic tick. It reads when the
+// client o.ClientID), it inserts a scanner's tick (a TagWake tick: the
+// periodic tick's args with Wake set, unique while in flight within its
+// second, counting only what came due after the loop's last tick of the
+// scanner, WakeAfterKey) as soon as the scanner's next item comes due,
+// instead of leaving it to the next periodic tick. It reads when the
 // next items come due (NextDueScanner, one read-only transaction for
 // every scanner and the leadership) every Poll, and at each due time it
 // knows of.
@@ -127,7 +151,9 @@ func (p *Pipeline) Wake(ctx context.Context, ins TickInserter, o WakeOptions) er
 		if err != nil {
 			return err
 		}
-		ws = append(ws, &wakeScanner{s: nd, args: args})
+		ta := args.(jobs.TickArgs)
+		ta.Wake = true
+		ws = append(ws, &wakeScanner{s: nd, args: ta})
 	}
 	if len(ws) == 0 {
 		<-ctx.Done()
@@ -232,7 +258,7 @@ func (p *Pipeline) readNextDue(ctx context.Context, leaderSQL, clientID string, 
 // insertWakeTick inserts w's tick for its next due time; inserted is false
 // when River skipped it as the duplicate of a tick in flight.
 func (p *Pipeline) insertWakeTick(ctx context.Context, ins TickInserter, w *wakeScanner) (inserted bool, err error) {
-	meta, err := json.Marshal(map[string]int64{WakeDueKey: w.next})
+	meta, err := json.Marshal(map[string]int64{WakeDueKey: w.next, WakeAfterKey: w.horizon})
 	if err != nil {
 		return false, err
 	}
