@@ -148,7 +148,7 @@ func Lag(ctx context.Context, env *Env, o LagOptions) ([]Result, error) {
 			LagPromotion: "delay come due → claimed by a claimer (5 ms poll)",
 			LagDeadline:  "deadline passed → expired completion at the consumer",
 		}[kind]
-		note := fmt.Sprintf("%s: %d items due %d/s over %s, the scanners' periodic tick every %s and the scheduler's wake loop (%s). "+
+		note := fmt.Sprintf("%s: %d items due %d/s over %s, the scanners' periodic tick every %s (%s). "+
 			"Lag = receipt − due time: p50 %.0f ms, p99 %.0f ms, max %.0f ms.",
 			kind, n, o.ExpiriesPerSec, o.Duration, interval, p.describe(), ms(p50), ms(p99), ms(worst))
 		if len(lowerLags) > 0 {
