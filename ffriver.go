@@ -1003,15 +1003,22 @@ type AttachOptions struct {
 	// Logger hears the watchdog (default Config.Logger, else
 	// slog.Default()).
 	Logger *slog.Logger
+	// Wake tunes the wake loop (Service.Wake) Attach runs beside client.
+	// Set Wake.Disabled on a client that never leads
+	// (LeaderElectionDisabled): its loop only finds, once a second, that
+	// it does not lead.
+	Wake WakeOptions
 }
 
 // Attach starts, until ctx is done, what a Process runs beside its River
 // client, for an application's own client set up with Configure or by hand
 // (AddWorkers, PeriodicJobs, Queues): the item metrics and spans
-// (ObserveJobs on client), the outbox waker (when New made it) and the
+// (ObserveJobs on client), the outbox waker (when New made it), the
 // tick watchdog (WatchTicks: a warning when no tick was inserted for
 // TickStaleAfter, e.g. because the River leader of a rolling deploy has no
-// ffriver periodic jobs). Call it once, before client.Start; CheckTicks
+// ffriver periodic jobs) and, unless Wake.Disabled, the wake loop that
+// ticks the timer scanners when their items come due while client leads
+// (Service.Wake). Call it once, before client.Start; CheckTicks
 // answers the watchdog's question for a health endpoint.
 //
 // It checks the client's River schema (client.Schema()) as Configure does:
@@ -1035,6 +1042,13 @@ func (f *Service) Attach(ctx context.Context, client *river.Client[pgx.Tx], o At
 		o.Logger = f.logger
 	}
 	f.attach(ctx, client, max(o.TickStaleAfter, 0), o.Logger)
+	if !o.Wake.Disabled {
+		go func() {
+			if err := f.Wake(ctx, client, o.Wake); err != nil {
+				o.Logger.ErrorContext(ctx, "ffriver: the wake loop stopped; the periodic ticks carry on", "error", err)
+			}
+		}()
+	}
 	return nil
 }
 

@@ -55,6 +55,9 @@ type ProcessOptions struct {
 	// Configure, when set, adjusts the River config before the client is
 	// built (fetch settings, test options).
 	Configure func(*river.Config)
+	// Wake tunes the wake loop a Scheduler runs (Service.Wake); a Worker
+	// runs none.
+	Wake WakeOptions
 }
 
 // Process is one running ffriver process: its River client, the Service's
@@ -129,9 +132,17 @@ func (p *Process) Config() *river.Config { return p.config }
 func (p *Process) Context() context.Context { return p.runCtx }
 
 // Start starts the outbox waker (when the Service made it), the tick
-// watchdog (TickStaleAfter) and the River client.
+// watchdog (TickStaleAfter), a Scheduler's wake loop (unless
+// Wake.Disabled) and the River client.
 func (p *Process) Start() error {
 	p.svc.attach(p.runCtx, p.client, p.opts.TickStaleAfter, p.logger)
+	if p.opts.Role == Scheduler && !p.opts.Wake.Disabled {
+		go func() {
+			if err := p.svc.Wake(p.runCtx, p.client, p.opts.Wake); err != nil {
+				p.logger.Error("ffriver: the wake loop stopped; the periodic ticks carry on", "error", err)
+			}
+		}()
+	}
 	if err := p.client.Start(p.runCtx); err != nil {
 		p.cancel()
 		return fmt.Errorf("starting River: %w", err)

@@ -7,6 +7,9 @@ import (
 
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 )
 
 // TickHealth is what Ticks reads of the ticks: River's leader, each
@@ -167,4 +170,34 @@ func (h *TickHealth) summary() string {
 	}
 	return head + ": " + who + ", so nothing is being scanned; run ffscheduler, or give ffriver's periodic jobs (Configure) " +
 		"to every leader-eligible River client, the old ones of a rolling deploy included"
+}
+
+// WakeOptions tune the wake loop (Service.Wake).
+type WakeOptions struct {
+	// Disabled: no wake loop; scanners run at their periodic ticks only.
+	Disabled bool
+	// Poll is how often the next due times are re-read
+	// (workers.DefaultWakePoll when 0): a due time written closer to now
+	// than that is acted on up to Poll late.
+	Poll time.Duration
+	// Spacing is the least time between two wake ticks of one scanner
+	// (workers.DefaultWakeSpacing when 0).
+	Spacing time.Duration
+}
+
+// Wake runs the wake loop beside client, a leader-eligible River client
+// carrying ffriver's periodic jobs, until ctx is done: while client leads,
+// a scanner that can tell when its next item comes due (attempt_timeout,
+// delayed_promoter, execution_deadline: workers.NextDueScanner) gets a
+// tick at that moment rather than at its next periodic tick, so a lease
+// expiry, a delay or a deadline is acted on within tens of milliseconds
+// instead of up to an interval late. Processes of role Scheduler run it;
+// an application that configures its own client (Configure) runs it
+// beside each leader-eligible client. The periodic ticks stay: a lost
+// wake-up delays by at most one interval (workers.Pipeline.Wake).
+func (f *Service) Wake(ctx context.Context, client *river.Client[pgx.Tx], o WakeOptions) error {
+	if o.Disabled {
+		return nil
+	}
+	return f.pipeline.Wake(ctx, client, workers.WakeOptions{ClientID: client.ID(), RiverSchema: f.RiverSchema(), Poll: o.Poll, Spacing: o.Spacing})
 }

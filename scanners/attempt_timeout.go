@@ -35,11 +35,20 @@ func (AttemptTimeoutScanner) Due(ctx context.Context, q workers.Querier, req wor
 	return dueExec(ctx, q, req, attemptTimeoutDue, req.NowMs)
 }
 
-var attemptTimeoutDue = dueShape{part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
+var attemptTimeoutDue = dueShape{timer: true, part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
 	rows: `FROM {S}ff_attempt a
 		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
 		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $1{PART}
 		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + dueExecFilterSQL}
+
+// NextDueSQL implements workers.NextDueScanner: the earliest lease expiry
+// after afterMs of a running attempt (ff_attempt_lease_due_idx).
+func (AttemptTimeoutScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
+	return nextDueSQL(req, `FROM {S}ff_attempt a
+		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms > $1
+		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+dueExecFilterSQL, "a.lease_expires_at_ms", afterMs)
+}
 
 // Unprocessable implements Auditor: expired leases in partitions outside
 // the schema's count, of attempts with no execution, of executions in an

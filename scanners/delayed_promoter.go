@@ -34,10 +34,18 @@ func (DelayedPromoterScanner) Due(ctx context.Context, q workers.Querier, req wo
 	return dueExec(ctx, q, req, delayedPromoterDue, req.NowMs)
 }
 
-var delayedPromoterDue = dueShape{part: "c.partition_key", due: "c.delay_until_ms", gateOrder: "c.delay_until_ms", partOrdered: true,
+var delayedPromoterDue = dueShape{timer: true, part: "c.partition_key", due: "c.delay_until_ms", gateOrder: "c.delay_until_ms", partOrdered: true,
 	rows: `FROM {S}ff_exec_core c
 		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $1{PART}
 		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + dueExecFilterSQL}
+
+// NextDueSQL implements workers.NextDueScanner: the earliest delay after
+// afterMs of a delayed execution (ff_exec_core_delay_due_idx).
+func (DelayedPromoterScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
+	return nextDueSQL(req, `FROM {S}ff_exec_core c
+		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms > $1
+		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+dueExecFilterSQL, "c.delay_until_ms", afterMs)
+}
 
 // Unprocessable implements Auditor: delays come due in partitions outside
 // the schema's count, or on executions whose lifecycle_phase, or (runnable

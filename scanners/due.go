@@ -37,6 +37,11 @@ type dueShape struct {
 	// order, and the oldest it reports is exact only when it is not capped
 	// or holds the gate's row.
 	partOrdered bool
+	// timer: due is a time (a NextDueScanner's), and a wake tick's
+	// DueRequest.AfterMs ($7, NULL for none) leaves out the rows due at or
+	// before it, as a bound of the due index's range (a backlog of items
+	// still queued is not read past on every wake tick).
+	timer bool
 }
 
 // boundedDueSQL is a Due statement that reads, per partition of the schema
@@ -46,6 +51,9 @@ type dueShape struct {
 // store pays one probe per tick instead of one per partition. Its rows are
 // (partition, rows read, oldest due time).
 func boundedDueSQL(sh dueShape) string {
+	if sh.timer {
+		sh.rows = strings.ReplaceAll(sh.rows, "{PART}", " AND "+sh.due+" > COALESCE($7::bigint, -9223372036854775808){PART}")
+	}
 	gate := `SELECT ` + sh.part + ` AS part, ` + sh.due + ` AS due ` + strings.ReplaceAll(sh.rows, "{PART}", "")
 	gate += ` ORDER BY ` + sh.gateOrder + ` LIMIT 1`
 	each := `SELECT ` + sh.due + ` AS due ` + strings.ReplaceAll(sh.rows, "{PART}", " AND "+sh.part+" = part.k")
@@ -101,10 +109,27 @@ func dueRead(ctx context.Context, q workers.Querier, sql string, args []any, rea
 func dueExec(ctx context.Context, q workers.Querier, req workers.DueRequest, sh dueShape, first any) ([]workers.Due, error) {
 	ns, tk, tv := actions.FilterParams(req.Filter)
 	var due []workers.Due
-	err := dueRead(ctx, q, req.SQL(boundedDueSQL(sh)), []any{first, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)},
+	args := []any{first, ns, tk, tv, int(req.Store.Partitions()), dueLimit(req.Cap)}
+	if sh.timer {
+		var after *int64
+		if req.AfterMs > 0 {
+			after = &req.AfterMs
+		}
+		args = append(args, after)
+	}
+	err := dueRead(ctx, q, req.SQL(boundedDueSQL(sh)), args,
 		func(rows pgx.Rows) (err error) {
 			due, err = workers.CollectDue(rows)
 			return err
 		})
 	return capDue(due, req.Cap), err
+}
+
+// nextDueSQL is a NextDueSQL statement: the earliest due time of rows
+// after $1 (rows is "FROM … WHERE <predicate and filter>", with $1 the
+// bound and the filter's $2..$4), read in the order of the due index (due),
+// stopping at the first row.
+func nextDueSQL(req workers.DueRequest, rows, due string, afterMs int64) (string, []any) {
+	ns, tk, tv := actions.FilterParams(req.Filter)
+	return req.SQL(`SELECT (SELECT ` + due + ` ` + rows + ` ORDER BY ` + due + ` LIMIT 1)`), []any{afterMs, ns, tk, tv}
 }

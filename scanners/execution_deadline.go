@@ -34,9 +34,17 @@ func (ExecutionDeadlineScanner) Due(ctx context.Context, q workers.Querier, req 
 	return dueExec(ctx, q, req, executionDeadlineDue, req.NowMs)
 }
 
-var executionDeadlineDue = dueShape{part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
+var executionDeadlineDue = dueShape{timer: true, part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
 	rows: `FROM {S}ff_exec_core c
 		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms <= $1{PART}` + dueExecFilterSQL}
+
+// NextDueSQL implements workers.NextDueScanner: the earliest deadline after
+// afterMs of a non-terminal execution (ff_exec_core_deadline_due_idx).
+func (ExecutionDeadlineScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
+	return nextDueSQL(req, `FROM {S}ff_exec_core c
+		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms > $1`+dueExecFilterSQL,
+		"c.deadline_at_ms", afterMs)
+}
 
 // Unprocessable implements Auditor: passed deadlines in partitions outside
 // the schema's count.

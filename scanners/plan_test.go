@@ -73,15 +73,23 @@ func TestDuePlans(t *testing.T) {
 			bound = true
 		}
 		sql := req.SQL(boundedDueSQL(sh))
-		plan := explain(name, sql, bound, ns, tk, tv, parts, dueLimit(limit))
+		// A timer's $7: none (a periodic tick's), then a wake tick's.
+		var after []any
+		if sh.timer {
+			after = []any{nil}
+		}
+		plan := explain(name, sql, append([]any{bound, ns, tk, tv, parts, dueLimit(limit)}, after...)...)
 		if plan.NodeType != "Result" || plan.OneTimeFilter == "" {
 			t.Errorf("%s: the gate is not a one-time filter on top of the plan:\n%s", name, plan)
 		}
-		explain(name+" filtered", sql, bound, nsA, tkA, tvA, parts, dueLimit(limit))
+		explain(name+" filtered", sql, append([]any{bound, nsA, tkA, tvA, parts, dueLimit(limit)}, after...)...)
 		// Nothing due (a bound before every due row): the gate's index
 		// probe still reads no table sequentially.
 		if name != "edge_cancel" {
-			explain(name+" nothing due", sql, int64(0), ns, tk, tv, parts, dueLimit(limit))
+			explain(name+" nothing due", sql, append([]any{int64(0), ns, tk, tv, parts, dueLimit(limit)}, after...)...)
+		}
+		if sh.timer {
+			explain(name+" since a wake tick", sql, bound, ns, tk, tv, parts, dueLimit(limit), now-60_000)
 		}
 	}
 	r := NewExecutionRetentionScanner(24 * time.Hour)

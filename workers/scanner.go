@@ -146,6 +146,11 @@ type DueRequest struct {
 	// execution view's live page and the metrics show. 0 counts every
 	// due item.
 	Cap int
+	// AfterMs, when positive, is a wake tick's: every item due at or
+	// before it already had a tick, so a timer scanner (NextDueScanner)
+	// may leave those out and count only what came due since. 0 counts
+	// every due item.
+	AfterMs int64
 }
 
 // ScanRequest is the input of Scanner.Scan.

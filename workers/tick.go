@@ -57,7 +57,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		if err != nil {
 			return err
 		}
-		req := DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: params, Cap: batch}
+		req := DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: params, Cap: batch, AfterMs: wakeAfter(job.Metadata)}
 		due, err := s.Due(ctx, tx, req)
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)

@@ -78,6 +78,9 @@ func runBench(ctx context.Context, args []string) int {
 	soakSample := fs.Duration("soak-sample", bench.DefaultSoakSample, "soak: time between two samples of sizes, dead tuples and throughput")
 	soakVacuum := fs.Duration("soak-vacuum", 0, "soak: on a server with autovacuum off, vacuum and analyze the scratch tables autovacuum would, every `interval` (1m: autovacuum's naptime; 0: none)")
 	soakPlot := fs.String("soak-plot", "", "soak: also draw the samples as an SVG plot into `file` (docs/performance.md's is docs/soak.svg)")
+	// The timers' lag (issue 38, item 3).
+	lagKinds := fs.String("lag-kinds", strings.Join(bench.LagKinds, ","), "lag: the timers measured, one run each per rate: expiry, promotion, deadline, comma-separated")
+	noWake := fs.Bool("no-wake", false, "expire, lag: run the scheduler without its wake loop (the scanners tick only every interval)")
 	var lagRates, lcWorkerCounts []int
 	fs.AfterParse(func() error {
 		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part
@@ -96,6 +99,11 @@ func runBench(ctx context.Context, args []string) int {
 				return cli.Usagef("--expiries-per-sec %q: want rates in 1..1000000, comma-separated", *expiriesPerSec)
 			}
 			lagRates = append(lagRates, n)
+		}
+		for _, k := range strings.Split(*lagKinds, ",") {
+			if !slices.Contains(bench.LagKinds, strings.TrimSpace(k)) {
+				return cli.Usagef("--lag-kinds %q: want some of %s, comma-separated", *lagKinds, strings.Join(bench.LagKinds, ","))
+			}
 		}
 		for _, r := range strings.Split(*lcWorkers, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(r))
@@ -173,6 +181,7 @@ func runBench(ctx context.Context, args []string) int {
 	pool.Close()
 
 	pipe := bench.PipelineOptions{ApplyWorkers: *applyWorkers, GroupSize: *groupSize, GroupLanes: *groupLanes, FetchCooldown: *fetchCooldown, FetchPollInterval: *fetchPoll}
+	pipe.Wake.Disabled = *noWake
 	env := &bench.Env{URL: common.DatabaseURL, Logger: logger, Keep: *keep}
 	var results []bench.Result
 	for _, s := range scenarios {
@@ -185,7 +194,8 @@ func runBench(ctx context.Context, args []string) int {
 		case "lag":
 			for _, rate := range lagRates {
 				var r []bench.Result
-				if r, err = bench.Lag(ctx, env, bench.LagOptions{ExpiriesPerSec: rate, Duration: *lagDuration, Pipeline: pipe}); err != nil {
+				if r, err = bench.Lag(ctx, env, bench.LagOptions{ExpiriesPerSec: rate, Duration: *lagDuration, Pipeline: pipe,
+					Kinds: strings.Split(strings.ReplaceAll(*lagKinds, " ", ""), ",")}); err != nil {
 					break
 				}
 				rs = append(rs, r...)

@@ -98,7 +98,8 @@ func TestScenariosRunSmall(t *testing.T) {
 	}
 	table := checkRows(t, ctx, db, slices.Concat(out, exp, lag, idle, life, ret, scale))
 	for _, row := range []string{"runner, 4 workers", "plain API claim → complete, 4 workers", "River no-op jobs, 4 workers", "sequential per-row loop", "renew with outbox row", "ffriver River pipeline", "River alone: 300 no-op jobs, 64 workers",
-		"lease expiry → expired event at the consumer p99", "scheduler + worker CPU", "Postgres transactions while idle",
+		"lease expiry → expired event at the consumer p99", "delay come due → claimed by a claimer (5 ms poll) p99",
+		"deadline passed → expired completion at the consumer max", "scheduler + worker CPU", "Postgres transactions while idle",
 		"2000 lease events removed: a partition dropped", "WAL per removed event", "dead tuples left",
 		"building the big store", "exec get p99 on 2000 executions", "retention pass: outbox events dropped"} {
 		if !strings.Contains(table, row) {

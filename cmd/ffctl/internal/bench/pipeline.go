@@ -45,6 +45,10 @@ type PipelineOptions struct {
 	// scheduler (ffscheduler's --outbox-retention, --execution-retention
 	// and --completed-retention; 0: their defaults).
 	OutboxRetention, ExecutionRetention, CompletedJobRetention time.Duration
+	// Wake tunes the scheduler's wake loop (default: on, as in
+	// ffscheduler); Wake.Disabled leaves the scanners to their periodic
+	// ticks, the pipeline before the loop.
+	Wake ffriver.WakeOptions
 }
 
 // proc is one ffriver process run in this one: its own pool, Waker and
@@ -56,6 +60,8 @@ type proc struct {
 	ff     *ffriver.Service
 	proc   *ffriver.Process
 	rc     *river.Config
+	// wakeOff: a scheduler run without its wake loop.
+	wakeOff bool
 }
 
 // pipeline is ffriver's River pipeline running in this process: one
@@ -130,6 +136,7 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 			cfg.OutboxRetention, cfg.ExecutionRetention = o.OutboxRetention, o.ExecutionRetention
 			po.Client.CompletedJobRetention = o.CompletedJobRetention
 			po.Role, po.TickStaleAfter = ffriver.Scheduler, 0
+			po.Wake, pr.wakeOff = o.Wake, o.Wake.Disabled
 		}
 		if pr.ff, err = ffriver.New(ctx, pool, cfg); err == nil {
 			pr.proc, err = pr.ff.NewProcess(runCtx, po)
@@ -186,7 +193,11 @@ func (p *pipeline) describe() string {
 		}
 		return s
 	}
-	return "ffscheduler: " + q(p.sched) + "; ffworker: " + q(p.work)
+	wake := "wake loop on"
+	if p.sched.proc != nil && p.sched.wakeOff {
+		wake = "wake loop off"
+	}
+	return "ffscheduler: " + q(p.sched) + ", " + wake + "; ffworker: " + q(p.work)
 }
 
 // awaitTick waits until a tick of scanner has been worked to completion
