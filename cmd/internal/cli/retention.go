@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/internal/settings"
@@ -17,6 +17,9 @@ const MaxRetention = settings.MaxRetention
 // *time.Duration converted to *ExecutionRetentionFlag.
 type ExecutionRetentionFlag time.Duration
 
+// Type implements pflag.Value.
+func (r *ExecutionRetentionFlag) Type() string { return "duration" }
+
 // String implements flag.Value.
 func (r *ExecutionRetentionFlag) String() string {
 	if time.Duration(*r) == scanners.KeepExecutions {
@@ -31,9 +34,9 @@ func (r *ExecutionRetentionFlag) Set(v string) error {
 		*r = ExecutionRetentionFlag(scanners.KeepExecutions)
 		return nil
 	}
-	d, err := time.ParseDuration(v)
+	d, err := ParseDuration(v)
 	if err != nil {
-		return errors.New(`want a duration or "forever"`)
+		return fmt.Errorf(`%w; or "forever"`, err)
 	}
 	*r = ExecutionRetentionFlag(d)
 	return nil
