@@ -57,7 +57,8 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"neither skips nor repeats events, even after a run that printed none (at most the last line\n"+
 			"printed before a crash comes again).\n"+
 			"A cursor before events retention deleted, from another server, or from another stream or\n"+
-			"schema is an error (exit 1) that says so: resume with --from-start or --since. An empty\n"+
+			"schema, or an upstream cursor naming an event id the outbox never handed out, is an error\n"+
+			"(exit 1) that says so: resume with --from-start or --since. An empty\n"+
 			"--cursor or cursor file is a usage error, never \"now\".\n"+
 			"At start it keeps trying for up to --startup-wait while the server refuses for a reason that\n"+
 			"passes (no free connection slot, starting up, restarting), saying so about every 10 s.")
