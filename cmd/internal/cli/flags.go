@@ -38,6 +38,7 @@ type FlagSet struct {
 
 	after   []func() error
 	version *bool
+	values  map[string][]string
 }
 
 // NewFlagSet returns an empty flag set for command (e.g. "ffctl migrate").
@@ -59,6 +60,15 @@ func NewFlagSet(command, argsUsage, summary string) *FlagSet {
 // AfterParse registers a check or default-filling step that Parse runs once
 // the flags are parsed. An error it returns is a usage error.
 func (fs *FlagSet) AfterParse(f func() error) { fs.after = append(fs.after, f) }
+
+// CompleteValues gives flag name the values shell completion offers for
+// it (--log-format: text, json).
+func (fs *FlagSet) CompleteValues(name string, values ...string) {
+	if fs.values == nil {
+		fs.values = map[string][]string{}
+	}
+	fs.values[name] = values
+}
 
 // Duration defines a duration flag whose value must carry a unit ("30s",
 // "1500ms", "5m"; "0" alone is zero): a bare number is refused with a
@@ -133,7 +143,15 @@ func ParseDuration(s string) (time.Duration, error) {
 // one on Stdout instead, and return flag.ErrHelp too.
 func (fs *FlagSet) Parse(args []string) error {
 	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
-		fs.complete(args)
+		_ = fs.cobra(args)
+		return flag.ErrHelp
+	}
+	if len(args) > 0 && args[0] == "completion" && fs.completionCommand() {
+		// A binary without subcommands (ffscheduler, ffworker) takes no
+		// arguments: `ffworker completion bash` prints its script.
+		if err := fs.cobra(args); err != nil {
+			return &UsageError{Err: err}
+		}
 		return flag.ErrHelp
 	}
 	err := fs.FlagSet.Parse(fs.longForm(args))
@@ -233,7 +251,7 @@ func (fs *FlagSet) suggest(name string) []string {
 		if f.Hidden {
 			return
 		}
-		if levenshtein(name, f.Name) <= 2 || (len(name) >= 3 && strings.HasPrefix(f.Name, name)) {
+		if EditDistance(name, f.Name) <= 2 || (len(name) >= 3 && strings.HasPrefix(f.Name, name)) {
 			out = append(out, f.Name)
 		}
 	})
@@ -243,8 +261,10 @@ func (fs *FlagSet) suggest(name string) []string {
 	return out
 }
 
-// levenshtein is the edit distance between a and b.
-func levenshtein(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b: how many
+// bytes to insert, delete or replace to turn one into the other. A
+// misspelt name is at most 2 from the one meant.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -264,12 +284,22 @@ func levenshtein(a, b string) int {
 	return prev[len(b)]
 }
 
-// complete answers cobra's hidden completion command for this flag set:
-// args are "__complete" (or "__completeNoDesc") and the words typed so far,
-// the last being the one to complete. Flag names come with their help's
-// first line; a flag's value and a positional argument complete to file
-// names only where the command takes positional arguments.
-func (fs *FlagSet) complete(args []string) {
+// completionCommand reports whether the set's command takes `completion
+// SHELL` for its completion script: a binary without subcommands, which
+// takes no arguments (ffscheduler, ffworker).
+func (fs *FlagSet) completionCommand() bool {
+	return fs.ArgsUsage == "" && !strings.Contains(fs.Name(), " ")
+}
+
+// cobra runs args on a cobra command made of this flag set: cobra's hidden
+// completion command ("__complete" or "__completeNoDesc", then the words
+// typed so far, the last being the one to complete), or, for a binary
+// without subcommands, cobra's completion command that prints the
+// scripts. Flag names complete with their help's first line, the values
+// given to CompleteValues complete their flags, and a positional argument
+// completes to file names only where the command takes positional
+// arguments.
+func (fs *FlagSet) cobra(args []string) error {
 	cmd := &cobra.Command{
 		Use:           strings.ReplaceAll(fs.Name(), " ", "-"),
 		Run:           func(*cobra.Command, []string) {},
@@ -279,11 +309,20 @@ func (fs *FlagSet) complete(args []string) {
 	if fs.ArgsUsage == "" {
 		cmd.ValidArgsFunction = cobra.NoFileCompletions
 	}
-	cmd.Flags().AddFlagSet(fs.FlagSet)
+	fs.VisitAll(func(f *pflag.Flag) {
+		// Each completion shows the help's first line, without the
+		// quotes that name the help's placeholder (`format`).
+		c := *f
+		_, c.Usage = pflag.UnquoteUsage(f)
+		cmd.Flags().AddFlag(&c)
+	})
+	for name, values := range fs.values {
+		_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+	}
 	cmd.SetArgs(fs.longForm(args))
 	cmd.SetOut(fs.Stdout)
 	cmd.SetErr(io.Discard)
-	_ = cmd.Execute()
+	return cmd.Execute()
 }
 
 // PrintUsage writes the help: usage line, summary, and every flag with its
@@ -324,6 +363,9 @@ func (fs *FlagSet) PrintUsage(w io.Writer) {
 		b.WriteString("\n")
 	})
 	b.WriteString("  --help\n\tshow this help and exit\n")
+	if fs.completionCommand() {
+		fmt.Fprintf(&b, "\nShell completion: %s completion bash|zsh|fish|powershell prints the script (see its --help).\n", fs.Name())
+	}
 	_, _ = w.Write(b.Bytes())
 }
 
