@@ -67,6 +67,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	common.AddStartupWait(fs)
 	var f tailFlags
 	fs.StringVar(&f.stream, "stream", "leases", "`stream` to tail: leases or completions")
+	fs.CompleteValues("stream", "leases", "completions")
 	fs.BoolVar(&f.fromStart, "from-start", false, "start from the first event still in the table")
 	fs.StringVar(&f.cursor, "cursor", "", "start after this `cursor` (a cursor printed by tail, or an upstream one)")
 	fs.StringVar(&f.since, "since", "",
@@ -86,6 +87,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.filter = cli.AddFilter(fs, "only events of this `namespace`",
 		"only events whose instance tag has this value, given as `key=value` (only the value is compared)")
 	fs.StringVar(&f.format, "format", "text", "output `format`: text or json (one object per line)")
+	fs.CompleteValues("format", "text", "json")
 	fs.IntVar(&f.maxEvents, "max-events", 0, "exit after `n` events (0: no limit)")
 	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never), saying so when events still wait for an open writer")
 
