@@ -217,6 +217,9 @@ func (fs *FlagSet) explain(err error) error {
 	var invalid *pflag.InvalidValueError
 	switch {
 	case errors.As(err, &notExist):
+		if s := notExist.GetSpecifiedShortnames(); s != "" && s[0] >= '0' && s[0] <= '9' {
+			return fmt.Errorf("-%s is read as a flag: an argument that begins with '-' goes after \"--\" (… -- -%s)", s, s)
+		}
 		if s := notExist.GetSpecifiedShortnames(); s != "" {
 			return fmt.Errorf("flag provided but not defined: -%s (in -%s); flags are spelled --name", notExist.GetSpecifiedName()[:1], s)
 		}

@@ -22,6 +22,7 @@ func TestParseExplainsMistakes(t *testing.T) {
 		{[]string{"--wait", "soon"}, "not a duration: want a number with a unit, such as 30s"},
 		{[]string{"--count", "x"}, `invalid value "x" for flag --count: want a whole number`},
 		{[]string{"-x"}, "flags are spelled --name"},
+		{[]string{"-1h"}, `-1h is read as a flag: an argument that begins with '-' goes after "--" (… -- -1h)`},
 	} {
 		fs, _, _ := newTestFlagSet(env)
 		fs.Duration("wait", time.Second, "how long to `wait`")
