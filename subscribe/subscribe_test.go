@@ -391,6 +391,15 @@ func TestLegacyCursorBeyondTheSequence(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	ctx := context.Background()
+	// Before any event, 0 is the only good position.
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: 0, Legacy: true}}))
+	if err != nil {
+		t.Fatalf("legacy cursor of event id 0 on an empty outbox: %v", err)
+	}
+	s.Close()
+	if _, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: 1, Legacy: true}})); !errors.Is(err, subscribe.ErrForeignCursor) {
+		t.Fatalf("legacy cursor of event id 1 on an empty outbox: %v, want a *ForeignCursorError", err)
+	}
 	id := insertLease(t, db.Pool, row{})
 	for _, legacy := range []int64{id + 1000, 1 << 62} {
 		c := subscribe.Cursor{EventID: legacy, Legacy: true}
@@ -406,7 +415,7 @@ func TestLegacyCursorBeyondTheSequence(t *testing.T) {
 		}
 	}
 	// The newest id handed out is a good position: nothing after it yet.
-	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: id, Legacy: true}}))
+	s, err = subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: id, Legacy: true}}))
 	if err != nil {
 		t.Fatal(err)
 	}
