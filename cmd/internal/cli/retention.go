@@ -13,7 +13,7 @@ import (
 const MaxRetention = settings.MaxRetention
 
 // ExecutionRetentionFlag is --execution-retention: a duration, or
-// "forever" (scanners.KeepExecutions). Register it with flag.Var on a
+// "forever" (scanners.KeepExecutions). Register it with FlagSet.Var on a
 // *time.Duration converted to *ExecutionRetentionFlag.
 type ExecutionRetentionFlag time.Duration
 
