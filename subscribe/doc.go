@@ -85,7 +85,10 @@
 // batches.
 //
 // A legacy cursor (the upstream 9-byte form, Cursor.Legacy, an event_id
-// E only) resumes at the first event whose event_id is greater than E. The
+// E only) resumes at the first event whose event_id is greater than E. One
+// whose E the outbox's event id sequence has not handed out yet is refused
+// at subscribe time with a *ForeignCursorError: no stream of this server
+// produced it. The
 // legacy consumer can only have seen rows committed before the subscribe
 // call, so the stream's first batch, up to a tick taken then, skips the rows
 // with event_id <= E, and later batches skip nothing: rows with event_id <=

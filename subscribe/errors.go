@@ -21,16 +21,31 @@ var ErrForeignCursor = errors.New("subscribe: cursor from another server")
 // instead. It matches ErrForeignCursor and ff.ErrPositionAhead; where the
 // failover is known from the cursor's timeline, a *PositionAheadError is
 // returned instead.
+//
+// A legacy cursor (Cursor.Legacy, an event id only) is refused the same way
+// when it names an event id the outbox's sequence has not handed out yet:
+// no stream of this server can have produced it (it was made up, or comes
+// from another server).
 type ForeignCursorError struct {
 	// Cursor is the rejected cursor.
 	Cursor Cursor
 	// CursorXact is the newest transaction id the cursor names; ServerXact
 	// is the next transaction id this server will assign.
 	CursorXact, ServerXact int64
+	// CursorEventID is the event id a rejected legacy cursor names;
+	// ServerEventID the last one the outbox's sequence handed out (0:
+	// none yet). Both are 0 for the other forms.
+	CursorEventID, ServerEventID int64
 }
 
 // Error implements error.
 func (e *ForeignCursorError) Error() string {
+	if e.Cursor.Legacy {
+		return fmt.Sprintf("subscribe: legacy cursor %s names event id %d, but this outbox has only handed out event ids up to %d: "+
+			"no stream of this server can have produced it (it was made up, or comes from another server); "+
+			"resume from the start or from a time instead",
+			e.Cursor, e.CursorEventID, e.ServerEventID)
+	}
 	return fmt.Sprintf("subscribe: cursor %s names transaction %d, but this server has only reached %d: "+
 		"the cursor comes from another server or a restored copy, or the database failed over and lost commits the stream had read; "+
 		"resume from the start or from a time instead",

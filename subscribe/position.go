@@ -225,6 +225,23 @@ func (r *reader[E]) initPosition(ctx context.Context, q *pgx.Conn) error {
 		// Rows below both xmin(now) and the lowest xact_id of a row with
 		// event_id > E are all skipped: the batch starts there.
 		e := after.EventID
+		// A stream of this outbox can only have produced an event id its
+		// sequence handed out: a larger one was made up, or comes from
+		// another server. Resuming after it would skip every event up to
+		// it in silence. (A role that may not read the sequence, or an
+		// outbox without one, is not checked: the cursor is taken as it
+		// always was.)
+		var readable *bool
+		var last *int64
+		if err := q.QueryRow(ctx, `SELECT has_sequence_privilege(s, 'SELECT, USAGE'),
+	CASE WHEN has_sequence_privilege(s, 'SELECT, USAGE') THEN pg_sequence_last_value(s) END
+FROM (SELECT pg_get_serial_sequence($1, 'event_id')::regclass AS s) seq`,
+			r.cfg.schema.SQL(`{S}`+r.table.name)).Scan(&readable, &last); err != nil {
+			return r.startErr(err)
+		}
+		if readable != nil && *readable && e > derefOr(last, 0) {
+			return &ForeignCursorError{Cursor: after, CursorEventID: e, ServerEventID: derefOr(last, 0)}
+		}
 		if err := r.beginBelow(ctx, q, now, `event_id > $1`, e); err != nil {
 			return err
 		}
@@ -355,4 +372,12 @@ func (r *reader[E]) startErr(err error) error {
 		return fmt.Errorf("subscribe: schema %s: %w (run `ffctl migrate --schema %s`): %w", r.cfg.schema, ff.ErrNotMigrated, r.cfg.schema, err)
 	}
 	return dbutil.MapErr(err, "subscribe: reading the start position")
+}
+
+// derefOr returns *p, or otherwise when p is nil.
+func derefOr[T any](p *T, otherwise T) T {
+	if p == nil {
+		return otherwise
+	}
+	return *p
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -340,7 +341,6 @@ func TestLegacyCursor(t *testing.T) {
 		id1, // B's id1 sorts after A's id2 but must not come again
 		id2,
 		id3,
-		id3 + 1000, // beyond the newest id: as if at the newest
 	} {
 		t.Run(fmt.Sprint("after_", legacy), func(t *testing.T) {
 			var want []int64
@@ -382,6 +382,44 @@ func TestLegacyCursor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A legacy cursor naming an event id the outbox never handed out is
+// refused at subscribe time: no stream of this server can have produced
+// it, and resuming after it would skip every event up to it.
+func TestLegacyCursorBeyondTheSequence(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := context.Background()
+	// Before any event, 0 is the only good position.
+	s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: 0, Legacy: true}}))
+	if err != nil {
+		t.Fatalf("legacy cursor of event id 0 on an empty outbox: %v", err)
+	}
+	s.Close()
+	if _, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: 1, Legacy: true}})); !errors.Is(err, subscribe.ErrForeignCursor) {
+		t.Fatalf("legacy cursor of event id 1 on an empty outbox: %v, want a *ForeignCursorError", err)
+	}
+	id := insertLease(t, db.Pool, row{})
+	for _, legacy := range []int64{id + 1000, 1 << 62} {
+		c := subscribe.Cursor{EventID: legacy, Legacy: true}
+		s, err := subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: c}))
+		if err == nil {
+			s.Close()
+			t.Fatalf("legacy cursor of event id %d accepted; the outbox handed out only up to %d", legacy, id)
+		}
+		var fe *subscribe.ForeignCursorError
+		if !errors.As(err, &fe) || !errors.Is(err, ff.ErrPositionAhead) || fe.CursorEventID != legacy || fe.ServerEventID < id ||
+			!strings.Contains(err.Error(), "no stream of this server can have produced it") {
+			t.Fatalf("legacy cursor of event id %d: %v; want a *ForeignCursorError naming it", legacy, err)
+		}
+	}
+	// The newest id handed out is a good position: nothing after it yet.
+	s, err = subscribe.Leases(ctx, db.Pool, fast(t, subscribe.Options{Start: subscribe.StartAfter, After: subscribe.Cursor{EventID: id, Legacy: true}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
 
 // A legacy cursor's consumer cannot have seen a row that was not committed

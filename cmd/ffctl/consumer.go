@@ -96,6 +96,7 @@ func runConsumerDrop(ctx context.Context, args []string, stdout, stderr io.Write
 			"(--from-start, --since or now). Refused while a stream is attached to the consumer (stop\n"+
 			"it first). Exits 1 when there is no such consumer.", stdout)
 	stream := f.fs.String("stream", "", "the consumer's `stream`: leases or completions (required)")
+	f.fs.CompleteValues("stream", "leases", "completions")
 	pos, err := f.parse(args)
 	if err == nil && len(pos) != 1 {
 		err = cli.Usagef("want exactly one consumer name, got %d arguments", len(pos))

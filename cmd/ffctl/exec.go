@@ -18,6 +18,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 )
 
 var execCommand = command{
@@ -68,13 +69,48 @@ func runSubcommands(ctx context.Context, command, usage, intro string, subs []su
 		}
 		return cli.ExitOK
 	}
+	if isCompletionRequest(args[0]) {
+		return completeSubcommands(ctx, subs, args, stdout, stderr)
+	}
+	var names []string
 	for _, s := range subs {
 		if s.name == args[0] {
 			return s.run(ctx, args[1:], stdout, stderr)
 		}
+		if strings.HasPrefix(s.name, args[0]) || cli.EditDistance(args[0], s.name) <= 2 {
+			names = append(names, s.name)
+		}
 	}
-	fmt.Fprintf(stderr, "ffctl %s: unknown subcommand %q\nRun 'ffctl %s --help' for the list.\n", command, args[0], command)
+	fmt.Fprintf(stderr, "ffctl %s: unknown subcommand %q%s\nRun 'ffctl %s --help' for the list.\n", command, args[0], didYouMean(names), command)
 	return cli.ExitUsage
+}
+
+// completeSubcommands answers a completion request (args: "__complete",
+// then the words after the command): the names of subs that begin with the
+// only word, else the completions of the subcommand the first word names.
+func completeSubcommands(ctx context.Context, subs []subcommand, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 2 {
+		for _, s := range subs {
+			if s.name == args[1] {
+				return s.run(ctx, append([]string{args[0]}, args[2:]...), stdout, stderr)
+			}
+		}
+	}
+	var b strings.Builder
+	if len(args) == 2 {
+		for _, s := range subs {
+			switch {
+			case !strings.HasPrefix(s.name, args[1]):
+			case args[0] == cobra.ShellCompNoDescRequestCmd:
+				fmt.Fprintf(&b, "%s\n", s.name)
+			default:
+				fmt.Fprintf(&b, "%s\t%s\n", s.name, s.summary)
+			}
+		}
+	}
+	fmt.Fprintf(&b, ":%d\n", cobra.ShellCompDirectiveNoFileComp)
+	_, _ = io.WriteString(stdout, b.String())
+	return cli.ExitOK
 }
 
 // execFlags are what every exec subcommand takes.
@@ -96,6 +132,7 @@ func newSubcommandFlags(name, argsUsage, summary string, stdout io.Writer) *exec
 	f := &execFlags{fs: fs, common: cli.AddCommon(fs)}
 	f.common.AddRiverSchema(fs)
 	f.format = fs.String("format", "text", "output `format`: text or json")
+	fs.CompleteValues("format", "text", "json")
 	fs.AfterParse(func() error {
 		if *f.format != "text" && *f.format != "json" {
 			return cli.Usagef("--format %q: want text or json", *f.format)
@@ -105,14 +142,10 @@ func newSubcommandFlags(name, argsUsage, summary string, stdout io.Writer) *exec
 	return f
 }
 
-// parse parses args, with the positional arguments before or after the
-// flags (`exec get ID --format json`), and returns the positional ones.
+// parse parses args, with the positional arguments before, between or
+// after the flags (`exec get ID --format json`), and returns the
+// positional ones.
 func (f *execFlags) parse(args []string) ([]string, error) {
-	lead := 0
-	for lead < len(args) && !strings.HasPrefix(args[lead], "-") {
-		lead++
-	}
-	args = append(slices.Clone(args[lead:]), args[:lead]...)
 	if err := f.fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -57,7 +57,8 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"neither skips nor repeats events, even after a run that printed none (at most the last line\n"+
 			"printed before a crash comes again).\n"+
 			"A cursor before events retention deleted, from another server, or from another stream or\n"+
-			"schema is an error (exit 1) that says so: resume with --from-start or --since. An empty\n"+
+			"schema, or an upstream cursor naming an event id the outbox never handed out, is an error\n"+
+			"(exit 1) that says so: resume with --from-start or --since. An empty\n"+
 			"--cursor or cursor file is a usage error, never \"now\".\n"+
 			"At start it keeps trying for up to --startup-wait while the server refuses for a reason that\n"+
 			"passes (no free connection slot, starting up, restarting), saying so about every 10 s.")
@@ -66,6 +67,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	common.AddStartupWait(fs)
 	var f tailFlags
 	fs.StringVar(&f.stream, "stream", "leases", "`stream` to tail: leases or completions")
+	fs.CompleteValues("stream", "leases", "completions")
 	fs.BoolVar(&f.fromStart, "from-start", false, "start from the first event still in the table")
 	fs.StringVar(&f.cursor, "cursor", "", "start after this `cursor` (a cursor printed by tail, or an upstream one)")
 	fs.StringVar(&f.since, "since", "",
@@ -85,6 +87,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.filter = cli.AddFilter(fs, "only events of this `namespace`",
 		"only events whose instance tag has this value, given as `key=value` (only the value is compared)")
 	fs.StringVar(&f.format, "format", "text", "output `format`: text or json (one object per line)")
+	fs.CompleteValues("format", "text", "json")
 	fs.IntVar(&f.maxEvents, "max-events", 0, "exit after `n` events (0: no limit)")
 	fs.DurationVar(&f.idleExit, "idle-exit", 0, "exit 0 after this `duration` without an event (0: never), saying so when events still wait for an open writer")
 

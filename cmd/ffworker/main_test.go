@@ -89,3 +89,37 @@ func TestRiverSchemaFlag(t *testing.T) {
 		}
 	}
 }
+
+// A newcomer's mistakes get a sentence that says what to do (issue 40, item
+// 4): the unit a bare number lacks, the flag a misspelt one means; and the
+// shell completion script and answers come from the flags.
+func TestNewcomerMistakesAndCompletion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--job-timeout", "30"}, `invalid value "30" for flag --job-timeout: a duration needs a unit: "30s"`},
+		{[]string{"--concurency", "4"}, "not defined: --concurency (did you mean --concurrency?)"},
+	} {
+		var stderr bytes.Buffer
+		code := cli.Run(context.Background(), "ffworker", parse, c.args, io.Discard, &stderr, getenv)
+		if code != cli.ExitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d with %q", c.args, code, stderr.String(), cli.ExitUsage, c.want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"completion", "bash"}, "__start_ffworker"},
+		{[]string{"__complete", "--job-t"}, "--job-timeout\t"},
+		{[]string{"__complete", "--log-format", ""}, "json\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := cli.Run(context.Background(), "ffworker", parse, c.args, &stdout, &stderr, getenv); code != cli.ExitOK ||
+			!strings.Contains(stdout.String(), c.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d with %q", c.args, code, stdout.String(), stderr.String(), cli.ExitOK, c.want)
+		}
+	}
+}

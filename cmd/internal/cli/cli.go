@@ -1,7 +1,8 @@
 // Package cli is what ffctl, ffscheduler and ffworker share: the common flags
-// (--database-url, --schema, --log-format, --log-level) on standard-library
-// flag sets with help that explains every flag, the logger, the connection
-// pool, signal handling and exit codes.
+// (--database-url, --schema, --log-format, --log-level) on pflag flag sets
+// (spf13/pflag, as cobra uses: ffctl's commands are a cobra tree) with help
+// that explains every flag and errors that say what to do, the logger, the
+// connection pool, signal handling and exit codes.
 //
 // A subcommand is written like this:
 //

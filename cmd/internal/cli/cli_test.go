@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/spf13/pflag"
 )
 
 // newTestFlagSet returns a flag set with the common flags, reading the
@@ -180,7 +181,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		if !strings.HasPrefix(help, "Usage: ffctl test [flags]\n\nA command for tests.\n") {
 			t.Errorf("help starts %q", help)
 		}
-		fs.VisitAll(func(f *flag.Flag) {
+		fs.VisitAll(func(f *pflag.Flag) {
 			if strings.TrimSpace(f.Usage) == "" {
 				t.Errorf("flag --%s has no help text", f.Name)
 			}

@@ -89,6 +89,8 @@ func AddCommon(fs *FlagSet) *Common {
 			"(default $FF_SCHEMA, else the first schema of the connection's search_path)")
 	fs.Var(&logFormatValue{&c.LogFormat}, "log-format", "log line `format` on stderr: text or json")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "lowest `level` logged: debug, info, warn or error")
+	fs.CompleteValues("log-format", LogText, LogJSON)
+	fs.CompleteValues("log-level", "debug", "info", "warn", "error")
 	fs.AfterParse(func() error {
 		if c.DatabaseURL == "" {
 			c.DatabaseURL = fs.Getenv("DATABASE_URL")

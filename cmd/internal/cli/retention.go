@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ffriver/ffriver/internal/settings"
@@ -13,9 +13,12 @@ import (
 const MaxRetention = settings.MaxRetention
 
 // ExecutionRetentionFlag is --execution-retention: a duration, or
-// "forever" (scanners.KeepExecutions). Register it with flag.Var on a
+// "forever" (scanners.KeepExecutions). Register it with FlagSet.Var on a
 // *time.Duration converted to *ExecutionRetentionFlag.
 type ExecutionRetentionFlag time.Duration
+
+// Type implements pflag.Value.
+func (r *ExecutionRetentionFlag) Type() string { return "duration" }
 
 // String implements flag.Value.
 func (r *ExecutionRetentionFlag) String() string {
@@ -31,9 +34,9 @@ func (r *ExecutionRetentionFlag) Set(v string) error {
 		*r = ExecutionRetentionFlag(scanners.KeepExecutions)
 		return nil
 	}
-	d, err := time.ParseDuration(v)
+	d, err := ParseDuration(v)
 	if err != nil {
-		return errors.New(`want a duration or "forever"`)
+		return fmt.Errorf(`%w; or "forever"`, err)
 	}
 	*r = ExecutionRetentionFlag(d)
 	return nil

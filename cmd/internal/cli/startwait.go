@@ -64,9 +64,9 @@ func (c *Common) AddStartupWait(fs *FlagSet) {
 	fs.AfterParse(func() error {
 		if !fs.Explicit("startup-wait") {
 			if v := fs.Getenv(startupWaitEnv); v != "" {
-				d, err := time.ParseDuration(v)
+				d, err := ParseDuration(v)
 				if err != nil {
-					return Usagef("$%s %q is not a duration (e.g. 5m, or 0 not to wait)", startupWaitEnv, v)
+					return Usagef("$%s %q is not a duration (e.g. 5m, or 0 not to wait): %v", startupWaitEnv, v, err)
 				}
 				c.StartupWait = d
 			}
