@@ -3,6 +3,7 @@ package subscribe
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,29 +64,61 @@ func TestPagePlanMergesPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.args = append(r.args[:0], []int64{}, xmax, from.xact, from.event, r.cfg.pageSize)
-	var raw []byte
-	if err := r.readRows(ctx, sess.q, "EXPLAIN (FORMAT JSON) "+r.rangeSQL, func(rows pgx.Rows) error {
-		for rows.Next() {
-			if err := rows.Scan(&raw); err != nil {
-				return err
+	// explain explains sql through the reader's own read, with its
+	// settings, and checks that it merges the partitions' index reads.
+	explain := func(what, sql string) {
+		t.Helper()
+		var raw []byte
+		if err := r.readRows(ctx, sess.q, sql, func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&raw); err != nil {
+					return err
+				}
 			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+		var out []struct{ Plan testdb.PlanNode }
+		if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+			t.Fatalf("explain: %s: %v", raw, err)
+		}
+		var merged, sorted bool
+		out[0].Plan.Walk(func(n testdb.PlanNode) {
+			merged = merged || n.NodeType == "Merge Append"
+			sorted = sorted || n.NodeType == "Sort"
+		})
+		if !merged || sorted {
+			t.Errorf("%s of the stream is not a merge of the partitions' index reads:\n%s", what, out[0].Plan)
+		}
 	}
-	var out []struct{ Plan testdb.PlanNode }
-	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
-		t.Fatalf("explain: %s: %v", raw, err)
+	explain("a page planned for its values", "EXPLAIN (FORMAT JSON) "+r.rangeSQL)
+
+	// The reader's pages use the statement's generic plan, planned once
+	// per connection (pageSettings), not a plan of their own each.
+	for range 3 {
+		if err := r.readRows(ctx, sess.q, r.rangeSQL, func(rows pgx.Rows) error {
+			for rows.Next() {
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var merged, sorted bool
-	out[0].Plan.Walk(func(n testdb.PlanNode) {
-		merged = merged || n.NodeType == "Merge Append"
-		sorted = sorted || n.NodeType == "Sort"
-	})
-	if !merged || sorted {
-		t.Errorf("a page of the stream is not a merge of the partitions' index reads:\n%s", out[0].Plan)
+	var name string
+	var generic, custom int64
+	if err := sess.q.QueryRow(ctx, `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+		r.rangeSQL).Scan(&name, &generic, &custom); err != nil {
+		t.Fatalf("the page statement is not prepared on the reader's connection: %v", err)
 	}
+	if generic < 3 || custom != 0 {
+		t.Errorf("pages read with %d generic and %d custom plans, want every one generic", generic, custom)
+	}
+	// EXECUTE takes its values as literals (a utility statement has no
+	// parameters).
+	r.args = nil
+	explain("the generic plan of a page", fmt.Sprintf("EXPLAIN (FORMAT JSON) EXECUTE %s('{}', %d, %d, %d, %d)",
+		pgx.Identifier{name}.Sanitize(), xmax, from.xact, from.event, r.cfg.pageSize))
 	// For the record: the plan the planner picks for the same read without
 	// the reader's settings.
 	if plain, err := testdb.Explain(ctx, db.Pool, r.rangeSQL, r.args...); err == nil {
