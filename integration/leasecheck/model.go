@@ -768,6 +768,16 @@ func removedStep(s State, st Step, r Result) (State, string) {
 		}
 		return s, ""
 	}
+	if st.Kind.upstream() {
+		// An upstream call with the removed incarnation's handle: it
+		// finds no row (ErrNothing), or, once the id has a row again,
+		// nothing to act on or another epoch (upstream's fence). Acting
+		// would be a handle of one incarnation acting on another.
+		if r.Err == ErrNotFound || (s.IDRow && r.Err == ErrStale) {
+			return s, ""
+		}
+		return s, fmt.Sprintf("%s with a removed incarnation's handle returned %s; in state %s it must be refused", st.Kind, r.Err, s)
+	}
 	if s.IDRow {
 		return s, fmt.Sprintf("%s without a lease on an incarnation whose id was created again (a harness error)", st.Kind)
 	}

@@ -460,3 +460,27 @@ func TestModelRemovedOnlyTerminal(t *testing.T) {
 	h.add(2, 1350, 1360, []Step{{Kind: OpCancel}}, []Result{{Err: ErrNotActive}})
 	h.check(t, porcupine.Illegal)
 }
+
+// An upstream call with a removed incarnation's handle is refused: not
+// found while the id has no row, not found or fenced once it has one again;
+// acting is illegal. (The first long run with both the upstream writer and
+// execution retention, seed 5252, reported a refusal as a violation.)
+func TestModelRemovedIncarnationUpstreamHandle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		at   int64
+		err  ErrClass
+		want porcupine.CheckResult
+	}{
+		{name: "not found before the id is created again", at: 1350, err: ErrNotFound, want: porcupine.Ok},
+		{name: "fenced after", at: 1500, err: ErrStale, want: porcupine.Ok},
+		{name: "not found after", at: 1500, err: ErrNotFound, want: porcupine.Ok},
+		{name: "acting after", at: 1500, err: OK, want: porcupine.Illegal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := removed()
+			h.add(2, tc.at, tc.at+10, []Step{{Kind: OpUpRenew}}, []Result{{Err: tc.err}})
+			h.check(t, tc.want)
+		})
+	}
+}
