@@ -74,7 +74,7 @@ func Reserve(tb testing.TB, n int) {
 			conn = c
 			tb.Cleanup(func() { conn.Close(context.Background()) })
 		}
-		got, err := take(ctx, conn, n, budget)
+		got, err := take(ctx, conn, reserveKey, n, budget)
 		if err != nil {
 			tb.Fatalf("testdb: reserving %d of the server's %d test connections: %v", n, budget, err)
 		}
@@ -96,21 +96,21 @@ func Reserve(tb testing.TB, n int) {
 	}
 }
 
-// take tries to hold n free units of the budget in conn's session: all of
-// them, or none. Allocations are serialised by the allocator's lock (held
-// for a few statements), so two tests never each hold part of what both
-// need.
-func take(ctx context.Context, conn *pgx.Conn, n, budget int) (bool, error) {
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1, 0)`, reserveKey); err != nil {
+// take tries to hold n free units of the budget (the advisory locks (key,
+// 1..budget)) in conn's session: all of them, or none. Allocations are
+// serialised by the allocator's lock (key, 0), held for a few statements,
+// so two tests never each hold part of what both need.
+func take(ctx context.Context, conn *pgx.Conn, key int32, n, budget int) (bool, error) {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1, 0)`, key); err != nil {
 		return false, err
 	}
 	var taken []int32
 	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(k), '{}') FROM (
-		SELECT k FROM generate_series(1, $2::int) k WHERE pg_try_advisory_lock($1, k) LIMIT $3) t`, reserveKey, budget, n).Scan(&taken)
+		SELECT k FROM generate_series(1, $2::int) k WHERE pg_try_advisory_lock($1, k) LIMIT $3) t`, key, budget, n).Scan(&taken)
 	if err == nil && len(taken) < n {
-		_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, k) FROM unnest($2::int[]) k`, reserveKey, taken)
+		_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, k) FROM unnest($2::int[]) k`, key, taken)
 	}
-	if _, uerr := conn.Exec(ctx, `SELECT pg_advisory_unlock($1, 0)`, reserveKey); err == nil {
+	if _, uerr := conn.Exec(ctx, `SELECT pg_advisory_unlock($1, 0)`, key); err == nil {
 		err = uerr
 	}
 	if err != nil {

@@ -1,39 +1,52 @@
 package testdb
 
 import (
+	"context"
+	"math/rand/v2"
 	"testing"
-	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// Reservations share one budget: with 3 of 4 held, a test asking for 2
-// waits until the holder ends, then gets them.
-func TestReserveSharesOneBudget(t *testing.T) {
+// Reservations share one budget, all or nothing: with 3 of 4 units held, 2
+// more are refused (and none of them kept) while 1 is granted; once the
+// holder's session ends, its units are free. The test's own key keeps it
+// apart from the reservations of the tests running beside it.
+func TestReserveTakesAllOrNothing(t *testing.T) {
 	Connect(t, "").Close() // skip (fail with CI=true) without a database
-	t.Setenv("FF_TEST_CONN_BUDGET", "4")
-	held, release, second := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	t.Run("group", func(t *testing.T) {
-		t.Run("holder", func(t *testing.T) {
-			t.Parallel()
-			Reserve(t, 3)
-			close(held)
-			<-release
-		})
-		t.Run("second", func(t *testing.T) {
-			t.Parallel()
-			<-held
-			Reserve(t, 2)
-			close(second)
-		})
-		t.Run("judge", func(t *testing.T) {
-			t.Parallel()
-			<-held
-			select {
-			case <-second:
-				t.Error("a test got 2 of a budget of 4 while another held 3")
-			case <-time.After(time.Second):
-			}
-			close(release)
-			<-second
-		})
-	})
+	ctx := t.Context()
+	key := int32(rand.N(1<<30)) + 1<<30 // not reserveKey, not another run's
+	conn := func() *pgx.Conn {
+		t.Helper()
+		c, err := pgx.Connect(ctx, URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	take := func(c *pgx.Conn, n int) bool {
+		t.Helper()
+		got, err := take(ctx, c, key, n, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	holder, other, third := conn(), conn(), conn()
+	if !take(holder, 3) {
+		t.Fatal("3 of a free budget of 4 refused")
+	}
+	if take(other, 2) {
+		t.Fatal("2 of a budget of 4 granted while 3 are held")
+	}
+	if !take(third, 1) {
+		t.Fatal("the last unit refused: a refused request kept some of what it asked for")
+	}
+	if err := holder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !take(other, 2) {
+		t.Fatal("2 refused after the holder's session ended")
+	}
 }
