@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,9 +72,50 @@ func Run(ctx context.Context, name string, parse func(args []string, stdout io.W
 	}
 	if err == nil {
 		defer pool.Close()
-		err = d.Serve(ctx, pool, logger)
+		err = serveThroughLostServer(ctx, d, pool, logger)
 	}
 	return ReportServe(stderr, name, logger, d.Flags.LogFormat == LogJSON, err)
+}
+
+// serveThroughLostServer runs d.Serve, and runs it again when it returns
+// an error of a lost server (ff.ErrUnavailable: a connection cut off, only
+// a standby answering a multi-host URL) while the server may come back:
+// as a refused first connection is tried again (awaitServer), up to
+// --startup-wait since the first of a streak of such returns, with the
+// same backoff. A running process rides out a lost server by itself; what
+// returns such an error is a start cut off half-way: a failover or a
+// restart while the start read the schema (the lease checker's failovers
+// stopped ffworker with "verify: reading ff_migration: unavailable:
+// unexpected EOF", and with "looking for ff.tick jobs …: read only
+// connection", leaving no worker to scan). Without --startup-wait (0), or
+// for any other error, it returns at once.
+func serveThroughLostServer(ctx context.Context, d Daemon, pool *pgxpool.Pool, logger *slog.Logger) error {
+	var streak time.Time
+	for try := 1; ; try++ {
+		began := time.Now()
+		err := d.Serve(ctx, pool, logger)
+		if err == nil || ctx.Err() != nil || d.Flags.StartupWait <= 0 || !errors.Is(err, ff.ErrUnavailable) {
+			return err
+		}
+		if streak.IsZero() || time.Since(began) >= d.Flags.StartupWait {
+			streak, try = began, 1
+		}
+		if time.Since(streak) >= d.Flags.StartupWait {
+			return fmt.Errorf("gave up after waiting %s (--startup-wait): %w", d.Flags.StartupWait, err)
+		}
+		logger.Warn("the server was lost while starting; starting again", "error", Scrub(err.Error()),
+			"waited", time.Since(streak).Round(time.Second).String(), "startup_wait", d.Flags.StartupWait.String(), "tries", try)
+		t := time.NewTimer(startupBackoff(try))
+		select {
+		case <-ctx.Done():
+			// Stopped while it waited for the server: a clean stop, as
+			// in awaitServer.
+			t.Stop()
+			logger.Info("stopped before the server came back", "error", Scrub(err.Error()))
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // AddPipelineFlags adds the flags ffscheduler and ffworker share about the
