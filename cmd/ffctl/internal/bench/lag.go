@@ -198,6 +198,26 @@ func lagRun(ctx context.Context, env *Env, pool *pgxpool.Pool, schema string, p 
 			lower = append(lower, time.Duration(atMs-d)*time.Millisecond)
 		}
 	}
+	// drain reads a stream (next: an event's execution, occurred_at_ms,
+	// and whether it is the kind's) until every seeded item was received;
+	// a lost connection is the stream's to ride out.
+	drain := func(due map[ff.ExecutionID]int64, next func(context.Context) (ff.ExecutionID, int64, bool, error)) error {
+		for len(due) > 0 {
+			id, atMs, ours, err := next(cctx)
+			at := time.Now()
+			if err != nil {
+				var disc *subscribe.DisconnectedError
+				if errors.As(err, &disc) {
+					continue
+				}
+				return fmt.Errorf("lag bench: %s: after %d of %d events: %w", kind, len(lags), n, err)
+			}
+			if ours {
+				record(due, id, at, atMs)
+			}
+		}
+		return nil
+	}
 	first := time.Now().Add(lead).UnixMilli()
 	switch kind {
 	case LagExpiry:
@@ -216,19 +236,11 @@ func lagRun(ctx context.Context, env *Env, pool *pgxpool.Pool, schema string, p 
 		if err := seeded(due, first); err != nil {
 			return nil, nil, err
 		}
-		for len(due) > 0 {
-			ev, err := s.Next(cctx)
-			at := time.Now()
-			if err != nil {
-				var disc *subscribe.DisconnectedError
-				if errors.As(err, &disc) {
-					continue
-				}
-				return nil, nil, fmt.Errorf("lag bench: %s: after %d of %d events: %w", kind, len(lags), n, err)
-			}
-			if ev.Type == ff.LeaseExpired {
-				record(due, ev.ExecutionID, at, ev.AtMs)
-			}
+		if err := drain(due, func(ctx context.Context) (ff.ExecutionID, int64, bool, error) {
+			ev, err := s.Next(ctx)
+			return ev.ExecutionID, ev.AtMs, ev.Type == ff.LeaseExpired, err
+		}); err != nil {
+			return nil, nil, err
 		}
 	case LagDeadline:
 		s, err := subscribe.Completions(ctx, pool, subscribe.Options{Schema: schema, Logger: env.Logger})
@@ -243,19 +255,11 @@ func lagRun(ctx context.Context, env *Env, pool *pgxpool.Pool, schema string, p 
 		if err := seeded(due, first); err != nil {
 			return nil, nil, err
 		}
-		for len(due) > 0 {
-			ev, err := s.Next(cctx)
-			at := time.Now()
-			if err != nil {
-				var disc *subscribe.DisconnectedError
-				if errors.As(err, &disc) {
-					continue
-				}
-				return nil, nil, fmt.Errorf("lag bench: %s: after %d of %d events: %w", kind, len(lags), n, err)
-			}
-			if ev.Outcome == ff.OutcomeExpired {
-				record(due, ev.ExecutionID, at, ev.AtMs)
-			}
+		if err := drain(due, func(ctx context.Context) (ff.ExecutionID, int64, bool, error) {
+			ev, err := s.Next(ctx)
+			return ev.ExecutionID, ev.AtMs, ev.Outcome == ff.OutcomeExpired, err
+		}); err != nil {
+			return nil, nil, err
 		}
 	case LagPromotion:
 		due, err := seedTimers(ctx, pool, "delay_until_ms", n, first, span.Milliseconds())
