@@ -505,9 +505,10 @@ func (s *Store) queueCloseAttempt(b *pgx.Batch, l *locked, outcome string, bump 
 // row and extends a lease past its expiry under the same epoch: a renew
 // that committed between this transaction's read and its write would
 // otherwise be expired on the expiry it replaced. The write then changes
-// no row and fails with ff.ErrLeaseHeld: the lease was renewed, it is live
-// (Reclaim returns it; the attempt_timeout action is retried alone and
-// finds the lease live).
+// no row and fails with ff.ErrLeaseHeld: the attempt_timeout action is
+// retried alone and decides again on the renewed expiry. Reclaim, whose
+// answer its caller acts on, locks the attempt row before it reads
+// (lockWithAttempt), so for it the guard always holds.
 func (s *Store) queueCloseExpiredAttempt(b *pgx.Batch, l *locked, outcome string, now int64) {
 	if upstreamUnfenced {
 		s.queueCloseAttempt(b, l, outcome, outcome != "interrupted_reclaimed", now)
@@ -698,7 +699,10 @@ func (s *Store) queueRelease(b *pgx.Batch, l *locked, now int64) error {
 // bump fences the old holder wherever it checks: ffriver's fence checks the
 // attempt too, but upstream FlowFabric's handle-based calls on the same
 // tables fence on the epoch of the attempt their handle names and nothing
-// else (docs/upstream.md). The new lease's expiry is
+// else (docs/upstream.md). Upstream's renew changes a lease without the
+// execution's lock, so Reclaim also locks the attempt row: a renew in
+// flight is waited for, and the decision is taken on the expiry it leaves.
+// The new lease's expiry is
 // now + p.LeaseTTL, capped at the execution's deadline. It fails with
 // ff.ErrLeaseHeld while the lease is live, ff.ErrNotActive when the
 // execution is not active, its deadline has passed (the execution_deadline
@@ -723,7 +727,7 @@ func (s *Store) ReclaimTx(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, p C
 	if err := p.validate(); err != nil {
 		return Lease{}, err
 	}
-	l, err := s.lock(ctx, tx, id)
+	l, err := s.lockWithAttempt(ctx, tx, id)
 	if err != nil {
 		return Lease{}, err
 	}

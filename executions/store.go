@@ -355,6 +355,30 @@ func (l *locked) fields() []any {
 // transaction that holds it, then reads the row and its current attempt as
 // they are once the lock is held.
 func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, error) {
+	return s.lockWith(ctx, tx, id, false)
+}
+
+// lockWithAttempt is lock that also locks the current attempt row before
+// reading it, for a decision that the lease has expired which must answer
+// on the expiry as it is (Reclaim). ffriver's writers change a lease only
+// under the execution's lock, but upstream FlowFabric's handle-based renew
+// (docs/upstream.md) locks only the attempt row: with that row locked too,
+// a renew in flight is waited for and its expiry is the one decided on, and
+// none can commit between the read and the write.
+func (s *Store) lockWithAttempt(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked, error) {
+	return s.lockWith(ctx, tx, id, true)
+}
+
+// lockAttemptSQL locks the current attempt row of an execution whose row
+// lock is held (so its attempt_index cannot change).
+const lockAttemptSQL = `SELECT FROM {S}ff_attempt
+WHERE (partition_key, execution_id, attempt_index) =
+      (SELECT partition_key, execution_id, attempt_index FROM {S}ff_exec_core WHERE partition_key = $1 AND execution_id = $2)
+FOR NO KEY UPDATE`
+
+// lockWith is lock, with attempt also locking the current attempt row
+// (lockWithAttempt).
+func (s *Store) lockWith(ctx context.Context, tx pgx.Tx, id ff.ExecutionID, attempt bool) (*locked, error) {
 	if err := s.checkID(id); err != nil {
 		return nil, err
 	}
@@ -365,6 +389,9 @@ func (s *Store) lock(ctx context.Context, tx pgx.Tx, id ff.ExecutionID) (*locked
 	found := false
 	b := &pgx.Batch{}
 	b.Queue(s.sql(lockRowSQL), id.Partition, dbutil.UUID(id.UUID))
+	if attempt {
+		b.Queue(s.sql(lockAttemptSQL), id.Partition, dbutil.UUID(id.UUID))
+	}
 	b.Queue(s.sql(readLockedSQL), id.Partition, dbutil.UUID(id.UUID)).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(l.fields()...)
 		if errors.Is(err, pgx.ErrNoRows) {

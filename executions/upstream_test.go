@@ -477,30 +477,50 @@ func TestUpstreamHandleFencedAfterReclaim(t *testing.T) {
 }
 
 // An upstream renew that commits while attempt_timeout or Reclaim waits for
-// the attempt row is not undone: upstream's renew locks only the attempt row
-// and extends an expired lease under the same epoch, so the expiry that
-// they read under the execution's lock no longer holds when their write
-// gets the row. The write is refused with ErrLeaseHeld (the lease is live:
-// Reclaim returns it, the attempt_timeout action is retried alone and then
-// finds the lease live), and the upstream holder keeps its lease (found by
-// the lease checker's upstream writer: a renew that committed first, then
-// an "expired" event decided on the expiry it had replaced).
+// the attempt row is not undone, and is decided on: upstream's renew locks
+// only the attempt row and moves the expiry under the same epoch, so the
+// expiry read under the execution's lock alone may no longer hold when the
+// write gets the row. A renew that left the lease live keeps it: Reclaim
+// (which locks the attempt row before it reads) answers ErrLeaseHeld, the
+// attempt_timeout write is refused with ErrLeaseHeld and the action, retried
+// alone, finds the lease live (found by the lease checker's upstream writer:
+// a renew that committed first, then an "expired" event decided on the
+// expiry it had replaced). A renew that left the lease expired (a renew
+// whose clock was behind) does not save it: Reclaim takes it over instead
+// of answering ErrLeaseHeld for a lease that had expired in every order of
+// the two (lease checker, seed 5253), and attempt_timeout, retried alone,
+// expires it.
 func TestUpstreamRenewBeatsExpiryWaitingForTheRow(t *testing.T) {
 	t.Parallel()
-	for name, take := range map[string]func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error{
-		"attempt_timeout": func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error {
-			out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, attempt)
-			if err == nil {
-				return fmt.Errorf("outcome %s", out)
-			}
-			return err
-		},
-		"Reclaim": func(f *fixture, tx pgx.Tx, id ff.ExecutionID, _ int32) error {
-			_, err := f.st.ReclaimTx(f.ctx, tx, id, executions.ClaimParams{WorkerID: "r", WorkerInstanceID: "r-1", LeaseTTL: time.Minute})
-			return err
-		},
+	type take func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error
+	expire := func(f *fixture, tx pgx.Tx, id ff.ExecutionID, attempt int32) error {
+		out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, attempt)
+		if err == nil && out != actions.Processed {
+			return fmt.Errorf("outcome %s", out)
+		}
+		return err
+	}
+	reclaim := func(f *fixture, tx pgx.Tx, id ff.ExecutionID, _ int32) error {
+		_, err := f.st.ReclaimTx(f.ctx, tx, id, executions.ClaimParams{WorkerID: "r", WorkerInstanceID: "r-1", LeaseTTL: time.Minute})
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		take take
+		// renewBy is how far past now the renew moves the expiry.
+		renewBy time.Duration
+		// raced is what take returns after the renew committed.
+		raced error
+		// renewed: the renew's lease holds afterwards; else take's retry
+		// (alone, when raced is not nil) ends it.
+		renewed bool
+	}{
+		{"attempt_timeout/live", expire, 30 * time.Second, ff.ErrLeaseHeld, true},
+		{"Reclaim/live", reclaim, 30 * time.Second, ff.ErrLeaseHeld, true},
+		{"attempt_timeout/still-expired", expire, -time.Millisecond, ff.ErrLeaseHeld, false},
+		{"Reclaim/still-expired", reclaim, -time.Millisecond, nil, false},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			const lane = "up-renew-race"
@@ -509,7 +529,7 @@ func TestUpstreamRenewBeatsExpiryWaitingForTheRow(t *testing.T) {
 			f.clock.Advance(2 * time.Second)
 
 			// Upstream's renew, up to its COMMIT: the attempt row locked
-			// and its expiry moved on.
+			// and its expiry moved.
 			renew, err := f.db.Pool.Begin(f.ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -524,11 +544,11 @@ func TestUpstreamRenewBeatsExpiryWaitingForTheRow(t *testing.T) {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
-			go func() { done <- f.InTx(func(tx pgx.Tx) error { return take(f, tx, id, h.Attempt) }) }()
-			fftest.Await(t, 10*time.Second, name+" waiting for the attempt row", func() bool {
+			go func() { done <- f.InTx(func(tx pgx.Tx) error { return c.take(f, tx, id, h.Attempt) }) }()
+			fftest.Await(t, 10*time.Second, c.name+" waiting for the attempt row", func() bool {
 				return f.Count(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, renewPID) > 0
 			})
-			expiry := f.clock.NowMs() + 30_000
+			expiry := f.clock.NowMs() + c.renewBy.Milliseconds()
 			if _, err := renew.Exec(f.ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $4 WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`,
 				id.Partition, id.UUID, h.Attempt, expiry); err != nil {
 				t.Fatal(err)
@@ -536,21 +556,32 @@ func TestUpstreamRenewBeatsExpiryWaitingForTheRow(t *testing.T) {
 			if err := renew.Commit(f.ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-done; !errors.Is(err, ff.ErrLeaseHeld) {
-				t.Fatalf("%s after the renew committed: %v; want ff.ErrLeaseHeld", name, err)
+			if err := <-done; !errors.Is(err, c.raced) || (err != nil && c.raced == nil) {
+				t.Fatalf("%s after the renew committed: %v; want %v", c.name, err, c.raced)
 			}
-			f.apply("expire again", func(tx pgx.Tx) error {
-				out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, h.Attempt)
-				if err == nil && out != actions.NoOp {
-					t.Errorf("attempt_timeout of the renewed lease: %s, want %s", out, actions.NoOp)
+			if c.renewed {
+				f.apply("expire again", func(tx pgx.Tx) error {
+					out, err := actions.Of(f.st.Pipeline()).ExpireAttempt(f.ctx, tx, id, h.Attempt)
+					if err == nil && out != actions.NoOp {
+						t.Errorf("attempt_timeout of the renewed lease: %s, want %s", out, actions.NoOp)
+					}
+					return err
+				})
+				if e := f.Get(id); e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || *e.Attempt.LeaseExpiresAtMs != expiry {
+					t.Fatalf("after the renew: attempt %+v, want the lease renewed until %d", e.Attempt, expiry)
 				}
-				return err
-			})
-			if e := f.Get(id); e.Attempt == nil || e.Attempt.LeaseExpiresAtMs == nil || *e.Attempt.LeaseExpiresAtMs != expiry {
-				t.Fatalf("after the renew: attempt %+v, want the lease renewed until %d", e.Attempt, expiry)
+				if err := upstream.Complete(f.ctx, f.db.Pool, h, f.clock.NowMs()); err != nil {
+					t.Fatalf("upstream complete with the renewed handle: %v", err)
+				}
+				return
 			}
-			if err := upstream.Complete(f.ctx, f.db.Pool, h, f.clock.NowMs()); err != nil {
-				t.Fatalf("upstream complete with the renewed handle: %v", err)
+			if c.raced != nil {
+				if err := f.InTx(func(tx pgx.Tx) error { return c.take(f, tx, id, h.Attempt) }); err != nil {
+					t.Fatalf("%s again: %v", c.name, err)
+				}
+			}
+			if err := upstream.Renew(f.ctx, f.db.Pool, h, 30_000, f.clock.NowMs()); !errors.Is(err, upstream.ErrFence) {
+				t.Fatalf("upstream renew with the ended lease's handle: %v, want upstream.ErrFence", err)
 			}
 		})
 	}
