@@ -20,6 +20,7 @@ import (
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
@@ -336,5 +337,54 @@ func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
 		Client: ffriver.ClientOptions{ApplyWorkers: 1, TestOnly: true}})
 	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "negative") {
 		t.Errorf("ShutdownTimeout negative: %v, want a validation error", err)
+	}
+}
+
+// A process whose server is lost between NewProcess and Start (a failover
+// promoting a standby while a binary starts) fails Start with
+// ff.ErrUnavailable, the error the binaries start again on within
+// --startup-wait, not a plain error they exit on (found by the lease
+// checker's failover fault, seed 5301: an ffworker exited with "starting
+// River: failed to connect … read only connection").
+func TestStartOnALostServerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	cfg := db.Pool.Config()
+	var lost sync.Mutex
+	lostServer := false
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		lost.Lock()
+		defer lost.Unlock()
+		if lostServer {
+			cc.Host, cc.Port, cc.Fallbacks = "127.0.0.1", 1, nil // nothing listens there
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f, err := ffriver.New(ctx, pool, ffriver.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.NewProcess(ctx, ffriver.ProcessOptions{Role: ffriver.Worker, ShutdownTimeout: 5 * time.Second,
+		Client: ffriver.ClientOptions{ApplyWorkers: 1, TestOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost.Lock()
+	lostServer = true
+	lost.Unlock()
+	pool.Reset()
+	err = p.Start()
+	if err == nil {
+		_ = p.Stop()
+		t.Fatal("Start with the server lost: nil error")
+	}
+	if !errors.Is(err, ff.ErrUnavailable) {
+		t.Fatalf("Start with the server lost: %v; want ff.ErrUnavailable", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/migrations"
 
 	"github.com/jackc/pgx/v5"
@@ -145,7 +146,9 @@ func (p *Process) Start() error {
 	}
 	if err := p.client.Start(p.runCtx); err != nil {
 		p.cancel()
-		return fmt.Errorf("starting River: %w", err)
+		// A server lost while starting (a failover, a restart) is
+		// ff.ErrUnavailable: the binaries start again on it.
+		return dbutil.MapErr(err, "starting River")
 	}
 	p.started.Store(true)
 	return nil
