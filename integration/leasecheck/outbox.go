@@ -456,7 +456,7 @@ func (snap *Snapshot) readIncarnations(ctx context.Context, tx pgx.Tx) error {
 func ReadSnapshot(ctx context.Context, pool *pgxpool.Pool) (*Snapshot, error) {
 	snap := &Snapshot{Execs: map[string]*DBExec{}, Txs: map[string][]*Tx{}, Groups: map[string]*DBGroup{}, Incarnations: map[string][]*Incarnation{}}
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&snap.NowMs); err != nil {
+		if err := snap.readNow(ctx, tx); err != nil {
 			return err
 		}
 		if err := snap.readIncarnations(ctx, tx); err != nil {
@@ -649,6 +649,27 @@ SELECT 'hop not applied: ' || d.partition_key || ':' || d.upstream_eid || ' -> '
 FROM ff_edge d JOIN ff_exec_core u ON u.partition_key = d.partition_key AND u.execution_id = d.upstream_eid
 WHERE u.lifecycle_phase = 'terminal' AND d.upstream_outcome IS NULL
 LIMIT 50`
+
+// ReadQuiesce reads only what the quiesce waits on, a Snapshot with NowMs,
+// Overdue and Pending: what ReadSnapshot reads last, without the rest.
+func ReadQuiesce(ctx context.Context, pool *pgxpool.Pool) (*Snapshot, error) {
+	snap := &Snapshot{}
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := snap.readNow(ctx, tx); err != nil {
+			return err
+		}
+		return snap.readOverdue(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// readNow reads the database's clock as the snapshot's NowMs.
+func (snap *Snapshot) readNow(ctx context.Context, tx pgx.Tx) error {
+	return tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`).Scan(&snap.NowMs)
+}
 
 func (snap *Snapshot) readOverdue(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, overdueSQL, snap.NowMs)
