@@ -75,5 +75,4 @@
 // scans of at most a batch of items (a scan job costs a River round
 // whatever it finds). Scan is therefore called once per partition of a
 // scan job, always with a single partition.
-//
 package pipeline
