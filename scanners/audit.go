@@ -3,13 +3,13 @@ package scanners
 import (
 	"context"
 	"fmt"
-	"github.com/ffriver/ffriver/internal/pipeline"
 	"strconv"
 	"strings"
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )

@@ -2,12 +2,12 @@ package scanners
 
 import (
 	"context"
-	"github.com/ffriver/ffriver/internal/pipeline"
 	"testing"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/workers"
 )
 

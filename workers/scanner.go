@@ -55,9 +55,9 @@ type ParamsProvider interface {
 // StoredParamsProvider is implemented by scanners whose params are a
 // setting stored in the schema (ff_settings: ffctl config set,
 // ffriver.SetSetting), such as the retention periods. Their ticks, and
-// the backlog ffctl status shows, read the stored value when they run and use its params
-// instead of the ones the tick was inserted with; with nothing stored they
-// keep those. So whichever process leads, and whatever it was started
+// the backlog ffctl status shows, read the stored value when they run and
+// use its params instead of the ones the tick was inserted with; with
+// nothing stored they keep those. So whichever process leads, and whatever it was started
 // with, runs the schema's value, and a change applies from the next tick.
 type StoredParamsProvider interface {
 	ParamsProvider

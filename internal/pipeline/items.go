@@ -2,12 +2,12 @@ package pipeline
 
 import (
 	"context"
-	"github.com/ffriver/ffriver/internal/apply"
-	"github.com/ffriver/ffriver/workers"
 
 	"github.com/ffriver/ffriver/internal/actions"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )

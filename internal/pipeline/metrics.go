@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
-	"github.com/ffriver/ffriver/workers"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/internal/otelbuckets"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"

@@ -3,14 +3,14 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"github.com/ffriver/ffriver/internal/apply"
-	"github.com/ffriver/ffriver/workers"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/jobopts"
 	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 

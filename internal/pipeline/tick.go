@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ffriver/ffriver/internal/apply"
-	"github.com/ffriver/ffriver/workers"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )

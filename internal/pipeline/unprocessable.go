@@ -3,10 +3,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"github.com/ffriver/ffriver/workers"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/ffriver/ffriver/workers"
 )
 
 // DefaultUnprocessableReportInterval is Env.UnprocessableReportInterval
