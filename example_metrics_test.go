@@ -66,14 +66,14 @@ func Example_metrics() {
 			Role: ffriver.Scheduler, Client: ffriver.ClientOptions{ScanWorkers: 2, ApplyWorkers: 4},
 		}})
 	}()
-	processed := attribute.NewSet(workers.LabelScanner.String(scanners.DelayedPromoter), workers.LabelOutcome.String("processed"))
+	processed := attribute.NewSet(attribute.String("scanner", scanners.DelayedPromoter), attribute.String("outcome", "processed"))
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(ctx, &rm); err != nil {
 			fmt.Println(err)
 			break
 		}
-		if n := counterValue(rm, workers.MetricItems, processed); n > 0 {
+		if n := counterValue(rm, "ffriver.items", processed); n > 0 {
 			fmt.Println("ffriver_items_total{scanner=\"delayed_promoter\",outcome=\"processed\"}", n)
 			break
 		}

@@ -107,7 +107,7 @@ func Example_embed() {
 	// River's insert notifications are spaced by the client's cooldown
 	// (100 ms by default, for every queue of the client); ffriver's item
 	// jobs want them at once.
-	rc.FetchCooldown = ffworkers.QueueFetchCooldown
+	rc.FetchCooldown = ffriver.QueueFetchCooldown
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		fmt.Println(err)

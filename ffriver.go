@@ -62,7 +62,10 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/jobopts"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
 	"github.com/ffriver/ffriver/outbox"
@@ -92,7 +95,7 @@ type Config struct {
 	Partitions ff.Partitions
 	// Filter restricts the scans this process schedules to one namespace
 	// and/or instance tag. It travels in the tick and scan job args and
-	// selects the queue names (Service.Pipeline().ScanQueue, ApplyQueue), so workers
+	// selects the queue names (Service.Queues), so workers
 	// with the same filter work exactly these jobs.
 	Filter ff.Filter
 	// Scanners overrides settings by scanner name; zero fields keep the
@@ -135,17 +138,16 @@ type Config struct {
 	// SettingsSetBy is what the settings StoreSettings stores record as
 	// who set them (default: the host and process id).
 	SettingsSetBy string
-	// JobTimeout of ffriver's jobs. 0 means workers.DefaultJobTimeout
-	// (30 s); negative is an error (a job without a timeout would defeat
+	// JobTimeout of ffriver's jobs. 0 means the default, 30 s; negative is an error (a job without a timeout would defeat
 	// ff.rescue, which presumes a job running past it dead).
 	JobTimeout time.Duration
 	// GroupSize is the most item jobs of one grouped kind (the built-in
 	// expire, promote and deadline) a process applies in one transaction;
-	// 1 applies every item alone. 0 means workers.DefaultGroupSize (a
+	// 1 applies every item alone. 0 means the default, 64 (a
 	// group of none means nothing); negative is an error.
 	GroupSize int
 	// GroupLanes is how many such group transactions per kind a process
-	// runs at once. 0 means workers.DefaultGroupLanes; negative is an
+	// runs at once. 0 means the default, 2; negative is an
 	// error.
 	GroupLanes int
 	// Clock for every *_ms timestamp (default ff.SystemClock).
@@ -174,7 +176,7 @@ type Config struct {
 	// Set, a client whose river.Config.Schema names another schema is
 	// refused by Configure.
 	RiverSchema string
-	// MeterProvider receives ffriver's instruments (workers.Metrics: item
+	// MeterProvider receives ffriver's instruments (item
 	// outcomes and durations, the scanners' backlog from the ticks) and,
 	// on the processes' River clients (SchedulerConfig, WorkerConfig),
 	// River's own through otelriver. nil: no metrics. ffriver never
@@ -204,7 +206,7 @@ type Service struct {
 	created   time.Time
 	logger    *slog.Logger
 	store     *executions.Store
-	pipeline  *workers.Pipeline
+	pipeline  *pipeline.Pipeline
 	periodic  []*river.PeriodicJob
 	meters    metric.MeterProvider
 	tracers   trace.TracerProvider
@@ -300,7 +302,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 			cfg.ExecutionRetention, scanners.DefaultExecutionRetention)
 	}
 	if cfg.JobTimeout < 0 {
-		return nil, ff.Validationf("job_timeout", "%s is negative: 0 means the default %s", cfg.JobTimeout, workers.DefaultJobTimeout)
+		return nil, ff.Validationf("job_timeout", "%s is negative: 0 means the default %s", cfg.JobTimeout, apply.DefaultJobTimeout)
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -316,7 +318,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		plugins = scanners.Builtins(scanners.BuiltinOptions{OutboxRetention: cfg.OutboxRetention, ExecutionRetention: cfg.ExecutionRetention})
 	}
 	plugins = append(plugins, cfg.Plugins...)
-	env := workers.NewEnv(store, cfg.Logger)
+	env := pipeline.NewEnv(store, cfg.Logger)
 	if cfg.JobTimeout > 0 {
 		env.JobTimeout = cfg.JobTimeout
 	}
@@ -330,11 +332,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 		env.GroupLanes = cfg.GroupLanes
 	}
 	if cfg.MeterProvider != nil || cfg.TracerProvider != nil {
-		if env.Metrics, err = workers.NewMetrics(cfg.MeterProvider, cfg.TracerProvider); err != nil {
+		if env.Metrics, err = pipeline.NewMetrics(cfg.MeterProvider, cfg.TracerProvider); err != nil {
 			return nil, fmt.Errorf("ffriver: metrics: %w", err)
 		}
 	}
-	p, err := workers.NewPipeline(env, plugins, cfg.Filter, cfg.Scanners)
+	p, err := pipeline.New(env, plugins, cfg.Filter, cfg.Scanners)
 	if err != nil {
 		return nil, err
 	}
@@ -484,12 +486,15 @@ func (f *Service) RiverSchema() string { return *f.riverSchema.Load() }
 
 // Store returns the execution store the pipeline acts on. Its terminal
 // transitions of flow members enqueue their cascade (ff.advance jobs) in
-// the same transaction; use it (or a Store opened with a workers.Cascader)
+// the same transaction; use it (or a Store whose Cascader is the Service's)
 // for the application's own claims and completions.
 func (f *Service) Store() *executions.Store { return f.store }
 
-// Pipeline returns the River pipeline.
-func (f *Service) Pipeline() *workers.Pipeline { return f.pipeline }
+// The binaries read the pipeline (internal/pipeline) of a Service with
+// pipeline.Of: none of it is part of the Service's API.
+func init() {
+	pipeline.SetOfService(func(f *Service) *pipeline.Pipeline { return f.pipeline })
+}
 
 // AddWorkers adds every ffriver job kind's worker to workers (River's
 // AddWorkerSafely: a kind the host already registered is an error). Call it
@@ -502,17 +507,26 @@ func (f *Service) PeriodicJobs() []*river.PeriodicJob {
 	return append([]*river.PeriodicJob(nil), f.periodic...)
 }
 
+// QueueFetchCooldown is the FetchCooldown of ffriver's two queues
+// (Queues): the least time between two fetches of a queue's producer.
+// River's default (100 ms) caps a queue at MaxWorkers jobs per 100 ms,
+// whatever the jobs cost: 160 items/s for ffworker's 16 apply workers, and
+// a tick's 256 scans spread over seconds. The cooldown only spaces fetches
+// while jobs keep coming (they are woken by River's insert notifications
+// and completions); an idle queue still polls once per FetchPollInterval.
+// A host's client sets it as its own FetchCooldown too (see Configure).
+const QueueFetchCooldown = jobopts.QueueFetchCooldown
+
 // Queues returns ffriver's queue configs for river.Config.Queues: the scan
 // queue with scanWorkers and the apply queue with applyWorkers, each with
-// workers.QueueFetchCooldown; a count of 0 leaves that queue out.
+// QueueFetchCooldown; a count of 0 leaves that queue out.
 func (f *Service) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
 	return f.pipeline.Queues(scanWorkers, applyWorkers)
 }
 
 // ObserveJobs records the outcome and duration of every ffriver item job
 // client works (Config.MeterProvider), and ends its span
-// (Config.TracerProvider), until ctx is done: see
-// workers.Pipeline.ObserveJobs. It returns once subscribed; call it before
+// (Config.TracerProvider), until ctx is done. It returns once subscribed; call it before
 // client.Start. Processes (Run, NewProcess) run it; an application whose
 // own client was set up with Configure runs it on that client. Without a
 // provider it does nothing.
@@ -524,7 +538,7 @@ func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx])
 // (creating rc.Workers if nil), appends the periodic jobs unless the client
 // cannot lead (LeaderElectionDisabled), and adds the queues. A queue name
 // the host already configures is an error. With Config.TracerProvider it
-// appends the item span middleware (workers.Pipeline.Middleware) to
+// appends the item span middleware to
 // rc.Middleware; River's own metrics and spans are the host's choice
 // (otelriver on its client), and item metrics need ObserveJobs.
 //
@@ -532,7 +546,7 @@ func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx])
 // one insert notification per queue per client FetchCooldown (default
 // 100 ms), and items inserted by a tick's later scans without one wait for
 // the apply queue's next poll (FetchPollInterval, 1 s by default). The
-// standalone processes set it to workers.QueueFetchCooldown, which took
+// standalone processes set it to QueueFetchCooldown, which took
 // ffctl bench lag's p99 from 1.8-2.1 s to 1.3 s at 1,000 expiries/s; a host
 // that wants the same lag sets it too.
 //
@@ -711,7 +725,7 @@ func (f *Service) baseConfig(o ClientOptions) (*river.Config, error) {
 		// (one per queue per cooldown): at River's default 100 ms the items
 		// of a tick's later scans were inserted without one, after the
 		// producer's fetch, and waited for its 1 s poll.
-		FetchCooldown: workers.QueueFetchCooldown,
+		FetchCooldown: QueueFetchCooldown,
 		JobTimeout:    f.pipeline.Env().JobTimeout,
 		TestOnly:      o.TestOnly,
 	}, nil
@@ -1064,12 +1078,12 @@ func (f *Service) attach(ctx context.Context, client *river.Client[pgx.Tx], stal
 	f.ObserveJobs(ctx, client)
 }
 
-// cascade is the Store's actions.Cascader: a workers.Cascader whose
+// cascade is the Store's actions.Cascader: a pipeline.Cascader whose
 // River schema Configure may replace (the host client's) before the Store
 // is used.
 type cascade struct {
 	filter ff.Filter
-	c      atomic.Pointer[workers.Cascader]
+	c      atomic.Pointer[pipeline.Cascader]
 }
 
 func newCascade(riverSchema string, filter ff.Filter) (*cascade, error) {
@@ -1079,7 +1093,7 @@ func newCascade(riverSchema string, filter ff.Filter) (*cascade, error) {
 
 // use makes the cascade insert into riverSchema's River tables.
 func (c *cascade) use(riverSchema string) error {
-	wc, err := workers.NewCascader(riverSchema, c.filter)
+	wc, err := pipeline.NewCascader(riverSchema, c.filter)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/migrations"
@@ -161,7 +162,7 @@ func TestWatchTicksWarnsWithoutScheduler(t *testing.T) {
 	done := make(chan struct{})
 	go func() { f.WatchTicks(ctx, "", 300*time.Millisecond, logger); close(done) }()
 	fftest.Await(t, 20*time.Second, "the warning", func() bool { return strings.Contains(buf.String(), "no ffscheduler") })
-	if !strings.Contains(buf.String(), f.Pipeline().ScanQueue()) {
+	if !strings.Contains(buf.String(), pipeline.Of(f).ScanQueue()) {
 		t.Errorf("warning does not name the queue: %s", buf.String())
 	}
 	// Ticks appear, as a scheduler inserts them: the watcher says ticks are
@@ -171,10 +172,10 @@ func TestWatchTicksWarnsWithoutScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, _ := f.Pipeline().TickArgs(scanners.AttemptTimeout)
+	args, _ := pipeline.Of(f).TickArgs(scanners.AttemptTimeout)
 	fftest.Await(t, 60*time.Second, "the all-clear", func() bool {
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			_, err := c.InsertTx(ctx, tx, args, f.Pipeline().TickInsertOpts())
+			_, err := c.InsertTx(ctx, tx, args, pipeline.Of(f).TickInsertOpts())
 			return err
 		})
 		if err != nil {
@@ -294,23 +295,23 @@ func TestZeroIsTheDefaultNegativeIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := f.Pipeline().Settings(scanners.AttemptTimeout); st.Sweep != 0 {
+	if st, _ := pipeline.Of(f).Settings(scanners.AttemptTimeout); st.Sweep != 0 {
 		t.Errorf("NoSweep: attempt_timeout sweeps every %s, want no scan cursors", st.Sweep)
 	}
-	if st, _ := f.Pipeline().Settings(scanners.DelayedPromoter); st.Sweep != scanners.DefaultSweep || st.Batch != 7 {
+	if st, _ := pipeline.Of(f).Settings(scanners.DelayedPromoter); st.Sweep != scanners.DefaultSweep || st.Batch != 7 {
 		t.Errorf("an override's 0 sweep: %+v, want the default sweep %s", st, scanners.DefaultSweep)
 	}
-	if f.Pipeline().Env().JobTimeout <= 0 {
-		t.Errorf("JobTimeout 0 gave %s, want the default", f.Pipeline().Env().JobTimeout)
+	if pipeline.Of(f).Env().JobTimeout <= 0 {
+		t.Errorf("JobTimeout 0 gave %s, want the default", pipeline.Of(f).Env().JobTimeout)
 	}
-	if st, _ := f.Pipeline().Settings(scanners.ExecutionRetention); st.Disabled {
+	if st, _ := pipeline.Of(f).Settings(scanners.ExecutionRetention); st.Disabled {
 		t.Errorf("ExecutionRetention 0: execution_retention disabled, want it running with the default retention")
 	}
 	keep, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, ExecutionRetention: ffriver.KeepExecutions})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := keep.Pipeline().Settings(scanners.ExecutionRetention); !st.Disabled {
+	if st, _ := pipeline.Of(keep).Settings(scanners.ExecutionRetention); !st.Disabled {
 		t.Errorf("KeepExecutions: execution_retention enabled, want it disabled (executions kept forever)")
 	}
 

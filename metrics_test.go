@@ -9,6 +9,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
@@ -72,10 +73,10 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 		if err := reader.Collect(ctx, &rm); err != nil {
 			t.Fatal(err)
 		}
-		set := attribute.NewSet(workers.LabelScanner.String(scanners.AttemptTimeout), workers.LabelOutcome.String(string(workers.Processed)))
+		set := attribute.NewSet(pipeline.LabelScanner.String(scanners.AttemptTimeout), pipeline.LabelOutcome.String(string(workers.Processed)))
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
-				if m.Name != workers.MetricItems {
+				if m.Name != pipeline.MetricItems {
 					continue
 				}
 				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
@@ -104,8 +105,8 @@ func TestProcessMetricsAndSpans(t *testing.T) {
 		for _, kv := range s.Attributes() {
 			attrs[kv.Key] = kv.Value.String()
 		}
-		if !want[attrs[workers.AttrExecutionID]] || attrs[workers.AttrScanner] != scanners.AttemptTimeout ||
-			attrs[workers.AttrOutcome] != string(workers.Processed) {
+		if !want[attrs[pipeline.AttrExecutionID]] || attrs[pipeline.AttrScanner] != scanners.AttemptTimeout ||
+			attrs[pipeline.AttrOutcome] != string(workers.Processed) {
 			t.Errorf("item span attributes %v", attrs)
 		}
 		if !s.Parent().IsValid() {
@@ -146,7 +147,7 @@ func TestConsumerGauges(t *testing.T) {
 		if err := reader.Collect(ctx, &rm); err != nil {
 			t.Fatal(err)
 		}
-		set := attribute.NewSet(workers.LabelStream.String(subscribe.StreamLeases), workers.LabelConsumer.String("billing"))
+		set := attribute.NewSet(pipeline.LabelStream.String(subscribe.StreamLeases), pipeline.LabelConsumer.String("billing"))
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
 				if m.Name != name {
@@ -171,15 +172,15 @@ func TestConsumerGauges(t *testing.T) {
 		return 0, false
 	}
 	fftest.Await(t, 30*time.Second, "the consumer, holding a 1 ms retention, in the gauges", func() bool {
-		lag, ok := gauge(workers.MetricConsumerLag)
-		holds, _ := gauge(workers.MetricConsumerHoldsRetention)
+		lag, ok := gauge(pipeline.MetricConsumerLag)
+		holds, _ := gauge(pipeline.MetricConsumerHoldsRetention)
 		return ok && lag > 0 && holds == 1
 	})
 	if err := subscribe.DropConsumer(ctx, db.Pool, db.Schema, subscribe.StreamLeases, "billing"); err != nil {
 		t.Fatal(err)
 	}
 	fftest.Await(t, 30*time.Second, "the dropped consumer's series to go", func() bool {
-		_, ok := gauge(workers.MetricConsumerLag)
+		_, ok := gauge(pipeline.MetricConsumerLag)
 		return !ok
 	})
 }

@@ -271,7 +271,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, o RunOptions) erro
 	if err := p.Start(); err != nil {
 		return err
 	}
-	pl := f.Pipeline()
+	pl := f.pipeline
 	p.logger.Info(o.Name+" started", append([]any{"schema", f.Store().Schema(), "partitions", int(f.Store().Partitions()),
 		"pool_max_conns", pool.Config().MaxConns,
 		"scan_queue", pl.ScanQueue(), "apply_queue", pl.ApplyQueue(), "scanners", pl.ScannerNames()}, o.Started...)...)

@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -73,7 +74,7 @@ func TestStoredSettingsWinOverConfigAfterTakeover(t *testing.T) {
 		t.Errorf("B's execution retention = %s, want the stored 2h", got)
 	}
 	// The ticks B's leader inserts carry the stored retention.
-	args, err := b.Pipeline().TickArgs(scanners.ExecutionRetention)
+	args, err := pipeline.Of(b).TickArgs(scanners.ExecutionRetention)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
-	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -177,11 +177,11 @@ type WakeOptions struct {
 	// Disabled: no wake loop; scanners run at their periodic ticks only.
 	Disabled bool
 	// Poll is how often the next due times are re-read
-	// (workers.DefaultWakePoll when 0): a due time written closer to now
+	// (100 ms when 0): a due time written closer to now
 	// than that is acted on up to Poll late.
 	Poll time.Duration
 	// Spacing is the least time between two wake ticks of one scanner
-	// (workers.DefaultWakeSpacing when 0).
+	// (50 ms when 0).
 	Spacing time.Duration
 }
 
@@ -194,10 +194,10 @@ type WakeOptions struct {
 // instead of up to an interval late. Processes of role Scheduler run it;
 // an application that configures its own client (Configure) runs it
 // beside each leader-eligible client. The periodic ticks stay: a lost
-// wake-up delays by at most one interval (workers.Pipeline.Wake).
+// wake-up delays by at most one interval.
 func (f *Service) Wake(ctx context.Context, client *river.Client[pgx.Tx], o WakeOptions) error {
 	if o.Disabled {
 		return nil
 	}
-	return f.pipeline.Wake(ctx, client, workers.WakeOptions{ClientID: client.ID(), RiverSchema: f.RiverSchema(), Poll: o.Poll, Spacing: o.Spacing})
+	return f.pipeline.Wake(ctx, client, pipeline.WakeOptions{ClientID: client.ID(), RiverSchema: f.RiverSchema(), Poll: o.Poll, Spacing: o.Spacing})
 }

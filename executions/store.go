@@ -106,9 +106,9 @@ type Config struct {
 	// outbox.Writer.Discarding).
 	Outbox *outbox.Writer
 	// Cascader, when set, enqueues the flow cascade of every terminal
-	// transition of a flow member in the same transaction: a
-	// workers.NewCascader, whose ff.advance jobs ffriver's workers apply
-	// (ffriver.New gives its Store one). Without one, completion events stay
+	// transition of a flow member in the same transaction, as ff.advance
+	// jobs ffriver's workers apply (ffriver.New gives its Store one; use
+	// that Store, Service.Store). Without one, completion events stay
 	// undispatched for the dependency scanner.
 	Cascader actions.Cascader
 	// FlowsBySweep says that a Store without a Cascader is meant to leave

@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/actions"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/internal/upstream"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
@@ -41,7 +42,7 @@ func upID(id ff.ExecutionID) upstream.ID { return upstream.ID{Partition: id.Part
 // items.
 func (f *fixture) scan(s workers.Scanner, part int16) []river.JobArgs {
 	f.t.Helper()
-	params, err := workers.ParamsOf(s)
+	params, err := pipeline.ParamsOf(s)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -427,7 +428,7 @@ func TestUpstreamFlowSuccessCountedOnce(t *testing.T) {
 		t.Errorf("hops %+v of an upstream of unknown outcome", hops)
 	}
 	dep := scanners.NewDependencyScanner(0)
-	params, _ := workers.ParamsOf(dep)
+	params, _ := pipeline.ParamsOf(dep)
 	un, err := dep.Unprocessable(f.ctx, f.db.Pool, workers.DueRequest{Store: f.st, NowMs: f.clock.NowMs(), Params: params})
 	if err != nil {
 		t.Fatal(err)

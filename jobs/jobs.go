@@ -138,7 +138,7 @@ type TickArgs struct {
 	// configured with (ffriver.New, CheckTicks). The tick's worker does not
 	// read it.
 	Schema string `json:"schema,omitempty"`
-	// Wake marks the ticks of the leader's wake loop (workers.Pipeline.Wake):
+	// Wake marks the ticks of the leader's wake loop (ffriver.Service.Wake):
 	// their own args, so that River's tick uniqueness makes wake ticks one
 	// while in flight but never swallows a periodic tick, which counts
 	// everything due, also what a lost wake tick left.

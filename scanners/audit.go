@@ -9,6 +9,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 )
@@ -51,7 +52,7 @@ func audit(ctx context.Context, q workers.Querier, req workers.DueRequest, at in
 	for i, c := range cases {
 		fmt.Fprintf(&b, " WHEN (%s) IS TRUE THEN %d", c.pred, i)
 	}
-	b.WriteString(" END AS why " + from + " LIMIT " + param(workers.AuditCap+1) + ") x GROUP BY 1")
+	b.WriteString(" END AS why " + from + " LIMIT " + param(pipeline.AuditCap+1) + ") x GROUP BY 1")
 	rows, err := q.Query(ctx, req.SQL(b.String()), args...)
 	if err != nil {
 		return nil, dbutil.MapErr(err, "counting unprocessable rows")
@@ -85,7 +86,7 @@ func audit(ctx context.Context, q workers.Querier, req workers.DueRequest, at in
 			list += " AND (" + earlier.pred + ") IS NOT TRUE"
 		}
 		list += " AND (" + c.pred + ") IS TRUE"
-		out = append(out, workers.Unprocessable{Reason: c.reason, Count: counts[i], AtLeast: read > workers.AuditCap, List: req.SQL(list)})
+		out = append(out, workers.Unprocessable{Reason: c.reason, Count: counts[i], AtLeast: read > pipeline.AuditCap, List: req.SQL(list)})
 	}
 	return out, nil
 }

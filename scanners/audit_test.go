@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/workers"
 )
 
@@ -17,7 +18,7 @@ func TestAuditIsBounded(t *testing.T) {
 	ctx := context.Background()
 	st, db := fftest.NewStore(t, executions.Config{})
 	now := time.Now().UnixMilli()
-	const many = workers.AuditCap + 50
+	const many = pipeline.AuditCap + 50
 	// Expired leases of attempts of no execution: none can be processed.
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms)
 		SELECT 7, gen_random_uuid(), 0, $2::bigint - g FROM generate_series(1, $1) g`, many, now); err != nil {
@@ -35,8 +36,8 @@ func TestAuditIsBounded(t *testing.T) {
 		return got[0]
 	}
 	u := audit()
-	if u.Count != workers.AuditCap+1 || !u.AtLeast {
-		t.Errorf("audit of %d rows: count %d, at least %v; want %d, at least", many, u.Count, u.AtLeast, workers.AuditCap+1)
+	if u.Count != pipeline.AuditCap+1 || !u.AtLeast {
+		t.Errorf("audit of %d rows: count %d, at least %v; want %d, at least", many, u.Count, u.AtLeast, pipeline.AuditCap+1)
 	}
 	var listed int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM (`+u.List+`) l`).Scan(&listed); err != nil || listed != many {

@@ -29,7 +29,7 @@ func TestTrimOutboxDefersPartitionsLockedByAnotherSession(t *testing.T) {
 	ctx := context.Background()
 	st, db := fftest.NewStore(t, executions.Config{})
 	var logs testlog.Buffer
-	env := workers.NewEnv(st, slog.New(slog.NewTextHandler(&logs, nil)))
+	env := &workers.Env{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 
 	reader, err := db.Pool.Begin(ctx)
 	if err != nil {

@@ -31,12 +31,11 @@ type groupAction[T river.JobArgs] func(ctx context.Context, tx pgx.Tx, args []T)
 // the kind's engine.
 type itemWorker[T river.JobArgs] struct {
 	river.WorkerDefaults[T]
-	env    *Env
 	engine *engine[T]
 }
 
 // Timeout implements river.Worker.
-func (w *itemWorker[T]) Timeout(*river.Job[T]) time.Duration { return w.env.JobTimeout }
+func (w *itemWorker[T]) Timeout(*river.Job[T]) time.Duration { return w.engine.timeout() }
 
 // NextRetry implements river.Worker: a short backoff (jobopts.RetryDelay).
 func (w *itemWorker[T]) NextRetry(job *river.Job[T]) time.Time {

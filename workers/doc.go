@@ -1,75 +1,21 @@
-// Package workers is River's side of ffriver and its plug-in API: the
-// Scanner contract (what is due) and the item kinds that act on what a
-// scanner finds (Plugin, ItemOf), the pipeline that runs plug-ins as River
-// jobs of three levels, the workers of each level, the flow cascade, and
-// River job outputs. The built-in plug-ins are in package scanners, written
-// against this API like any other.
+// Package workers is ffriver's plug-in API: the Scanner contract (what is
+// due), the item kinds that act on what a scanner finds (ItemOf,
+// GroupItemOf), both registered as one Plugin (ffriver.Config.Plugins),
+// and the helpers a scanner author needs (DueByPartition, ScanExecutions).
+// The built-in plug-ins are in package scanners, written against this API
+// like any other. The runtime that runs plug-ins as River jobs (ticks,
+// scans, the wake loop, metrics) is internal to ffriver; this package
+// keeps the apply engine every item job runs through (engine.go, apply.go).
 //
-//	ff.tick {scanner}               tick.go     periodic (River leader only), queue ff_scan
-//	  └ Scanner.Due: one query for the partitions with due work; scans
-//	    inserted unique while in flight: one per partition with a batch or
-//	    more due, the others grouped into shared scans
-//	ff.scan {scanner, partitions}   scan.go     queue ff_scan
-//	  └ Scanner.Scan: at most a batch of due items per partition (filter in
-//	    SQL); items already in flight skipped (inflight.go); one item job
-//	    each, unique while in flight; a partition that filled the batch
-//	    re-enqueues its scan after its last candidate
-//	item job (ff.expire_attempt, …) engine.go   queue ff_apply
-//	  └ the kind's engine: one transaction (shared by up to a group of
-//	    concurrent jobs of a grouped kind): lock and recheck, transition,
-//	    outbox rows (the kind's action; the built-ins' call executions'
-//	    transitions through Store.Pipeline), commit;
-//	    the outbox waker is poked; River's batch completer completes the
-//	    job after Work returns
-//	ff.advance {hop}                cascader.go one hop of a flow's cascade,
-//	                                inserted by the terminal transition itself
-//
-// Files: scanner.go (the Scanner contract, its requests and the helpers a
-// scanner author needs), pipeline.go (workers, periodic jobs, queues,
-// backlog), plugin.go (Plugin, Item: a scanner and its item kinds as one
-// value), items.go (ff.advance, the item every pipeline registers),
-// apply.go (the item worker), engine.go (the apply engine: the one execution path every item
-// kind goes through, group apply), outputs.go (River
-// job outputs), inflight.go (the in-flight check mirroring River's unique
-// key), cascader.go (the insert-only River client of executions.Store).
-//
-// Ticks and scans insert the next level and complete their own River job
-// in one transaction; an item commits its transition and outbox rows, and
-// River completes its job afterwards (a job re-run after a crash between
-// the two finds its row already changed: no_op). A process killed anywhere
-// leaves nothing half-done and River retries the job. Each action rechecks its row under a lock, so a
-// duplicate job, a rescued job or a second scheduler changes nothing the
-// second time: the action reports no_op, orphaned or skipped_locked as its
-// River job output (visible in River UI) instead of failing.
-//
-// Ticks and scans carry the scheduling process's batch size, scanner
-// params and filter, so a scan does the same wherever it runs. Each filter
-// has its own pair of queues (Pipeline.ScanQueue, Pipeline.ApplyQueue); a process
-// works only the queues of its own filter.
-//
-// Attempts: a tick is not retried (the next one comes an interval later);
-// scans retry 3 times and items 5 times with a short backoff
-// (2 s, doubling to at most a minute), then River discards them; the next scan re-creates an
-// item that is still due. Validation errors (a malformed id, a partition
-// outside the schema) cancel the job at once.
-//
-// # The apply engine
-//
-// engine.go: items of grouped kinds (the built-in expire, promote and
-// deadline) share transactions, a failing item rolls back to its savepoint
-// and is retried alone, and River's batch completer completes the jobs
-// after the commit; the transition and its outbox rows still commit
-// together. Group size and lanes are explained there (DefaultGroupSize,
-// DefaultGroupLanes).
-//
-// # Grouped scans
-//
-// A tick runs Due once, each partition counted up to the batch, and
-// schedules scans: one per partition with a batch or more due (or capped),
-// and the partitions with less due work grouped into shared
-// scans of at most a batch of items (a scan job costs a River round
-// whatever it finds). Scan is therefore called once per partition of a
-// scan job, always with a single partition.
+// A plug-in's work runs as River jobs of three levels: a periodic tick (on
+// River's leader) calls Scanner.Due for the partitions with due work and
+// inserts scans; a scan calls Scanner.Scan for one partition at a time and
+// inserts one item job per args it returns, unique while in flight; an
+// item job runs its kind's action (ItemOf) in one transaction with its
+// outbox rows. A job re-run after a crash, a duplicate or a second
+// scheduler changes nothing the second time: each action rechecks its row
+// under a lock and reports NoOp, Orphaned or SkippedLocked (Outcome) as
+// its River job output instead of failing.
 //
 // # Writing a plug-in
 //
@@ -81,7 +27,8 @@
 //     deployment).
 //   - Due: one cheap query, typically
 //     SELECT partition_key, count(*), min(due) … WHERE <due> GROUP BY partition_key
-//     over a partial index on the due column (DueByPartition runs it). A
+//     over a partial index on the due column (DueByPartition runs it;
+//     CollectDue reads its rows when Due runs the query another way). A
 //     global scanner returns partition 0 when anything is due. Due counts
 //     exactly the rows Scan returns, with the same predicate and filter:
 //     a row Due counts that no scan returns would show as overdue work

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/jobopts"
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,7 @@ import (
 // changed and records no_op. Every action is idempotent and fenced for that
 // reason (see the executions package).
 //
-// Items of a grouped kind (Grouped: the built-in expire, promote and
+// Items of a grouped kind (GroupItemOf: the built-in expire, promote and
 // deadline) share transactions. Concurrent Work calls of one kind queue
 // their jobs in the kind's engine; at most GroupLanes of them lead at a
 // time, each leader taking up to GroupSize queued jobs (its own first)
@@ -76,12 +77,6 @@ import (
 // by River. An item whose row is locked elsewhere does not wait (the
 // actions lock with SKIP LOCKED) and records skipped_locked.
 
-// DefaultGroupSize is Env.GroupSize unless set.
-const DefaultGroupSize = 64
-
-// DefaultGroupLanes is Env.GroupLanes unless set.
-const DefaultGroupLanes = 2
-
 // itemBegin begins an item transaction with generic plans forced for
 // its statements, in the BEGIN's own round trip (SET LOCAL ends with the
 // transaction). An item runs a handful of key lookups and single-row writes
@@ -116,6 +111,7 @@ type entry[T river.JobArgs] struct {
 // engine applies the jobs of one item kind.
 type engine[T river.JobArgs] struct {
 	env     *Env
+	cfg     apply.Config
 	action  action[T]
 	grouped bool
 	// many, when set, applies a whole group in one call (GroupItemOf).
@@ -126,22 +122,29 @@ type engine[T river.JobArgs] struct {
 	lanes   int // leaders running
 }
 
-func newEngine[T river.JobArgs](env *Env, action action[T], grouped bool) *engine[T] {
-	return &engine[T]{env: env, action: action, grouped: grouped}
+func newEngine[T river.JobArgs](env *Env, cfg apply.Config, action action[T], grouped bool) *engine[T] {
+	return &engine[T]{env: env, cfg: cfg, action: action, grouped: grouped}
 }
 
 func (g *engine[T]) size() int {
-	if g.env.GroupSize > 0 {
-		return g.env.GroupSize
+	if g.cfg.GroupSize > 0 {
+		return g.cfg.GroupSize
 	}
-	return DefaultGroupSize
+	return apply.DefaultGroupSize
 }
 
 func (g *engine[T]) maxLanes() int {
-	if g.env.GroupLanes > 0 {
-		return g.env.GroupLanes
+	if g.cfg.GroupLanes > 0 {
+		return g.cfg.GroupLanes
 	}
-	return DefaultGroupLanes
+	return apply.DefaultGroupLanes
+}
+
+func (g *engine[T]) timeout() time.Duration {
+	if g.cfg.JobTimeout > 0 {
+		return g.cfg.JobTimeout
+	}
+	return apply.DefaultJobTimeout
 }
 
 // work applies job, alone or in a group, and returns what River should
@@ -239,7 +242,7 @@ func (g *engine[T]) remove(e *entry[T]) {
 // transaction runs on a context detached from the leader's cancellation
 // (the leader carries other jobs) but bounded by the job timeout.
 func (g *engine[T]) run(ctx context.Context, group []*entry[T]) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.env.JobTimeout)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout())
 	defer cancel()
 	err := g.runTx(gctx, group, false)
 	var ie *errItem
@@ -363,7 +366,7 @@ func (g *engine[T]) then(ctx context.Context, tx pgx.Tx, e *entry[T], out Output
 		// The successor carries on the same item: it keeps its tags.
 		opts := &river.InsertOpts{Queue: e.job.Queue, MaxAttempts: jobopts.ItemMaxAttempts, UniqueOpts: jobopts.UniqueInFlight(),
 			Tags: slices.Clone(e.job.Tags)}
-		if _, _, err := insertMany(ctx, tx, []river.InsertManyParams{{Args: out.Then, InsertOpts: opts}}); err != nil {
+		if _, _, err := apply.InsertMany(ctx, tx, []river.InsertManyParams{{Args: out.Then, InsertOpts: opts}}); err != nil {
 			return Output{}, err
 		}
 	}
@@ -396,11 +399,7 @@ func (g *engine[T]) finish(ctx context.Context, e *entry[T]) error {
 		// stays in flight and tries again shortly (a snooze spends no
 		// attempt), rather than leaving the row to a later scan, which
 		// reads on from its cursor and would find it only at its next sweep.
-		return river.JobSnooze(lockedRetryAfter)
+		return river.JobSnooze(apply.LockedRetryAfter)
 	}
 	return nil
 }
-
-// lockedRetryAfter is how long an item job whose execution was locked by
-// another transaction (outcome skipped_locked) waits before it tries again.
-const lockedRetryAfter = time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/actions"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -95,8 +97,8 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	t.Parallel()
 	f := newEngineFixture(t, 4)
 	poison := f.ids[2]
-	env := NewEnv(f.store, nil)
-	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+	env := &Env{Store: f.store, Logger: slog.New(slog.DiscardHandler)}
+	g := newEngine(env, apply.Config{}, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
 		out, err := actions.Of(f.store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		if err == nil && a.ID == poison {
 			err = errors.New("poisoned after its writes")
@@ -109,7 +111,7 @@ func TestGroupFailingItemRollsBackAlone(t *testing.T) {
 	f.wantFailedAlone(t, group, poison)
 	// The failed item alone, retried (here: without the poison) is applied
 	// once; the others re-run find nothing to do.
-	g2 := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+	g2 := newEngine(env, apply.Config{}, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
 		out, err := actions.Of(f.store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
@@ -140,9 +142,8 @@ func TestGroupLockedItemDoesNotBlockOthers(t *testing.T) {
 	if _, err := blocker.Exec(f.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, locked.Partition, locked.UUID); err != nil {
 		t.Fatal(err)
 	}
-	env := NewEnv(f.store, nil)
-	env.JobTimeout = 5 * time.Second
-	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+	env := &Env{Store: f.store, Logger: slog.New(slog.DiscardHandler)}
+	g := newEngine(env, apply.Config{JobTimeout: 5 * time.Second}, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
 		out, err := actions.Of(f.store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)
@@ -169,8 +170,8 @@ func TestGroupPassPoisonRowFailsAlone(t *testing.T) {
 	poison := f.ids[3]
 	f.Exec(fmt.Sprintf(`ALTER TABLE ff_exec_core ADD CONSTRAINT poison
 		CHECK (execution_id <> '%s' OR lifecycle_phase = 'active') NOT VALID`, poison.UUID))
-	env := NewEnv(f.store, nil)
-	g := newEngine(env, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
+	env := &Env{Store: f.store, Logger: slog.New(slog.DiscardHandler)}
+	g := newEngine(env, apply.Config{}, func(ctx context.Context, tx pgx.Tx, a jobs.ExpireAttemptArgs) (Output, error) {
 		out, err := actions.Of(env.Store.Pipeline()).ExpireAttempt(ctx, tx, a.ID, a.AttemptIndex)
 		return Output{Outcome: out}, err
 	}, true)

@@ -3,15 +3,12 @@ package workers
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,9 +55,9 @@ type ParamsProvider interface {
 // StoredParamsProvider is implemented by scanners whose params are a
 // setting stored in the schema (ff_settings: ffctl config set,
 // ffriver.SetSetting), such as the retention periods. Their ticks, and
-// Pipeline.Backlog, read the stored value when they run and use its params
-// instead of the ones the tick was inserted with; with nothing stored they
-// keep those. So whichever process leads, and whatever it was started
+// the backlog ffctl status shows, read the stored value when they run and
+// use its params instead of the ones the tick was inserted with; with
+// nothing stored they keep those. So whichever process leads, and whatever it was started
 // with, runs the schema's value, and a change applies from the next tick.
 type StoredParamsProvider interface {
 	ParamsProvider
@@ -207,86 +204,6 @@ func schemaSQL(st *executions.Store, q string) string {
 	return dbutil.Schema(st.Schema()).SQL(q)
 }
 
-var nameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-
-// registry holds the scanners of one pipeline, by name, in registration
-// order. Built-in scanners are registered exactly like a user's own. It is
-// not safe for concurrent Register calls; build it before the River client.
-type registry struct {
-	byName map[string]Scanner
-	order  []string
-}
-
-// newRegistry returns an empty registry.
-func newRegistry() *registry { return &registry{byName: map[string]Scanner{}} }
-
-// Register adds s. Names must be valid and unique; defaults must have a
-// positive interval and batch.
-func (r *registry) Register(s Scanner) error {
-	name := s.Name()
-	if !nameRe.MatchString(name) {
-		return ff.Validationf("scanner", "name %q: want lowercase letters, digits and underscores, starting with a letter", name)
-	}
-	if _, dup := r.byName[name]; dup {
-		return ff.Validationf("scanner", "%q is registered twice", name)
-	}
-	if d := s.Defaults(); d.Interval <= 0 || d.Batch <= 0 {
-		return ff.Validationf("scanner", "%q: default interval %s and batch %d must be positive", name, d.Interval, d.Batch)
-	}
-	r.byName[name] = s
-	r.order = append(r.order, name)
-	return nil
-}
-
-// Lookup returns the scanner called name.
-func (r *registry) Lookup(name string) (Scanner, bool) {
-	s, ok := r.byName[name]
-	return s, ok
-}
-
-// Scanners returns the registered scanners in registration order.
-func (r *registry) Scanners() []Scanner {
-	out := make([]Scanner, 0, len(r.order))
-	for _, n := range r.order {
-		out = append(out, r.byName[n])
-	}
-	return out
-}
-
-// Names returns the registered names in registration order.
-func (r *registry) Names() []string { return append([]string(nil), r.order...) }
-
-// storedParams returns the params of s's stored setting
-// (StoredParamsProvider) read on q, else def.
-func (p *Pipeline) storedParams(ctx context.Context, q Querier, s Scanner, def json.RawMessage) (json.RawMessage, error) {
-	sp, ok := s.(StoredParamsProvider)
-	if !ok {
-		return def, nil
-	}
-	st, ok, err := settings.Get(ctx, q, dbutil.Schema(p.env.Schema()), sp.StoredSetting())
-	if err != nil || !ok {
-		return def, err
-	}
-	params, err := sp.StoredParams(st.Value)
-	if err != nil {
-		return nil, fmt.Errorf("scanner %s: the stored setting (ff_settings; ffctl config set or unset fixes it): %w", s.Name(), err)
-	}
-	return params, nil
-}
-
-// ParamsOf returns s's params (ParamsProvider), nil when it has none.
-func ParamsOf(s Scanner) (json.RawMessage, error) {
-	p, ok := s.(ParamsProvider)
-	if !ok {
-		return nil, nil
-	}
-	b, err := p.Params()
-	if err != nil {
-		return nil, fmt.Errorf("scanner %s: params: %w", s.Name(), err)
-	}
-	return b, nil
-}
-
 // execCursor is the keyset position of the execution scanners: the due time
 // and the execution id of the last candidate.
 type execCursor struct {
@@ -373,6 +290,20 @@ const ExecFilterSQL = `
   AND ($3::text IS NULL OR c.raw_fields->>'namespace' = $3::text)
   AND ($4::text IS NULL OR c.raw_fields->'tags'->>$4::text = $5::text)`
 
+// NextDueScanner is a Scanner that can tell when its next item comes due,
+// so that the leader's wake loop (ffriver.Service.Wake) ticks it at that moment
+// instead of at its next periodic tick. The built-in attempt_timeout,
+// delayed_promoter and execution_deadline scanners implement it.
+type NextDueScanner interface {
+	Scanner
+	// NextDueSQL returns a statement of one row of one nullable bigint:
+	// the earliest due time later than afterMs of the items Scan returns
+	// once they are due (with req's filter), NULL when there is none. It
+	// must read one index in due order and stop at its first row: the wake
+	// loop runs it several times a second, also on an idle store.
+	NextDueSQL(req DueRequest, afterMs int64) (sql string, args []any)
+}
+
 // Unprocessable is a set of rows that look due to a scanner (they sit in
 // its due index) but that no scan of it will ever process: a row in a
 // partition outside the schema's partition count, an attempt of no
@@ -380,13 +311,14 @@ const ExecFilterSQL = `
 // by hand or by a foreign writer; an operator has to repair or delete them.
 // Due never counts them (Due and Scan agree on what is due), so they are
 // counted apart: ffctl status shows them and the tick logs them, at most
-// once per interval (Env.UnprocessableReportInterval).
+// once per interval (10 minutes per process).
 type Unprocessable struct {
 	// Reason says what is wrong with the rows, in a few words.
 	Reason string `json:"reason"`
 	Count  int64  `json:"count"`
-	// AtLeast: the audit stopped after AuditCap rows that look due, and
-	// Count is what it found among them; there may be more.
+	// AtLeast: the audit stopped reading before the last row that looks
+	// due (the built-in audits read at most 1,001), and Count is what it
+	// found among them; there may be more.
 	AtLeast bool `json:"at_least,omitempty"`
 	// List is a query, with the schema and the values of the check written
 	// in, that lists the rows (empty when the scanner cannot say).
@@ -403,13 +335,3 @@ type Unprocessable struct {
 type Auditor interface {
 	Unprocessable(ctx context.Context, q Querier, req DueRequest) ([]Unprocessable, error)
 }
-
-// AuditCap is the most rows that look due an audit reads: it classifies
-// the first AuditCap+1 its statement finds (the oldest first, where it
-// reads them through the due index) and reports what it found among them,
-// AtLeast when there were more. An audit is then as bounded as a due read,
-// however large the backlog (counting every expired lease of a backlog of
-// 10,000 was 39 ms of a 150 ms ffctl status). Rows no scan can process are
-// never removed by one, so they stay among the oldest that look due once
-// the processable backlog ahead of them has drained.
-const AuditCap = 1000

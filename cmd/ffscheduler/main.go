@@ -53,6 +53,8 @@ import (
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/cmd/internal/uiserver"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/apply"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -143,7 +145,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.Var((*cli.ExecutionRetentionFlag)(&o.execRetention), "execution-retention", "terminal executions older than this `duration` are removed with their attempts\n"+
 		"(a flow only once every member is, then whole; their events may outlive them);\n"+
 		"\"forever\" keeps them")
-	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", apply.DefaultJobTimeout, "`duration` after which River cancels an ffriver job")
 	fs.DurationVar(&o.rescueAfter, "rescue-after", ffriver.DefaultRescueAfter,
 		"`duration` after which River's rescuer retries a job still running\n(a worker that died mid-job); at least --job-timeout")
 	fs.DurationVar(&o.completedRetain, "completed-retention", ffriver.DefaultCompletedRetention, "how long River keeps completed jobs and their outputs (`duration`)")
@@ -291,7 +293,7 @@ func (l *logString) LogValue() slog.Value { return slog.StringValue(l.s) }
 // startUI serves River UI and the execution view (cmd/internal/ffview, under
 // /ff/) of process p on one listener.
 func startUI(ctx context.Context, o *options, p *ffriver.Process, logger *slog.Logger) (*uiserver.Server, error) {
-	view, err := ffview.New(p.Service().Store(), ffview.Options{Logger: logger, Pipeline: p.Service().Pipeline(), RiverSchema: p.Config().Schema})
+	view, err := ffview.New(p.Service().Store(), ffview.Options{Logger: logger, Pipeline: pipeline.Of(p.Service()), RiverSchema: p.Config().Schema})
 	if err != nil {
 		return nil, err
 	}

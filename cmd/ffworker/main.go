@@ -35,7 +35,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/ff"
-	"github.com/ffriver/ffriver/workers"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -79,7 +79,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		"Postgres' max_connections for the pools")
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
-	fs.DurationVar(&o.jobTimeout, "job-timeout", workers.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", apply.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
 	fs.DurationVar(&o.staleAfter, "tick-stale-after", 30*time.Second, "warn when no tick was inserted for this `duration` (no scheduler alive); 0 disables")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
@@ -119,7 +119,7 @@ const defaultConcurrency = 128
 
 // poolSize is the connections of an ffworker's pool, ffriver.PoolConns: up
 // to 16 for the item jobs (the grouped kinds use at most
-// workers.DefaultGroupLanes each; the others one per job, waiting for a
+// apply.DefaultGroupLanes each; the others one per job, waiting for a
 // connection beyond that), one per scan worker, and 4 for River's fetches,
 // completions and notifier. It keeps a few ffworkers within Postgres'
 // default max_connections of 100.

@@ -64,3 +64,7 @@ func RetryDelay(attempt int) time.Duration {
 	}
 	return time.Duration(1<<attempt) * time.Second
 }
+
+// QueueFetchCooldown is the FetchCooldown of ffriver's two queues,
+// documented (and read by applications) as ffriver.QueueFetchCooldown.
+const QueueFetchCooldown = 5 * time.Millisecond

@@ -23,6 +23,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/fftest"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/google/uuid"
 )
 
@@ -54,7 +55,7 @@ func startBrowserSite(t *testing.T) *browserSite {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop() })
-	view, err := ffview.New(svc.Store(), ffview.Options{Pipeline: svc.Pipeline(), Logger: logger})
+	view, err := ffview.New(svc.Store(), ffview.Options{Pipeline: pipeline.Of(svc), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

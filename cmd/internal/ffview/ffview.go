@@ -47,7 +47,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
-	"github.com/ffriver/ffriver/workers"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -73,7 +73,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Pipeline, when set, gives the live page each scanner's backlog (as
 	// `ffctl status` reads it); without it the page says it has none.
-	Pipeline *workers.Pipeline
+	Pipeline *pipeline.Pipeline
 	// MaxLiveStreams bounds the live page's event streams open at once
 	// (default DefaultMaxLiveStreams; each holds two database connections).
 	MaxLiveStreams int

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/subscribe"
-	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -53,7 +53,7 @@ import (
 // page offers to start again from now. A comment is sent after 15 s
 // without events, so proxies keep the connection and a client that went
 // away is noticed. The scanners' backlog is the figure `ffctl status` shows
-// (workers.Pipeline's Backlog), read at most once a second however many
+// (pipeline.Pipeline's Backlog), read at most once a second however many
 // pages poll it; without Options.Pipeline the page says it has none.
 //
 // These are its bounds.
@@ -75,7 +75,7 @@ type liveHub struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	once     sync.Once
-	pipeline *workers.Pipeline
+	pipeline *pipeline.Pipeline
 
 	// The backlog read last and when: polls within backlogMaxAge share it.
 	mu        sync.Mutex

@@ -20,6 +20,7 @@ import (
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 )
@@ -366,7 +367,7 @@ func TestLiveBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := ffview.New(e.store, ffview.Options{Pipeline: svc.Pipeline()})
+	view, err := ffview.New(e.store, ffview.Options{Pipeline: pipeline.Of(svc)})
 	if err != nil {
 		t.Fatal(err)
 	}

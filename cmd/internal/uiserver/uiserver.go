@@ -11,9 +11,9 @@
 // retention). ffriver keeps River's behaviour there (ticks are completed
 // jobs like the others, kept for --completed-retention with their outputs,
 // which record each scanner's due count) and makes them easy to filter out
-// instead: every item job carries the tag "item" (workers.TagItem), so
+// instead: every item job carries the tag "item" (pipeline.TagItem), so
 // ItemsPath lists what the scanners did, and the tags scanner-NAME,
-// partition-N and ns-NAMESPACE narrow it (see workers.TickTags). A shorter
+// partition-N and ns-NAMESPACE narrow it (see pipeline.TickTags). A shorter
 // retention for ticks alone is not possible: River's
 // CompletedJobRetentionPeriod applies to every job of the client.
 package uiserver

@@ -8,10 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
-	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -144,13 +145,13 @@ func Expire(ctx context.Context, env *Env, o ExpireOptions) ([]Result, error) {
 	pipe := pr.rate
 	applyWorkers := cmp.Or(o.Pipeline.ApplyWorkers, workerApplyWorkers)
 	env.Logger.InfoContext(ctx, "bench expire: River's no-op floor", "jobs", o.Leases, "workers", applyWorkers)
-	floorSame, err := riverFloor(ctx, pool, schema, o.Leases, applyWorkers, workers.QueueFetchCooldown)
+	floorSame, err := riverFloor(ctx, pool, schema, o.Leases, applyWorkers, ffriver.QueueFetchCooldown)
 	if err != nil {
 		return nil, err
 	}
 	floor64 := floorSame
 	if applyWorkers != 64 {
-		if floor64, err = riverFloor(ctx, pool, schema, o.Leases, 64, workers.QueueFetchCooldown); err != nil {
+		if floor64, err = riverFloor(ctx, pool, schema, o.Leases, 64, ffriver.QueueFetchCooldown); err != nil {
 			return nil, err
 		}
 	}
@@ -256,7 +257,7 @@ func expirePipeline(ctx context.Context, env *Env, pool *pgxpool.Pool, schema st
 	d.warmup = warm
 	d.items, d.scans, d.dups = after[0]-before[0], after[1]-before[1], after[2]-before[2]
 	d.cfg = p.describe()
-	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, workers.DefaultGroupSize), cmp.Or(o.Pipeline.GroupLanes, workers.DefaultGroupLanes)
+	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, apply.DefaultGroupSize), cmp.Or(o.Pipeline.GroupLanes, apply.DefaultGroupLanes)
 	return d, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	ffpipeline "github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/google/uuid"
@@ -113,7 +114,7 @@ func Lag(ctx context.Context, env *Env, o LagOptions) ([]Result, error) {
 		return nil, err
 	}
 	interval := time.Second
-	if st, ok := p.sched.ff.Pipeline().Settings(scanners.AttemptTimeout); ok {
+	if st, ok := ffpipeline.Of(p.sched.ff).Settings(scanners.AttemptTimeout); ok {
 		interval = st.Interval
 	}
 	// Warm up as the expire scenario does: a first drain, then the tables

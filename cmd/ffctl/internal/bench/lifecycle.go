@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/runner"
-	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -81,7 +81,7 @@ func lifecycleRiver(ctx context.Context, env *Env, n, workerCount int, conns int
 		return 0, err
 	}
 	defer cleanup()
-	return riverFloor(ctx, pool, schema, n, workerCount, workers.QueueFetchCooldown)
+	return riverFloor(ctx, pool, schema, n, workerCount, ffriver.QueueFetchCooldown)
 }
 
 // lifecyclePlain is the plain API's side of one run.
@@ -147,7 +147,7 @@ func runLane(ctx context.Context, env *Env, pool *pgxpool.Pool, st *executions.S
 	var done atomic.Int64
 	all := make(chan struct{})
 	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, LeaseTTL: 5 * time.Minute,
-		FetchCooldown: workers.QueueFetchCooldown, Logger: env.Logger},
+		FetchCooldown: ffriver.QueueFetchCooldown, Logger: env.Logger},
 		func(context.Context, *runner.Execution) ([]byte, error) {
 			if done.Add(1) == int64(n) {
 				close(all)

@@ -36,7 +36,7 @@ type PipelineOptions struct {
 	// built-in scanner runs with its defaults, as in the binaries).
 	Scanners map[string]workers.Settings
 	// GroupSize and GroupLanes of the worker's apply engine (0: ffriver's
-	// defaults, workers.DefaultGroupSize and DefaultGroupLanes).
+	// defaults, apply.DefaultGroupSize and DefaultGroupLanes).
 	GroupSize, GroupLanes int
 	// FetchCooldown and FetchPollInterval override ffriver's River fetch
 	// settings of both processes when non-zero.

@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/cmd/internal/uiserver"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
@@ -132,7 +133,7 @@ func (c *cluster) startUI(ctx context.Context, addr string, fallback bool, logge
 	if !uiserver.IsLoopback(addr) {
 		return fmt.Errorf("river UI: %s is not a loopback address; the demo serves River UI without credentials, on loopback only", addr)
 	}
-	view, err := ffview.New(c.scheduler.ff.Store(), ffview.Options{Logger: logger, Pipeline: c.scheduler.ff.Pipeline()})
+	view, err := ffview.New(c.scheduler.ff.Store(), ffview.Options{Logger: logger, Pipeline: pipeline.Of(c.scheduler.ff)})
 	if err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func (c *cluster) stop(ctx context.Context) {
 // scannerLine describes the scanners and their intervals.
 func (c *cluster) scannerLine() string {
 	var parts []string
-	p := c.scheduler.ff.Pipeline()
+	p := pipeline.Of(c.scheduler.ff)
 	for _, name := range p.ScannerNames() {
 		st, _ := p.Settings(name)
 		parts = append(parts, fmt.Sprintf("%s %s", name, st.Interval))

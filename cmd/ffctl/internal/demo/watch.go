@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/subscribe"
@@ -259,7 +260,7 @@ func (w *watcher) snapshot(ctx context.Context) (*Snapshot, error) {
 	w.mu.Unlock()
 	slices.SortFunc(snap.Waiting, func(a, b subscribe.Wait) int { return cmp.Compare(b.Age, a.Age) })
 
-	p := w.c.scheduler.ff.Pipeline()
+	p := pipeline.Of(w.c.scheduler.ff)
 	byName := map[string]*ScannerStats{}
 	kinds := itemKinds()
 	backlog, err := p.Backlog(ctx, w.d.admin)

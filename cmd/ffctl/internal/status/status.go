@@ -19,6 +19,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
@@ -256,7 +257,7 @@ func streamSQL(table string) string {
 // connections was no faster at p50 and slower at p99 with the cores busy
 // (56–61 ms against 20–44 ms), so it reads them one after another.
 func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retention time.Duration) (*Report, error) {
-	p := f.Pipeline()
+	p := pipeline.Of(f)
 	env := p.Env()
 	s := dbutil.Schema(env.Schema())
 	rs := dbutil.Schema(f.RiverSchema())
@@ -286,7 +287,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retent
 }
 
 // collectScanners reads each scanner's backlog.
-func collectScanners(ctx context.Context, pool *pgxpool.Pool, p *workers.Pipeline) ([]Scanner, error) {
+func collectScanners(ctx context.Context, pool *pgxpool.Pool, p *pipeline.Pipeline) ([]Scanner, error) {
 	backlog, err := p.Backlog(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -396,7 +397,7 @@ func WriteText(w io.Writer, r *Report) error {
 		for _, u := range s.Unprocessable {
 			n := fmt.Sprint(u.Count)
 			if u.AtLeast {
-				n = fmt.Sprintf("at least %d (of the first %d rows that look due)", u.Count, workers.AuditCap+1)
+				n = fmt.Sprintf("at least %d (of the first %d rows that look due)", u.Count, pipeline.AuditCap+1)
 			}
 			fmt.Fprintf(w, "unprocessable: %s: %s (%s)\n", s.Name, n, u.Reason)
 			if u.List != "" {

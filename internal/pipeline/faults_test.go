@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/jobopts"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -36,7 +37,7 @@ func disabled() map[string]workers.Settings {
 // finalized, returning its row.
 func (h *harness) insertItem(c *river.Client[pgx.Tx], args river.JobArgs) *rivertype.JobRow {
 	h.t.Helper()
-	res, err := c.Insert(h.ctx, args, workers.ItemInsertOpts(ff.Filter{}))
+	res, err := c.Insert(h.ctx, args, pipeline.ItemInsertOpts(ff.Filter{}))
 	if err != nil {
 		h.t.Fatalf("insert %s: %v", args.Kind(), err)
 	}
@@ -97,7 +98,7 @@ func TestItemOutcomes(t *testing.T) {
 	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, exp.Partition, exp.UUID); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Insert(h.ctx, jobs.ExpireAttemptArgs{ID: exp}, workers.ItemInsertOpts(ff.Filter{}))
+	res, err := c.Insert(h.ctx, jobs.ExpireAttemptArgs{ID: exp}, pipeline.ItemInsertOpts(ff.Filter{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,13 +174,13 @@ func TestDuplicatesTransitionOnce(t *testing.T) {
 	for _, id := range ids {
 		parts[id.Partition] = true
 		for range 3 {
-			params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: workers.ItemInsertOpts(ff.Filter{})})
+			params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: pipeline.ItemInsertOpts(ff.Filter{})})
 		}
 	}
 	for p := range parts {
 		for range 3 {
 			params = append(params, river.InsertManyParams{Args: jobs.ScanArgs{Scanner: scanners.AttemptTimeout, Partition: p, Batch: 7},
-				InsertOpts: workers.ScanInsertOpts(ff.Filter{})})
+				InsertOpts: pipeline.ScanInsertOpts(ff.Filter{})})
 		}
 	}
 	if _, err := dup.InsertMany(h.ctx, params); err != nil {
@@ -379,7 +380,7 @@ func TestTickWithoutScannerIsCancelled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: disabled()})
 	c := h.client(true, nil)
-	res, err := c.Insert(context.Background(), jobs.TickArgs{Scanner: "nope", Batch: 1}, h.ff.Pipeline().TickInsertOpts())
+	res, err := c.Insert(context.Background(), jobs.TickArgs{Scanner: "nope", Batch: 1}, pipeline.Of(h.ff).TickInsertOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestItemKilledMidTransactionLeavesNothing(t *testing.T) {
 	if _, err := blocker.Exec(h.ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, second.Partition, second.UUID); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Insert(h.ctx, jobs.CancelGroupArgs{GroupKey: jobs.GroupKey{Partition: p, FlowID: flow, DownstreamEID: down}}, workers.ItemInsertOpts(ff.Filter{}))
+	res, err := c.Insert(h.ctx, jobs.CancelGroupArgs{GroupKey: jobs.GroupKey{Partition: p, FlowID: flow, DownstreamEID: down}}, pipeline.ItemInsertOpts(ff.Filter{}))
 	if err != nil {
 		t.Fatal(err)
 	}

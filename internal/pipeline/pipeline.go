@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 import (
 	"context"
@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/jobopts"
 	"github.com/ffriver/ffriver/internal/settings"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -17,10 +19,10 @@ import (
 // tick → scan → item pipeline.
 type Pipeline struct {
 	reg      *registry
-	items    []Item
+	items    []workers.Item
 	env      *Env
 	filter   ff.Filter
-	settings map[string]Settings
+	settings map[string]workers.Settings
 	// unprocessable rate-limits the ticks' reports of unprocessable rows.
 	unprocessable unprocessableLog
 	// holding rate-limits the warnings about consumers that hold outbox
@@ -31,23 +33,23 @@ type Pipeline struct {
 	scannerOf map[string]string
 }
 
-// NewPipeline registers the plugins' scanners (valid, unique names) and item kinds, resolves each scanner's settings (its
+// New registers the plugins' scanners (valid, unique names) and item kinds, resolves each scanner's settings (its
 // defaults, overridden by the non-zero fields of overrides[name]) and checks
 // them. An override for a scanner that is not registered is an error, so a
 // typo is not silently ignored.
-func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[string]Settings) (*Pipeline, error) {
+func New(env *Env, plugins []workers.Plugin, filter ff.Filter, overrides map[string]workers.Settings) (*Pipeline, error) {
 	if err := filter.Validate(); err != nil {
 		return nil, err
 	}
 	reg := newRegistry()
-	items := []Item{flowItem()}
-	scannerOf := map[string]string{items[0].kind: flowScanner}
+	items := []workers.Item{flowItem()}
+	scannerOf := map[string]string{items[0].Kind(): flowScanner}
 	for _, pl := range plugins {
 		for _, it := range pl.Items {
 			if pl.Scanner != nil {
-				scannerOf[it.kind] = pl.Scanner.Name()
-			} else if _, ok := scannerOf[it.kind]; !ok {
-				scannerOf[it.kind] = it.kind
+				scannerOf[it.Kind()] = pl.Scanner.Name()
+			} else if _, ok := scannerOf[it.Kind()]; !ok {
+				scannerOf[it.Kind()] = it.Kind()
 			}
 		}
 		if pl.Scanner != nil {
@@ -62,7 +64,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			return nil, ff.Validationf("scanner", "settings for %q, which is not registered (registered: %v)", name, reg.Names())
 		}
 	}
-	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]Settings{}, scannerOf: scannerOf}
+	p := &Pipeline{reg: reg, items: items, env: env, filter: filter, settings: map[string]workers.Settings{}, scannerOf: scannerOf}
 	for _, s := range reg.Scanners() {
 		st := s.Defaults()
 		if o, ok := overrides[s.Name()]; ok {
@@ -74,7 +76,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 			}
 			switch o.Sweep {
 			case 0: // the default
-			case NoSweep:
+			case workers.NoSweep:
 				st.Sweep = 0
 			default:
 				st.Sweep = o.Sweep
@@ -96,7 +98,7 @@ func NewPipeline(env *Env, plugins []Plugin, filter ff.Filter, overrides map[str
 }
 
 // Scanners returns the pipeline's scanners, in registration order.
-func (p *Pipeline) Scanners() []Scanner { return p.reg.Scanners() }
+func (p *Pipeline) Scanners() []workers.Scanner { return p.reg.Scanners() }
 
 // ScannerNames returns the names of the pipeline's scanners, in
 // registration order.
@@ -109,7 +111,7 @@ func (p *Pipeline) Env() *Env { return p.env }
 func (p *Pipeline) Filter() ff.Filter { return p.filter }
 
 // Settings returns the resolved settings of the scanner called name.
-func (p *Pipeline) Settings(name string) (Settings, bool) {
+func (p *Pipeline) Settings(name string) (workers.Settings, bool) {
 	s, ok := p.settings[name]
 	return s, ok
 }
@@ -134,7 +136,7 @@ func (p *Pipeline) AddWorkers(workers *river.Workers) error {
 		return fmt.Errorf("ffriver: adding the rescue worker: %w", err)
 	}
 	for _, it := range p.items {
-		if err := it.add(workers, p.env); err != nil {
+		if err := apply.AddWorker(it, workers, p.env.Env, p.env.Config); err != nil {
 			return err
 		}
 	}
@@ -188,25 +190,16 @@ func (p *Pipeline) PeriodicJobs() ([]*river.PeriodicJob, error) {
 	return out, nil
 }
 
-// QueueFetchCooldown is the FetchCooldown of ffriver's two queues: the
-// least time between two fetches of a queue's producer. River's default
-// (100 ms) caps a queue at MaxWorkers jobs per 100 ms, whatever the jobs
-// cost: 160 items/s for ffworker's 16 apply workers, and a tick's 256 scans
-// spread over seconds. The cooldown only spaces fetches while jobs keep
-// coming (they are woken by River's insert notifications and completions);
-// an idle queue still polls once per FetchPollInterval.
-const QueueFetchCooldown = 5 * time.Millisecond
-
 // Queues returns the pipeline's two queues with the given worker counts and
-// QueueFetchCooldown. A count of 0 leaves that queue out (a process that
+// jobopts.QueueFetchCooldown. A count of 0 leaves that queue out (a process that
 // does not work it).
 func (p *Pipeline) Queues(scanWorkers, applyWorkers int) map[string]river.QueueConfig {
 	q := map[string]river.QueueConfig{}
 	if scanWorkers > 0 {
-		q[p.ScanQueue()] = river.QueueConfig{MaxWorkers: scanWorkers, FetchCooldown: QueueFetchCooldown}
+		q[p.ScanQueue()] = river.QueueConfig{MaxWorkers: scanWorkers, FetchCooldown: jobopts.QueueFetchCooldown}
 	}
 	if applyWorkers > 0 {
-		q[p.ApplyQueue()] = river.QueueConfig{MaxWorkers: applyWorkers, FetchCooldown: QueueFetchCooldown}
+		q[p.ApplyQueue()] = river.QueueConfig{MaxWorkers: applyWorkers, FetchCooldown: jobopts.QueueFetchCooldown}
 	}
 	return q
 }
@@ -237,7 +230,7 @@ type Backlog struct {
 	OldestMs int64
 	// Unprocessable are the rows that look due but that no scan can
 	// process (Pipeline.Unprocessable), never counted in Due.
-	Unprocessable []Unprocessable
+	Unprocessable []workers.Unprocessable
 	// AtMs is the pipeline clock's time the backlog was read at.
 	AtMs int64
 }
@@ -265,7 +258,7 @@ const BacklogCap = 100
 // cap, and sums it up per scanner, in registration order: the due items of
 // the partitions its ticks scan (at least, where a partition has more than
 // the cap due), and apart from them the rows no scan can process.
-func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
+func (p *Pipeline) Backlog(ctx context.Context, q workers.Querier) ([]Backlog, error) {
 	now := p.env.NowMs()
 	var out []Backlog
 	for _, s := range p.reg.Scanners() {
@@ -278,7 +271,7 @@ func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
 			return nil, err
 		}
 		st, _ := p.Settings(s.Name())
-		req := DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params, Cap: min(st.Batch, BacklogCap)}
+		req := workers.DueRequest{Store: p.env.Store, NowMs: now, Filter: p.filter, Params: params, Cap: min(st.Batch, BacklogCap)}
 		due, err := s.Due(ctx, q, req)
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: due: %w", s.Name(), err)
@@ -302,3 +295,16 @@ func (p *Pipeline) Backlog(ctx context.Context, q Querier) ([]Backlog, error) {
 	}
 	return out, nil
 }
+
+// ofService is package ffriver's func(*ffriver.Service) *Pipeline (this
+// package cannot import ffriver, which imports it).
+var ofService any
+
+// SetOfService is called by package ffriver's init with the function that
+// returns a Service's pipeline.
+func SetOfService[S any](f func(S) *Pipeline) { ofService = f }
+
+// Of returns the pipeline of s, an *ffriver.Service: what the binaries
+// (ffctl status, the live page, the demo) and the tests read of it that is
+// no part of the Service's API.
+func Of[S any](s S) *Pipeline { return ofService.(func(S) *Pipeline)(s) }

@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"slices"
@@ -8,6 +8,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -125,7 +126,7 @@ func TestFilterIsDataNotSQL(t *testing.T) {
 				h.WantState(otherTag, waiting)
 			}
 			h.WantState(none, waiting)
-			if q := h.ff.Pipeline().ScanQueue(); q == jobs.QueueScan || len(q) > 64 {
+			if q := pipeline.Of(h.ff).ScanQueue(); q == jobs.QueueScan || len(q) > 64 {
 				t.Errorf("filtered scan queue %q", q)
 			}
 			if n := h.Count(`SELECT count(*) FROM river_job WHERE queue IN ('ff_scan', 'ff_apply', 'default')`); n != 0 {

@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
@@ -76,9 +77,9 @@ func TestDueAndScanAgreeUnprocessableApart(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, ffriver.Config{Scanners: disabled()})
 	h.poison()
-	p := h.ff.Pipeline()
+	p := pipeline.Of(h.ff)
 	for _, s := range p.Scanners() {
-		params, err := workers.ParamsOf(s)
+		params, err := pipeline.ParamsOf(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,14 +207,14 @@ func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
 		name  string
 		every time.Duration
 		want  int
-	}{{"hourly", time.Hour, 1}, {"never", workers.NoUnprocessableReport, 0}} {
+	}{{"hourly", time.Hour, 1}, {"never", pipeline.NoUnprocessableReport, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			logs := &warnings{}
 			over := disabled()
 			over[scanners.AttemptTimeout] = fast(1000)
 			h := newHarness(t, ffriver.Config{Scanners: over, Logger: slog.New(logs)})
-			h.ff.Pipeline().Env().UnprocessableReportInterval = tc.every
+			pipeline.Of(h.ff).Env().UnprocessableReportInterval = tc.every
 			h.Exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (300, $1, 0, 1)`, uuid.New())
 			h.Exec(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_expires_at_ms) VALUES (7, $1, 0, 1)`, uuid.New())
 			h.client(true, nil)
@@ -225,7 +226,7 @@ func TestUnprocessableRowsReportedOncePerInterval(t *testing.T) {
 				t.Fatalf("%d warnings about attempt_timeout over 20 ticks, want %d: %q", len(got), tc.want, got)
 			}
 			// Nothing was scanned for them: no scan, no item.
-			if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, h.ff.Pipeline().ApplyQueue()); n != 0 {
+			if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' OR queue = $1`, pipeline.Of(h.ff).ApplyQueue()); n != 0 {
 				t.Fatalf("%d scan or item jobs for rows no scan can process", n)
 			}
 			for _, o := range h.outputs("ff.tick") {
@@ -264,12 +265,12 @@ func TestUnprocessableHonoursTheFilter(t *testing.T) {
 		scanners.DelayedPromoter:   {"partition outside 0..255"},
 		scanners.ExecutionDeadline: {"partition outside 0..255"},
 	}
-	for _, s := range h.ff.Pipeline().Scanners() {
+	for _, s := range pipeline.Of(h.ff).Scanners() {
 		a, ok := s.(workers.Auditor)
 		if !ok {
 			continue
 		}
-		params, err := workers.ParamsOf(s)
+		params, err := pipeline.ParamsOf(s)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"fmt"
@@ -9,8 +9,8 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
-	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -39,7 +39,7 @@ func TestGroupApplyThroughRiver(t *testing.T) {
 	ids := h.expiredLeases(n)
 	var params []river.InsertManyParams
 	for _, id := range ids {
-		params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: workers.ItemInsertOpts(ff.Filter{})})
+		params = append(params, river.InsertManyParams{Args: jobs.ExpireAttemptArgs{ID: id}, InsertOpts: pipeline.ItemInsertOpts(ff.Filter{})})
 	}
 	c := h.client(true, func(rc *river.Config) {
 		qc := rc.Queues[jobs.QueueApply]
@@ -105,7 +105,7 @@ func TestDeadProcessItemRescuedEarly(t *testing.T) {
 	h := newHarness(t, ffriver.Config{Scanners: disabled(), JobTimeout: time.Second})
 	id := h.expiredLeases(1)[0]
 	inserter := h.insertOnly()
-	res, err := inserter.Insert(h.ctx, jobs.ExpireAttemptArgs{ID: id}, workers.ItemInsertOpts(ff.Filter{}))
+	res, err := inserter.Insert(h.ctx, jobs.ExpireAttemptArgs{ID: id}, pipeline.ItemInsertOpts(ff.Filter{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDeadProcessItemRescuedEarly(t *testing.T) {
 		}
 		return row.State == rivertype.JobStateCompleted
 	})
-	if took := time.Since(start); took > time.Second+workers.RescueGrace+2*workers.RescueInterval+5*time.Second {
+	if took := time.Since(start); took > time.Second+pipeline.RescueGrace+2*pipeline.RescueInterval+5*time.Second {
 		t.Errorf("rescued after %s", took)
 	}
 	h.WantState(id, terminalExpired)
@@ -128,7 +128,7 @@ func TestDeadProcessItemRescuedEarly(t *testing.T) {
 	if n := h.Count(`SELECT count(*) FROM river_job WHERE id = $1 AND array_length(errors, 1) = 1 AND errors[1]->>'error' LIKE '%ff.rescue%'`, res.Job.ID); n != 1 {
 		t.Error("the rescued job does not say who re-queued it")
 	}
-	if tags := h.Strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = 'ff.rescue' ORDER BY 1`); !slices.Equal(tags, []string{workers.TagRescue}) {
-		t.Errorf("ff.rescue tags %q, want %q", tags, workers.TagRescue)
+	if tags := h.Strings(`SELECT DISTINCT unnest(tags) FROM river_job WHERE kind = 'ff.rescue' ORDER BY 1`); !slices.Equal(tags, []string{pipeline.TagRescue}) {
+		t.Errorf("ff.rescue tags %q, want %q", tags, pipeline.TagRescue)
 	}
 }

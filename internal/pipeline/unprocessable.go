@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/ffriver/ffriver/workers"
 )
 
 // DefaultUnprocessableReportInterval is Env.UnprocessableReportInterval
@@ -20,8 +22,8 @@ const NoUnprocessableReport time.Duration = -1
 // (Unprocessable): its Auditor's count when it has one, else the
 // items its Due found in partitions outside the schema's count (due, a
 // result of s.Due for req).
-func (p *Pipeline) Unprocessable(ctx context.Context, q Querier, s Scanner, req DueRequest, due []Due) ([]Unprocessable, error) {
-	if a, ok := s.(Auditor); ok {
+func (p *Pipeline) Unprocessable(ctx context.Context, q workers.Querier, s workers.Scanner, req workers.DueRequest, due []workers.Due) ([]workers.Unprocessable, error) {
+	if a, ok := s.(workers.Auditor); ok {
 		out, err := a.Unprocessable(ctx, q, req)
 		if err != nil {
 			return nil, fmt.Errorf("scanner %s: unprocessable rows: %w", s.Name(), err)
@@ -37,7 +39,7 @@ func (p *Pipeline) Unprocessable(ctx context.Context, q Querier, s Scanner, req 
 	if n == 0 {
 		return nil, nil
 	}
-	return []Unprocessable{{Reason: fmt.Sprintf("partition outside 0..%d", int(p.env.Partitions())-1), Count: n}}, nil
+	return []workers.Unprocessable{{Reason: fmt.Sprintf("partition outside 0..%d", int(p.env.Partitions())-1), Count: n}}, nil
 }
 
 // unprocessableLog rate-limits the tick's reports of unprocessable rows:
@@ -51,7 +53,7 @@ type unprocessableLog struct {
 // reportUnprocessable counts s's unprocessable rows, on the pool (never in
 // the tick's transaction), and logs them as one warning, unless it did so
 // for s less than Env.UnprocessableReportInterval ago.
-func (p *Pipeline) reportUnprocessable(ctx context.Context, s Scanner, req DueRequest, due []Due) {
+func (p *Pipeline) reportUnprocessable(ctx context.Context, s workers.Scanner, req workers.DueRequest, due []workers.Due) {
 	every := p.env.UnprocessableReportInterval
 	switch {
 	case every < 0:

@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 import (
 	"context"
@@ -8,24 +8,11 @@ import (
 
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
-
-// NextDueScanner is a Scanner that can tell when its next item comes due,
-// so that the leader's wake loop (Pipeline.Wake) ticks it at that moment
-// instead of at its next periodic tick. The built-in attempt_timeout,
-// delayed_promoter and execution_deadline scanners implement it.
-type NextDueScanner interface {
-	Scanner
-	// NextDueSQL returns a statement of one row of one nullable bigint:
-	// the earliest due time later than afterMs of the items Scan returns
-	// once they are due (with req's filter), NULL when there is none. It
-	// must read one index in due order and stop at its first row: the wake
-	// loop runs it several times a second, also on an idle store.
-	NextDueSQL(req DueRequest, afterMs int64) (sql string, args []any)
-}
 
 // TickInserter inserts a tick: a River client (*river.Client[pgx.Tx]) is
 // one, and inserts with an insert notification, so that a scan worker
@@ -101,7 +88,7 @@ const notLeadingPoll = 10
 // wakeScanner is one scanner of the wake loop with what the loop knows of
 // it.
 type wakeScanner struct {
-	s    NextDueScanner
+	s    workers.NextDueScanner
 	args river.JobArgs
 	// horizon: every item due at or before it has had a tick inserted
 	// after it came due (a wake tick, or the periodic tick that runs when
@@ -143,7 +130,7 @@ func (p *Pipeline) Wake(ctx context.Context, ins TickInserter, o WakeOptions) er
 	}
 	var ws []*wakeScanner
 	for _, s := range p.reg.Scanners() {
-		nd, ok := s.(NextDueScanner)
+		nd, ok := s.(workers.NextDueScanner)
 		if !ok || p.settings[s.Name()].Disabled {
 			continue
 		}
@@ -233,7 +220,7 @@ func (p *Pipeline) readNextDue(ctx context.Context, leaderSQL, clientID string, 
 	b := &pgx.Batch{}
 	b.Queue(leaderSQL, clientID)
 	for _, w := range ws {
-		sql, args := w.s.NextDueSQL(DueRequest{Store: p.env.Store, NowMs: p.env.NowMs(), Filter: p.filter}, w.horizon)
+		sql, args := w.s.NextDueSQL(workers.DueRequest{Store: p.env.Store, NowMs: p.env.NowMs(), Filter: p.filter}, w.horizon)
 		b.Queue(sql, args...)
 	}
 	res := p.env.Pool().SendBatch(ctx, b)

@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -57,7 +59,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		if err != nil {
 			return err
 		}
-		req := DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: params, Cap: batch, AfterMs: wakeAfter(job.Metadata)}
+		req := workers.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: params, Cap: batch, AfterMs: wakeAfter(job.Metadata)}
 		due, err := s.Due(ctx, tx, req)
 		if err != nil {
 			return fmt.Errorf("scanner %s: due partitions: %w", s.Name(), err)
@@ -127,7 +129,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		// Rows no scan can process (partitions outside the count, foreign
 		// states) are logged at most once per interval, never per tick.
 		w.p.reportUnprocessable(ctx, s, req, due)
-		ins, dup, err := insertMany(ctx, tx, inserts)
+		ins, dup, err := apply.InsertMany(ctx, tx, inserts)
 		if err != nil {
 			return err
 		}

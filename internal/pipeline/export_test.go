@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 // The insert options of the pipeline's jobs, for the external tests that
 // insert jobs as the pipeline does.

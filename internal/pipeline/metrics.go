@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver/internal/otelbuckets"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/subscribe"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -93,8 +94,8 @@ const (
 
 // itemOutcomes are the outcomes every item counter starts with at 0 (an
 // item kind may record others, such as a cancel group's).
-var itemOutcomes = []string{string(Processed), string(NoOp), string(Orphaned),
-	string(SkippedLocked), OutcomeFailed}
+var itemOutcomes = []string{string(workers.Processed), string(workers.NoOp), string(workers.Orphaned),
+	string(workers.SkippedLocked), OutcomeFailed}
 
 // Metrics are a pipeline's OpenTelemetry instruments and tracer, on the
 // providers given to NewMetrics; nothing is global. A nil *Metrics records
@@ -268,7 +269,7 @@ func (m *Metrics) startItems(ctx context.Context, scannerNames []string) {
 }
 
 // recordDue records what a tick of scanner found due at nowMs.
-func (m *Metrics) recordDue(ctx context.Context, scanner string, due []Due, nowMs int64) {
+func (m *Metrics) recordDue(ctx context.Context, scanner string, due []workers.Due, nowMs int64) {
 	if m == nil || m.due == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -87,7 +88,7 @@ func TestWakeTicksWhenTimersComeDue(t *testing.T) {
 	awaitTimersDone(h, leased, delayed, deadline)
 
 	woke := h.Strings(`SELECT args->>'scanner' FROM river_job WHERE kind = 'ff.tick' AND 'wake' = ANY(tags)
-		AND (metadata->>$1)::bigint = $2`, workers.WakeDueKey, due)
+		AND (metadata->>$1)::bigint = $2`, pipeline.WakeDueKey, due)
 	slices.Sort(woke)
 	if want := slices.Sorted(slices.Values(timerScanners)); !slices.Equal(woke, want) {
 		t.Errorf("wake ticks for due time %d: %v, want one of each of %v", due, woke, want)
@@ -110,7 +111,7 @@ func (l *lostWakes) Insert(_ context.Context, args river.JobArgs, opts *river.In
 		return nil, err
 	}
 	scanner := args.(jobs.TickArgs).Scanner
-	l.dues[scanner] = append(l.dues[scanner], meta[workers.WakeDueKey])
+	l.dues[scanner] = append(l.dues[scanner], meta[pipeline.WakeDueKey])
 	return &rivertype.JobInsertResult{Job: &rivertype.JobRow{}}, nil
 }
 
@@ -129,7 +130,7 @@ func TestLostWakeIsLeftToThePeriodicTick(t *testing.T) {
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- h.ff.Pipeline().Wake(ctx, lost, workers.WakeOptions{ClientID: c.ID(), RiverSchema: h.ff.RiverSchema(), Poll: 20 * time.Millisecond})
+		done <- pipeline.Of(h.ff).Wake(ctx, lost, pipeline.WakeOptions{ClientID: c.ID(), RiverSchema: h.ff.RiverSchema(), Poll: 20 * time.Millisecond})
 	}()
 	t.Cleanup(func() {
 		cancel()

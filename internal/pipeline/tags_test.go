@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
@@ -52,11 +53,11 @@ func TestTagValue(t *testing.T) {
 		{"ns-", "a-", "ns-a"},
 		{"x", "", ""},
 	} {
-		if got := workers.TagValue(c.prefix, c.value); got != c.want {
+		if got := pipeline.TagValue(c.prefix, c.value); got != c.want {
 			t.Errorf("TagValue(%q, %q) = %q, want %q", c.prefix, c.value, got, c.want)
 		}
 	}
-	if got := workers.ScanTags("delayed_promoter", ff.Filter{Namespace: "t"}, []int16{3, 7}); !slices.Equal(got, []string{"scanner-delayed_promoter", "ns-t", "partition-3", "partition-7"}) {
+	if got := pipeline.ScanTags("delayed_promoter", ff.Filter{Namespace: "t"}, []int16{3, 7}); !slices.Equal(got, []string{"scanner-delayed_promoter", "ns-t", "partition-3", "partition-7"}) {
 		t.Errorf("ScanTags = %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package workers
+package pipeline
 
 import (
 	"context"
@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/jobopts"
 	"github.com/ffriver/ffriver/jobs"
+	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -96,7 +98,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			default:
 				from = c.after
 			}
-			res, err := s.Scan(ctx, tx, ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
+			res, err := s.Scan(ctx, tx, workers.ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
 				Filter: filter, Params: a.Params, After: from})
 			if err != nil {
 				return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), p, err)
@@ -150,13 +152,13 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 		if err := tagItems(ctx, tx, env, s.Name(), filter, parts, params); err != nil {
 			return err
 		}
-		ins, dup, err := insertMany(ctx, tx, params)
+		ins, dup, err := apply.InsertMany(ctx, tx, params)
 		if err != nil {
 			return err
 		}
 		out.Inserted, out.Duplicates = ins, dup+skipped
 		if len(next) > 0 {
-			if _, _, err := insertMany(ctx, tx, next); err != nil {
+			if _, _, err := apply.InsertMany(ctx, tx, next); err != nil {
 				return err
 			}
 			out.Continued = true
@@ -268,29 +270,4 @@ func dedupe(items []river.JobArgs, opts *river.InsertOpts) ([]river.InsertManyPa
 		out = append(out, river.InsertManyParams{Args: it, InsertOpts: opts})
 	}
 	return out, nil
-}
-
-// insertMany inserts params in tx with the River client of the worker's
-// context; it returns how many were inserted and how many were skipped as
-// duplicates of jobs in flight.
-func insertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) (inserted, duplicates int, err error) {
-	if len(params) == 0 {
-		return 0, 0, nil
-	}
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("ffriver: no River client in the worker context: %w", err)
-	}
-	res, err := client.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return 0, 0, dbutil.MapErr(err, "inserting jobs")
-	}
-	for _, r := range res {
-		if r.UniqueSkippedAsDuplicate {
-			duplicates++
-		} else {
-			inserted++
-		}
-	}
-	return inserted, duplicates, nil
 }

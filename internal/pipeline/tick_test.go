@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
@@ -23,7 +24,7 @@ func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
 	}})
 	// A tick of attempt_timeout, inserted as the periodic job inserts it,
 	// then marked running by a process that no longer exists.
-	args, err := h.ff.Pipeline().TickArgs(scanners.AttemptTimeout)
+	args, err := pipeline.Of(h.ff).TickArgs(scanners.AttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestStuckTickDoesNotStallItsScanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := inserter.Insert(h.ctx, args, h.ff.Pipeline().TickInsertOpts())
+	res, err := inserter.Insert(h.ctx, args, pipeline.Of(h.ff).TickInsertOpts())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package workers_test
+package pipeline_test
 
 import (
 	"errors"
@@ -10,9 +10,9 @@ import (
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/internal/outboxretention"
+	"github.com/ffriver/ffriver/internal/pipeline"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
-	"github.com/ffriver/ffriver/workers"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -81,8 +81,8 @@ func (h *harness) loseEach(args river.JobArgs, opts *river.InsertOpts) {
 // runs.
 func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 	t.Parallel()
-	item := workers.ItemInsertOpts(ff.Filter{})
-	scan := workers.ScanInsertOpts(ff.Filter{})
+	item := pipeline.ItemInsertOpts(ff.Filter{})
+	scan := pipeline.ScanInsertOpts(ff.Filter{})
 	// expiredLease is an execution whose lease ran out (by the manual clock).
 	expiredLease := func(h *harness) ff.ExecutionID {
 		id := h.Create(executions.CreateParams{Lane: "l"})
@@ -136,11 +136,11 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 	}{
 		{jobs.KindTick, func(h *harness) func() {
 			id := expiredLease(h)
-			args, err := h.ff.Pipeline().TickArgs(scanners.AttemptTimeout)
+			args, err := pipeline.Of(h.ff).TickArgs(scanners.AttemptTimeout)
 			if err != nil {
 				h.t.Fatal(err)
 			}
-			h.loseEach(args, h.ff.Pipeline().TickInsertOpts())
+			h.loseEach(args, pipeline.Of(h.ff).TickInsertOpts())
 			return func() { h.AwaitState(id, terminalExpired) }
 		}},
 		{jobs.KindScan, func(h *harness) func() {
