@@ -46,7 +46,9 @@ const DefaultGroupLanes = 2
 const LockedRetryAfter = time.Second
 
 // addWorker is package workers' registration of an item's worker, a
-// func(workers.Item, *river.Workers, *workers.Env, Config) error.
+// func(workers.Item, *river.Workers, *workers.Env, Config) error. It is
+// written once, by package workers' init, before anything runs, and only
+// read after: a link between two packages, not state.
 var addWorker any
 
 // SetAddWorker is called by package workers' init with the function that

@@ -297,7 +297,8 @@ func (p *Pipeline) Backlog(ctx context.Context, q workers.Querier) ([]Backlog, e
 }
 
 // ofService is package ffriver's func(*ffriver.Service) *Pipeline (this
-// package cannot import ffriver, which imports it).
+// package cannot import ffriver, which imports it). It is written once,
+// by package ffriver's init, before anything runs, and only read after.
 var ofService any
 
 // SetOfService is called by package ffriver's init with the function that
