@@ -152,11 +152,10 @@ type Config struct {
 	GroupLanes int
 	// Clock for every *_ms timestamp (default ff.SystemClock).
 	Clock ff.Clock
-	// Logger for ffriver's warnings. The Service's own (the River schema
-	// New, Configure, Attach or the watchdog took, Attach's tick
-	// watchdog, the stored settings New applied or stored) go to
-	// slog.Default() when it is nil; the pipeline's jobs'
-	// are discarded then.
+	// Logger for ffriver's warnings. When it is nil, the Service's own
+	// warnings (which River schema New, Configure or Attach settled on,
+	// the tick watchdog's, the stored settings New applied or stored) go
+	// to slog.Default(), and the pipeline's jobs' logs are discarded.
 	Logger *slog.Logger
 	// Waker is poked after each commit that wrote outbox events, so stream
 	// readers wake early; the caller runs it. nil: New makes one on the
@@ -556,7 +555,14 @@ func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx])
 // rc.Schema as ffriver's River schema (RiverSchema), so the flow cascade's
 // ff.advance jobs, LastTick and the watchdog use the tables this client
 // works, not a second River in ffriver's schema. Call it before the Store
-// is used, and build the client on a pool with the Service's search_path.
+// is used, and build the client on the Service's pool (or one reaching
+// the same database): River's schema is found through rc.Schema, or
+// through the pool's search_path when rc.Schema is "".
+//
+// The Service's pool must have at least PoolConns(scanWorkers,
+// applyWorkers) connections plus what the application's own queues use
+// (pgxpool's default, 4 or the core count, is too small): Configure
+// refuses a smaller one with an error naming pgxpool.Config.MaxConns.
 func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
 	if have, need := f.store.Pool().Config().MaxConns, PoolConns(scanWorkers, applyWorkers); have < need {
 		return ff.Validationf("pool", "the pool has %d connections, but a River client working ffriver's queues with %d scan and %d apply workers "+

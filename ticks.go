@@ -190,11 +190,13 @@ type WakeOptions struct {
 // a scanner that can tell when its next item comes due (attempt_timeout,
 // delayed_promoter, execution_deadline: workers.NextDueScanner) gets a
 // tick at that moment rather than at its next periodic tick, so a lease
-// expiry, a delay or a deadline is acted on within tens of milliseconds
-// instead of up to an interval late. Processes of role Scheduler run it;
-// an application that configures its own client (Configure) runs it
-// beside each leader-eligible client. The periodic ticks stay: a lost
-// wake-up delays by at most one interval.
+// expiry, a delay or a deadline is ticked within tens of milliseconds of
+// coming due (then scanned, applied and committed: a few hundred
+// milliseconds on a small machine) instead of up to an interval late.
+// Processes of role Scheduler run it, and Attach runs it beside an
+// application's own client: call Wake yourself only for a client you
+// do not Attach. The periodic ticks stay: a lost wake-up delays by at
+// most one interval.
 func (f *Service) Wake(ctx context.Context, client *river.Client[pgx.Tx], o WakeOptions) error {
 	if o.Disabled {
 		return nil

@@ -14,7 +14,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Execution is an execution's stored state.
+// Execution is an execution's stored state. Its five state columns are
+// the values of package ff's constants: LifecyclePhase ff.Phase*,
+// OwnershipState ff.Ownership*, EligibilityState ff.Eligible*,
+// PublicState ff.Public* (PublicStates), AttemptState ff.Attempt*. What
+// a user watches is PublicState: a delayed execution is "delayed" until
+// it comes due, then "waiting" (claimable); a claimed one "active"; an
+// ended one "completed", "failed", "cancelled" or "expired" (a lease that
+// ran out with no retry left, or a passed deadline), with LifecyclePhase
+// "terminal".
 type Execution struct {
 	ID                 ff.ExecutionID
 	FlowID             *uuid.UUID

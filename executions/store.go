@@ -1,17 +1,15 @@
 // Package executions is ffriver's hot path: create, claim, renew, complete,
-// fail, delay, cancel, revoke and reclaim executions (create.go, lease.go,
-// operator.go), and the transitions the background scanners' item jobs
-// apply (actions.go and group.go: expire an attempt, promote a delayed
-// execution, expire a deadline; retention.go: remove executions past
-// retention; cancelgroups.go: dispatch and reconcile sibling cancels;
-// flow.go: advance a flow, dispatch a completion).
+// fail, delay, cancel, revoke and reclaim executions, and the transitions
+// the background scanners' item jobs apply (expire an attempt, promote a
+// delayed execution, expire a deadline, remove executions past retention,
+// dispatch and reconcile sibling cancels, advance a flow).
 //
 // The transitions are unexported: the built-in item kinds (package
-// scanners, items.go) reach them through Store.Pipeline, whose contract is
-// internal, inside the transaction package workers opens for the item; each
-// locks, rechecks, writes the transition and its outbox rows (package
-// outbox), and returns an outcome. The Store is the one owner of the
-// pipeline's clock and outbox waker.
+// scanners) reach them through Store.Pipeline, an opaque handle, inside
+// the transaction the item's River job opens; each locks, rechecks, writes
+// the transition and its outbox rows (package outbox), and returns an
+// outcome. The Store is the one owner of the pipeline's clock and outbox
+// waker.
 //
 // Every operation is one transaction: it locks the execution's ff_exec_core
 // row first (the one lock order every writer follows), rechecks the state it
@@ -20,7 +18,8 @@
 // owns; the caller then decides whether it commits. After an error from a
 // ...Tx method, roll the transaction back: it may hold part of the
 // operation's writes. The ...Tx methods expect READ COMMITTED, Postgres's
-// default (see lockRowSQL).
+// default: they lock the row, then read it in a second statement, which
+// sees the row as the lock left it only under READ COMMITTED.
 //
 // Every decision is taken on the rows as they are once the execution's lock
 // is held, never on a snapshot taken before a lock wait, and every write
@@ -55,7 +54,7 @@
 // waiting on no lock once it has returned. A call that gave up after its
 // writes may have reached COMMIT returns ff.ErrOutcomeUnknown wrapping the
 // cause; any other error means nothing was written. Concurrent Complete,
-// Fail and Release calls are committed in batches (coalesce.go); one whose
+// Fail and Release calls are committed in batches; one whose
 // execution another session holds waits in the Store's queue, not on a
 // connection.
 //
