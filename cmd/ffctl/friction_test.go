@@ -101,6 +101,10 @@ func TestNewcomerFrictionThroughTheBinary(t *testing.T) {
 	run(cli.ExitOK, "__start_ffctl", "", "completion", "bash")
 	run(cli.ExitOK, "#compdef ffctl", "", "completion", "zsh")
 	run(cli.ExitOK, "complete -c ffctl", "", "completion", "fish")
+	// A shell without a script is a usage error naming those with one; it
+	// printed the command's help and exited 0 (issue 40).
+	run(cli.ExitUsage, "", `unsupported shell "tcsh": completion scripts exist for bash, zsh, fish and powershell`,
+		"completion", "tcsh")
 
 	// A --schema that does not exist is said to be missing under its name,
 	// from every command that reads the store, tail included (issue 40).

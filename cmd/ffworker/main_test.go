@@ -131,7 +131,7 @@ func TestNewcomerMistakesAndCompletion(t *testing.T) {
 // (issue 40): a --schema that does not exist is missing under its name (not
 // "no schema of the connection's search_path"), a --partitions other than
 // the schema's is a partition count mismatch (not "schema not migrated"),
-// both exit 3.
+// both exit 3; completion for a shell without a script is a usage error.
 func TestStartMistakesNameWhatWasGiven(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, &testdb.Options{Partitions: 4})
@@ -150,8 +150,12 @@ func TestStartMistakesNameWhatWasGiven(t *testing.T) {
 		{[]string{"--schema", db.Schema, "--partitions", "16"}, cli.ExitNotMigrated,
 			fmt.Sprintf("ffworker: partition count mismatch: schema %q in database %q was migrated with 4 partitions, "+
 				"this process was given 16 (--partitions): the count is fixed at the first migration; drop --partitions or pass 4", db.Schema, dbName)},
+		{[]string{"completion", "tcsh"}, cli.ExitUsage, `unsupported shell "tcsh": completion scripts exist for bash, zsh, fish and powershell`},
 	} {
-		args := append([]string{"--database-url", testdb.URL()}, c.args...)
+		args := c.args
+		if args[0] != "completion" {
+			args = append([]string{"--database-url", testdb.URL()}, args...)
+		}
 		var stdout, stderr testlog.Buffer
 		code := cli.Run(t.Context(), "ffworker", parse, args, &stdout, &stderr, noEnv)
 		if code != c.code || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "search_path") ||
