@@ -150,7 +150,7 @@ func (fs *FlagSet) Parse(args []string) error {
 		// A binary without subcommands (ffscheduler, ffworker) takes no
 		// arguments: `ffworker completion bash` prints its script.
 		if err := CheckCompletionShell(args[1:]); err != nil {
-			return err
+			return Usagef("completion: %v", err)
 		}
 		if err := fs.cobra(args); err != nil {
 			return &UsageError{Err: err}
@@ -307,7 +307,7 @@ func CheckCompletionShell(args []string) error {
 		if slices.Contains(CompletionShells, a) || a == "help" {
 			return nil
 		}
-		return Usagef("completion: unsupported shell %q: completion scripts exist for %s and %s", a,
+		return Usagef("unsupported shell %q: completion scripts exist for %s and %s", a,
 			strings.Join(CompletionShells[:len(CompletionShells)-1], ", "), CompletionShells[len(CompletionShells)-1])
 	}
 	return nil
