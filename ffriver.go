@@ -252,6 +252,22 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
+	// A schema that was named and is missing is said so, in these words,
+	// before anything looks on the search_path (which the binaries set to
+	// --schema): the search_path's wording would read as if the name had
+	// been ignored (issue 40).
+	for _, name := range []string{cfg.Schema, cfg.RiverSchema} {
+		s, err := dbutil.ParseSchema(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.CheckExists(ctx, pool); err != nil {
+			return nil, err
+		}
+		if cfg.RiverSchema == cfg.Schema {
+			break
+		}
+	}
 	if rs, err = rs.Resolve(ctx, pool); err != nil {
 		return nil, err
 	}

@@ -133,6 +133,28 @@ func TestNewRefusesWrongSchema(t *testing.T) {
 	if _, err := ffriver.New(ctx, bare.Pool, ffriver.Config{Schema: bare.Schema}); !errors.Is(err, ff.ErrNotMigrated) {
 		t.Errorf("unmigrated: %v", err)
 	}
+	// A named schema that does not exist is said to be missing under its
+	// name, also on a pool whose search_path is that schema (as the
+	// binaries set it for --schema), not as a search_path without a
+	// schema (issue 40).
+	missing := bare.Schema + "_missing"
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = `"` + missing + `"`
+	onPath, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onPath.Close()
+	for _, c := range []ffriver.Config{{Schema: missing}, {Schema: missing, RiverSchema: bare.Schema}, {Schema: bare.Schema, RiverSchema: missing}} {
+		_, err := ffriver.New(ctx, onPath, c)
+		if !errors.Is(err, ff.ErrNotMigrated) || !strings.Contains(err.Error(), `schema "`+missing+`" does not exist in database "`) ||
+			strings.Contains(err.Error(), "search_path") {
+			t.Errorf("New(%+v) on a pool whose search_path is the missing schema: %v; want it named as missing", c, err)
+		}
+	}
 	db := testdb.New(t, &testdb.Options{Partitions: 8})
 	if _, err := ffriver.Verify(ctx, db.Pool, db.Schema, 256); !errors.Is(err, ff.ErrNotMigrated) {
 		t.Errorf("partition count: %v", err)
@@ -140,7 +162,7 @@ func TestNewRefusesWrongSchema(t *testing.T) {
 	if n, err := ffriver.Verify(ctx, db.Pool, db.Schema, 0); err != nil || n != 8 {
 		t.Errorf("Verify = %d, %v", n, err)
 	}
-	_, err := ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Scanners: map[string]workers.Settings{"atempt_timeout": {Batch: 5}}})
+	_, err = ffriver.New(ctx, db.Pool, ffriver.Config{Schema: db.Schema, Scanners: map[string]workers.Settings{"atempt_timeout": {Batch: 5}}})
 	if !errors.Is(err, ff.ErrValidation) || !strings.Contains(err.Error(), "atempt_timeout") {
 		t.Errorf("typo in scanner settings: %v", err)
 	}

@@ -161,7 +161,8 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	// ffriver's own tables only: River's are checked where River is used.
 	parts, err := migrations.VerifyTables(ctx, pool, string(s), cfg.Partitions)
 	if err != nil {
-		if cfg.Schema == "" && errors.Is(err, ff.ErrNotMigrated) {
+		var pm *ff.PartitionMismatchError
+		if cfg.Schema == "" && errors.Is(err, ff.ErrNotMigrated) && !errors.As(err, &pm) {
 			// The schema came from the connection, not from the caller: a
 			// forgotten schema reads as a wrong one otherwise.
 			err = fmt.Errorf("%w (no schema was given, so the connection's search_path chose %q: "+

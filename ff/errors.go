@@ -30,7 +30,7 @@ var (
 	// transient error; the operation may be retried.
 	ErrUnavailable = errors.New("unavailable")
 	// ErrNotMigrated: the schema lacks ffriver's tables or has a different
-	// partition count than the caller expects.
+	// partition count than the caller expects (a *PartitionMismatchError).
 	ErrNotMigrated = errors.New("schema not migrated")
 	// ErrOutcomeUnknown: the call gave up (its context ended, or its
 	// connection was lost) after its writes may have reached COMMIT, so they
@@ -56,6 +56,34 @@ var (
 func OutcomeUnknown(doing string, cause error) error {
 	return fmt.Errorf("%s: %w (its writes may or may not have committed): %w", doing, ErrOutcomeUnknown, cause)
 }
+
+// PartitionMismatchError says that a schema was migrated with Migrated
+// partitions while the caller gave Given, a non-zero count that must equal
+// the schema's (the count is fixed at the first migration). It matches
+// ErrNotMigrated with errors.Is, so callers that branch on that keep
+// working.
+type PartitionMismatchError struct {
+	Schema, Database string
+	Migrated, Given  int
+	// Option, when set, names where Given came from (a binary's
+	// "--partitions"), for the message to say what to change.
+	Option string
+}
+
+// Error implements error.
+func (e *PartitionMismatchError) Error() string {
+	given := fmt.Sprintf("this process was given %d", e.Given)
+	fix := fmt.Sprintf("give 0 (take the schema's count) or %d", e.Migrated)
+	if e.Option != "" {
+		given += " (" + e.Option + ")"
+		fix = fmt.Sprintf("drop %s or pass %d", e.Option, e.Migrated)
+	}
+	return fmt.Sprintf("partition count mismatch: schema %q in database %q was migrated with %d partitions, %s: "+
+		"the count is fixed at the first migration; %s", e.Schema, e.Database, e.Migrated, given, fix)
+}
+
+// Is makes errors.Is(err, ErrNotMigrated) true.
+func (e *PartitionMismatchError) Is(target error) bool { return target == ErrNotMigrated }
 
 // ValidationError names the input that was rejected and why. It matches
 // ErrValidation with errors.Is.

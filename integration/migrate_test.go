@@ -113,9 +113,12 @@ func TestFFCtlMigrate(t *testing.T) {
 		}
 
 		// The partition count is fixed at first migration: asking for
-		// another is "not migrated" (exit 3), and changes nothing.
+		// another is a mismatch (exit 3) that says what to pass, and
+		// changes nothing.
 		other := runFFCtl(t, bin, nil, "migrate", "--database-url", url, "--schema", db.Schema, "--partitions", "64")
-		other.want(t, 3, "", "schema not migrated")
+		other.want(t, 3, "", "partition count mismatch: schema \""+db.Schema+"\" in database \"")
+		other.want(t, 3, "", "was migrated with 256 partitions, this process was given 64 (--partitions): "+
+			"the count is fixed at the first migration; drop --partitions or pass 256")
 		if n, err := migrations.Verify(ctx, db.Pool, db.Schema, ff.DefaultPartitions); err != nil {
 			t.Fatalf("Verify after the refused run = %d, %v; want %s", n, err, def)
 		}

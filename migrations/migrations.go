@@ -237,8 +237,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *Optio
 		return nil, dbutil.MapErr(err, "migrate: reading ff_partition_config")
 	}
 	if opts.Partitions != 0 && got != int(opts.Partitions) {
-		return nil, fmt.Errorf("%w: schema %s was migrated with %d partitions, not %d; the count is fixed at first migration",
-			ff.ErrNotMigrated, s, got, int(opts.Partitions))
+		db, _ := s.Where(ctx, conn)
+		return nil, &ff.PartitionMismatchError{Schema: string(s), Database: db, Migrated: got, Given: int(opts.Partitions)}
 	}
 	res.Partitions = ff.Partitions(got)
 	return res, nil
@@ -278,26 +278,20 @@ func VerifyTables(ctx context.Context, pool *pgxpool.Pool, schema string, want f
 	var applied int
 	err = pool.QueryRow(ctx, s.SQL(`SELECT count(*) FROM {S}ff_migration WHERE version = ANY($1)`), versionsOf(all)).Scan(&applied)
 	if dbutil.IsUndefinedTable(err) {
-		db, exists := whereIs(ctx, pool, s)
-		if !exists {
-			return 0, fmt.Errorf("%w: schema %q does not exist in database %q: check its name and the database, "+
-				"or create and migrate it with migrations.Migrate (Go) or `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, db, s)
-		}
-		return 0, fmt.Errorf("%w: schema %q of database %q has no ffriver tables; migrate it first with migrations.Migrate (Go) "+
-			"or `ffctl migrate --schema %s`", ff.ErrNotMigrated, s, db, s)
+		return 0, s.NoTables(ctx, pool)
 	}
 	if err != nil {
 		return 0, dbutil.MapErr(err, "verify: reading ff_migration")
 	}
 	if applied != len(all) {
-		db, _ := whereIs(ctx, pool, s)
+		db, _ := s.Where(ctx, pool)
 		return 0, fmt.Errorf("%w: schema %q of database %q has %d of %d ffriver migrations; run migrations.Migrate (Go) or `ffctl migrate --schema %s`",
 			ff.ErrNotMigrated, s, db, applied, len(all), s)
 	}
 	var n int
 	err = pool.QueryRow(ctx, s.SQL(`SELECT num_partitions FROM {S}ff_partition_config`)).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
-		db, _ := whereIs(ctx, pool, s)
+		db, _ := s.Where(ctx, pool)
 		return 0, fmt.Errorf("%w: schema %q of database %q has no partition config row; run migrations.Migrate (Go) or `ffctl migrate --schema %s`",
 			ff.ErrNotMigrated, s, db, s)
 	}
@@ -305,7 +299,8 @@ func VerifyTables(ctx context.Context, pool *pgxpool.Pool, schema string, want f
 		return 0, dbutil.MapErr(err, "verify: reading ff_partition_config")
 	}
 	if want != 0 && n != int(want) {
-		return 0, fmt.Errorf("%w: schema %q has %d partitions, this process expects %d", ff.ErrNotMigrated, s, n, int(want))
+		db, _ := s.Where(ctx, pool)
+		return 0, &ff.PartitionMismatchError{Schema: string(s), Database: db, Migrated: n, Given: int(want)}
 	}
 	return ff.Partitions(n), nil
 }
@@ -445,8 +440,8 @@ func PlanMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, opts *O
 	case recorded != nil:
 		p.Partitions = ff.Partitions(*recorded)
 		if opts.Partitions != 0 && *recorded != int(opts.Partitions) {
-			return nil, fmt.Errorf("%w: schema %s was migrated with %d partitions, not %d; the count is fixed at first migration",
-				ff.ErrNotMigrated, s, *recorded, int(opts.Partitions))
+			db, _ := s.Where(ctx, pool)
+			return nil, &ff.PartitionMismatchError{Schema: string(s), Database: db, Migrated: *recorded, Given: int(opts.Partitions)}
 		}
 	case opts.Partitions != 0:
 		p.Partitions, p.NewPartitions = opts.Partitions, true
@@ -473,15 +468,4 @@ func appliedVersions(ctx context.Context, q interface {
 		applied[v] = true
 	}
 	return applied, nil
-}
-
-// whereIs names the database the pool is connected to and says whether
-// schema s exists there, for an error that says where ffriver looked. It
-// answers "?" for a database it could not ask.
-func whereIs(ctx context.Context, pool *pgxpool.Pool, s dbutil.Schema) (db string, exists bool) {
-	if err := pool.QueryRow(ctx, `SELECT current_database(), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`,
-		string(s)).Scan(&db, &exists); err != nil {
-		return "?", true
-	}
-	return db, exists
 }

@@ -65,8 +65,14 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	if err != nil || n != 64 {
 		t.Fatalf("Verify = %d, %v; want 64, nil", n, err)
 	}
-	if _, err := migrations.Verify(ctx, db.Pool, db.Schema, 256); !errors.Is(err, ff.ErrNotMigrated) {
-		t.Errorf("Verify with a different partition count: err = %v, want ErrNotMigrated", err)
+	// A different count is a *ff.PartitionMismatchError naming both counts
+	// and the database, which still matches ErrNotMigrated (issue 40).
+	_, err = migrations.Verify(ctx, db.Pool, db.Schema, 256)
+	var pm *ff.PartitionMismatchError
+	if !errors.Is(err, ff.ErrNotMigrated) || !errors.As(err, &pm) || pm.Migrated != 64 || pm.Given != 256 || pm.Schema != db.Schema ||
+		pm.Database == "" || pm.Database == "?" || strings.Contains(err.Error(), "not migrated") ||
+		!strings.Contains(err.Error(), "partition count mismatch: schema \""+db.Schema+"\" in database \""+pm.Database+"\" was migrated with 64 partitions, this process was given 256") {
+		t.Errorf("Verify with a different partition count: err = %v, want a *ff.PartitionMismatchError (64, given 256) matching ErrNotMigrated", err)
 	}
 	if _, err := migrations.Migrate(ctx, db.Pool, db.Schema, &migrations.Options{Partitions: 128}); !errors.Is(err, ff.ErrNotMigrated) {
 		t.Errorf("re-Migrate with a different partition count: err = %v, want ErrNotMigrated", err)

@@ -175,7 +175,7 @@ func (r *reader[E]) start(ctx context.Context) (_ *session, err error) {
 	err = s.q.QueryRow(ctx, schema.SQL("SELECT num_partitions FROM {S}ff_partition_config")).Scan(&count)
 	switch {
 	case dbutil.IsUndefinedTable(err) || errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("subscribe: schema %s has no ffriver tables: %w; run `ffctl migrate --schema %s` first", schema, ff.ErrNotMigrated, schema)
+		return nil, fmt.Errorf("subscribe: %w", schema.NoTables(ctx, s.q))
 	case err != nil:
 		return nil, dbutil.MapErr(err, "subscribe: reading the partition count")
 	}

@@ -977,7 +977,14 @@ func TestValidation(t *testing.T) {
 		}
 	}
 	// A schema without ffriver's tables.
-	if _, err := subscribe.Leases(ctx, db.Pool, subscribe.Options{Schema: "pg_catalog"}); !errors.Is(err, ff.ErrNotMigrated) {
-		t.Fatalf("unmigrated schema: %v, want ff.ErrNotMigrated", err)
+	if _, err := subscribe.Leases(ctx, db.Pool, subscribe.Options{Schema: "pg_catalog"}); !errors.Is(err, ff.ErrNotMigrated) ||
+		!strings.Contains(err.Error(), `schema "pg_catalog" of database "`) || !strings.Contains(err.Error(), "has no ffriver tables") {
+		t.Fatalf("unmigrated schema: %v, want ff.ErrNotMigrated naming the schema and its database", err)
+	}
+	// A missing schema is said to be missing, in the words every other
+	// command uses, with its database (issue 40).
+	if _, err := subscribe.Completions(ctx, db.Pool, subscribe.Options{Schema: db.Schema + "_missing"}); !errors.Is(err, ff.ErrNotMigrated) ||
+		!strings.Contains(err.Error(), `schema "`+db.Schema+`_missing" does not exist in database "`) {
+		t.Fatalf("missing schema: %v, want ff.ErrNotMigrated saying it does not exist, naming its database", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,6 +101,25 @@ func TestNewcomerFrictionThroughTheBinary(t *testing.T) {
 	run(cli.ExitOK, "__start_ffctl", "", "completion", "bash")
 	run(cli.ExitOK, "#compdef ffctl", "", "completion", "zsh")
 	run(cli.ExitOK, "complete -c ffctl", "", "completion", "fish")
+	// A shell without a script is a usage error naming those with one; it
+	// printed the command's help and exited 0 (issue 40).
+	run(cli.ExitUsage, "", `unsupported shell "tcsh": completion scripts exist for bash, zsh, fish and powershell`,
+		"completion", "tcsh")
+
+	// A --schema that does not exist is said to be missing under its name,
+	// from every command that reads the store, tail included (issue 40).
+	missing := "nc_missing_" + db.Schema[len(db.Schema)-8:]
+	var dbName string
+	if err := db.Pool.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"exec", "list"}, {"tail", "--idle-exit", "1m"}} {
+		res := run(cli.ExitNotMigrated, "", fmt.Sprintf("schema %q does not exist in database %q", missing, dbName),
+			append(args, "--database-url", url, "--schema", missing)...)
+		if strings.Contains(res.stderr, "search_path") {
+			t.Errorf("ffctl %q --schema %s speaks of the search_path:\n%s", args, missing, res.stderr)
+		}
+	}
 	if res := run(cli.ExitOK, "status\t", "", "__complete", "st"); strings.Contains(res.stdout, "tail") {
 		t.Errorf("completions of st list tail:\n%s", res.stdout)
 	}

@@ -103,6 +103,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		// `ffctl help exec get` is `ffctl exec get --help`.
 		args = append(slices.Clone(rest), "--help")
+	case "completion":
+		// cobra answers an unknown shell with the command's help and exit 0.
+		if err := cli.CheckCompletionShell(rest); err != nil {
+			return cli.Report(stderr, "ffctl completion", err)
+		}
 	case cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
 		// The completion scripts ask `ffctl __complete WORDS… PARTIAL`:
 		// cobra completes the command names; a command's words are its

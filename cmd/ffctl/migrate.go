@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,10 +57,17 @@ func runMigrate(ctx context.Context, args []string) int {
 		// Otherwise 0: the default for a new schema, any count for an existing one.
 		opts.Partitions = ff.Partitions(*partitions)
 	}
+	report := func(err error) int {
+		var pm *ff.PartitionMismatchError
+		if errors.As(err, &pm) {
+			pm.Option = "--partitions"
+		}
+		return cli.Report(os.Stderr, fs.Name(), err)
+	}
 	if *dryRun || *showSQL {
 		plan, err := migrations.PlanMigrate(ctx, pool, common.Schema, opts)
 		if err != nil {
-			return cli.Report(os.Stderr, fs.Name(), err)
+			return report(err)
 		}
 		printPlan(os.Stdout, plan, *showSQL)
 		return cli.ExitOK
@@ -69,7 +77,7 @@ func runMigrate(ctx context.Context, args []string) int {
 		if sig, ok := cli.Interrupted(ctx); ok {
 			err = fmt.Errorf("interrupted by %v: %w", sig, err)
 		}
-		return cli.Report(os.Stderr, fs.Name(), err)
+		return report(err)
 	}
 
 	w := os.Stdout

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -144,5 +145,43 @@ func TestRiverSchemaFlag(t *testing.T) {
 	cancel()
 	if code := <-done; code != cli.ExitOK {
 		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// A newcomer's start-up mistakes get messages that name what was given
+// (issue 40): a --schema that does not exist is missing under its name (not
+// "no schema of the connection's search_path"), a --partitions other than
+// the schema's is a partition count mismatch (not "schema not migrated"),
+// both exit 3; completion for a shell without a script is a usage error.
+func TestStartMistakesNameWhatWasGiven(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, &testdb.Options{Partitions: 4})
+	var dbName string
+	if err := db.Pool.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	noEnv := func(string) string { return "" }
+	missing := "nc_missing_" + db.Schema[len(db.Schema)-8:]
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--schema", missing}, cli.ExitNotMigrated, fmt.Sprintf("schema %q does not exist in database %q", missing, dbName)},
+		{[]string{"--schema", db.Schema, "--partitions", "16"}, cli.ExitNotMigrated,
+			fmt.Sprintf("ffscheduler: partition count mismatch: schema %q in database %q was migrated with 4 partitions, "+
+				"this process was given 16 (--partitions): the count is fixed at the first migration; drop --partitions or pass 4", db.Schema, dbName)},
+		{[]string{"completion", "tcsh"}, cli.ExitUsage, `unsupported shell "tcsh": completion scripts exist for bash, zsh, fish and powershell`},
+	} {
+		args := c.args
+		if args[0] != "completion" {
+			args = append([]string{"--database-url", testdb.URL(), "--ui-addr", "off"}, args...)
+		}
+		var stdout, stderr testlog.Buffer
+		code := cli.Run(t.Context(), "ffscheduler", parse, args, &stdout, &stderr, noEnv)
+		if code != c.code || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "search_path") ||
+			stdout.String() != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d with %q", c.args, code, stdout.String(), stderr.String(), c.code, c.want)
+		}
 	}
 }

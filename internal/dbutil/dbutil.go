@@ -60,9 +60,7 @@ func (s Schema) SQL(q string) string {
 }
 
 // Resolve returns s, or the connection's current_schema() when s is empty.
-func (s Schema) Resolve(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (Schema, error) {
+func (s Schema) Resolve(ctx context.Context, q QueryRower) (Schema, error) {
 	if s != "" {
 		return s, nil
 	}
@@ -80,6 +78,55 @@ func (s Schema) Resolve(ctx context.Context, q interface {
 			ff.ErrNotMigrated, path, db)
 	}
 	return ParseSchema(*name)
+}
+
+// QueryRower is what Where and the checks below query: a pool, a
+// connection or a transaction.
+type QueryRower interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// Where returns the database q is connected to and whether schema s exists
+// in it. It answers "?" and true when it cannot tell (the question failed):
+// the caller's message then says less, not something false.
+func (s Schema) Where(ctx context.Context, q QueryRower) (db string, exists bool) {
+	if err := q.QueryRow(ctx, `SELECT current_database(), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`,
+		string(s)).Scan(&db, &exists); err != nil {
+		return "?", true
+	}
+	return db, exists
+}
+
+// MissingError is the ff.ErrNotMigrated of a schema s that was named
+// (not found on the search_path) and does not exist in database db.
+func MissingError(s Schema, db string) error {
+	return fmt.Errorf("%w: schema %q does not exist in database %q: check its name and the database, "+
+		"or create and migrate it with migrations.Migrate (Go) or `ffctl migrate --schema %s`", ff.ErrNotMigrated, string(s), db, string(s))
+}
+
+// CheckExists returns a MissingError when s is named and does not exist in
+// q's database; nil for the empty Schema (Resolve says what the
+// search_path lacks) and when it cannot tell.
+func (s Schema) CheckExists(ctx context.Context, q QueryRower) error {
+	if s == "" {
+		return nil
+	}
+	if db, exists := s.Where(ctx, q); !exists {
+		return MissingError(s, db)
+	}
+	return nil
+}
+
+// NoTables explains, as an ff.ErrNotMigrated, why ffriver's tables are
+// missing from schema s (resolved): s does not exist in q's database
+// (MissingError), or exists without them.
+func (s Schema) NoTables(ctx context.Context, q QueryRower) error {
+	db, exists := s.Where(ctx, q)
+	if !exists {
+		return MissingError(s, db)
+	}
+	return fmt.Errorf("%w: schema %q of database %q has no ffriver tables; migrate it first with migrations.Migrate (Go) "+
+		"or `ffctl migrate --schema %s`", ff.ErrNotMigrated, string(s), db, string(s))
 }
 
 // MapErr wraps a driver error with what was being done, adding

@@ -149,6 +149,9 @@ func (fs *FlagSet) Parse(args []string) error {
 	if len(args) > 0 && args[0] == "completion" && fs.completionCommand() {
 		// A binary without subcommands (ffscheduler, ffworker) takes no
 		// arguments: `ffworker completion bash` prints its script.
+		if err := CheckCompletionShell(args[1:]); err != nil {
+			return Usagef("completion: %v", err)
+		}
 		if err := fs.cobra(args); err != nil {
 			return &UsageError{Err: err}
 		}
@@ -285,6 +288,29 @@ func EditDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// CompletionShells are the shells `completion SHELL` prints a script for
+// (cobra's completion command).
+var CompletionShells = []string{"bash", "zsh", "fish", "powershell"}
+
+// CheckCompletionShell returns a *UsageError when args, the arguments
+// after "completion", name a shell that has no completion script: cobra
+// would print the completion command's help and exit 0, as if the shell
+// had been understood. No shell at all (the help asked for) is not an
+// error.
+func CheckCompletionShell(args []string) error {
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		if slices.Contains(CompletionShells, a) || a == "help" {
+			return nil
+		}
+		return Usagef("unsupported shell %q: completion scripts exist for %s and %s", a,
+			strings.Join(CompletionShells[:len(CompletionShells)-1], ", "), CompletionShells[len(CompletionShells)-1])
+	}
+	return nil
 }
 
 // completionCommand reports whether the set's command takes `completion

@@ -74,6 +74,11 @@ func Run(ctx context.Context, name string, parse func(args []string, stdout io.W
 		defer pool.Close()
 		err = serveThroughLostServer(ctx, d, pool, logger)
 	}
+	var pm *ff.PartitionMismatchError
+	if errors.As(err, &pm) && pm.Option == "" {
+		// The daemons' count comes from --partitions (AddPipelineFlags).
+		pm.Option = "--partitions"
+	}
 	return ReportServe(stderr, name, logger, d.Flags.LogFormat == LogJSON, err)
 }
 

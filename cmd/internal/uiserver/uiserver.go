@@ -89,7 +89,7 @@ func Start(ctx context.Context, client *river.Client[pgx.Tx], o Options) (*Serve
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: logger, Prefix: "/"})
+	h, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(client, nil), Logger: quietCancel(logger), Prefix: "/"})
 	if err != nil {
 		return nil, fmt.Errorf("river UI: %w", err)
 	}
@@ -148,6 +148,54 @@ func (s *Server) Shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
+}
+
+// quietCancel returns logger with River UI's errors that are only a
+// cancellation demoted to DEBUG: on a clean stop, ctx's end cancels the
+// UI's background queries (its query cacher logs "Error running query"
+// with "context canceled" after the process said it stopped), and a
+// browser that goes away cancels its request's. Neither is a failure.
+func quietCancel(logger *slog.Logger) *slog.Logger {
+	return slog.New(cancelDemoter{logger.Handler()})
+}
+
+// cancelDemoter passes records to its handler, an error (or warning) whose
+// error attribute is a context.Canceled at DEBUG.
+type cancelDemoter struct{ slog.Handler }
+
+func (h cancelDemoter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level > slog.LevelDebug && canceledOnly(r) {
+		r.Level = slog.LevelDebug
+		if !h.Handler.Enabled(ctx, r.Level) {
+			return nil
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h cancelDemoter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return cancelDemoter{h.Handler.WithAttrs(attrs)}
+}
+
+func (h cancelDemoter) WithGroup(name string) slog.Handler {
+	return cancelDemoter{h.Handler.WithGroup(name)}
+}
+
+// canceledOnly reports whether r carries an error and every error it
+// carries is a context.Canceled.
+func canceledOnly(r slog.Record) bool {
+	var seen, other bool
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Resolve().Any().(error); ok {
+			seen = true
+			if !errors.Is(err, context.Canceled) {
+				other = true
+				return false
+			}
+		}
+		return true
+	})
+	return seen && !other
 }
 
 // BasicAuth requires user and password, compared in constant time.
