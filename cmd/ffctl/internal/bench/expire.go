@@ -15,6 +15,7 @@ import (
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -65,10 +66,20 @@ func seedLeases(ctx context.Context, pool *pgxpool.Pool, n int, firstMs, spanMs 
 	return err
 }
 
-// resetExpire empties the tables the expire scenario fills.
+// resetExpire empties the tables the expire scenario fills. The pipeline
+// may still be running (the lag scenario resets between kinds): TRUNCATE
+// takes its tables' locks one after the other, so a transaction of the
+// pipeline that read a later table first and then waits for an earlier
+// one deadlocks with it. Postgres then aborts one of the two; when it is
+// the TRUNCATE, it is tried again.
 func resetExpire(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `TRUNCATE ff_exec_core, ff_attempt, ff_lease_event, ff_completion_event`)
-	return err
+	for try := 1; ; try++ {
+		_, err := pool.Exec(ctx, `TRUNCATE ff_exec_core, ff_attempt, ff_lease_event, ff_completion_event`)
+		var pgErr *pgconn.PgError
+		if err == nil || try == 5 || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
+		}
+	}
 }
 
 // countExpiredEvents returns how many lease "expired" events exist.
