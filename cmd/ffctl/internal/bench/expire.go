@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
@@ -142,7 +143,7 @@ func Expire(ctx context.Context, env *Env, o ExpireOptions) ([]Result, error) {
 		return nil, fmt.Errorf("expire bench (river pipeline): %w", err)
 	}
 	pipe := pr.rate
-	applyWorkers := cmp.Or(o.Pipeline.ApplyWorkers, workerApplyWorkers)
+	applyWorkers := cmp.Or(o.Pipeline.ApplyWorkers, ffriver.DefaultApplyWorkers())
 	env.Logger.InfoContext(ctx, "bench expire: River's no-op floor", "jobs", o.Leases, "workers", applyWorkers)
 	floorSame, err := riverFloor(ctx, pool, schema, o.Leases, applyWorkers, workers.QueueFetchCooldown)
 	if err != nil {
@@ -256,7 +257,7 @@ func expirePipeline(ctx context.Context, env *Env, pool *pgxpool.Pool, schema st
 	d.warmup = warm
 	d.items, d.scans, d.dups = after[0]-before[0], after[1]-before[1], after[2]-before[2]
 	d.cfg = p.describe()
-	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, workers.DefaultGroupSize), cmp.Or(o.Pipeline.GroupLanes, workers.DefaultGroupLanes)
+	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, workers.DefaultGroupSize), p.work.ff.GroupLanes()
 	return d, nil
 }
 
