@@ -28,9 +28,11 @@ import (
 // The scan workers are not scaled: ticks and partition scans are cheap reads
 // that never limited a drain. Every value is overridden by its Config field
 // or flag (Config.GroupLanes, ffworker --group-lanes and --concurrency,
-// pool_max_conns in the database URL). The 2-core end was chosen by ffctl
-// bench tune; the 16-core end reproduces the setting that drained 2.7 times
-// the old defaults there (docs/performance.md).
+// pool_max_conns in the database URL). The 2-core end keeps the 2 lanes and
+// 128 workers ffctl bench expire chose on the quiet 2-core machine; the
+// 16-core end is the setting that drained 2.7 times those there. ffctl
+// bench tune sweeps around them (docs/performance.md: on 2 loaded cores it
+// found 4 lanes and 256 workers better).
 const (
 	minGroupLanes = 2
 	maxGroupLanes = 32

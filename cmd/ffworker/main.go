@@ -78,7 +78,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	fs.IntVar(&o.applyConc, "concurrency", ffriver.DefaultApplyWorkers(), "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
 		"items share transactions, so they need few connections); default from the machine: the group\n"+
 		"lanes × 64, the group size (128 on 2 cores, 512 on 16)")
-	fs.IntVar(&o.groupLanes, "group-lanes", 0, "group transactions per item kind at once (0: from the machine, GOMAXPROCS/2 within 2..32,\n"+
+	fs.IntVar(&o.groupLanes, "group-lanes", 0, "group `lanes`: transactions of grouped items per kind at once (0: from the machine, GOMAXPROCS/2 within 2..32,\n"+
 		fmt.Sprintf("%d here)", ffriver.DefaultGroupLanes()))
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
