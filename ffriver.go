@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -147,8 +148,9 @@ type Config struct {
 	// group of none means nothing); negative is an error.
 	GroupSize int
 	// GroupLanes is how many such group transactions per kind a process
-	// runs at once. 0 means the default, 2; negative is an
-	// error.
+	// runs at once. 0 means the machine's: DefaultGroupLanes
+	// (runtime.GOMAXPROCS/2, at least 2, at most 32), bounded by the pool
+	// New is given (defaults.go); negative is an error.
 	GroupLanes int
 	// Clock for every *_ms timestamp (default ff.SystemClock).
 	Clock ff.Clock
@@ -212,6 +214,9 @@ type Service struct {
 	// outboxRetention and executionRetention are Config's after the
 	// stored settings (0: the default).
 	outboxRetention, executionRetention time.Duration
+	// groupLanes is the apply engine's lanes per kind (Config.GroupLanes,
+	// else the machine's and the pool's).
+	groupLanes int
 }
 
 // OutboxRetention is the outbox retention the Service was built with: the
@@ -224,6 +229,11 @@ func (f *Service) OutboxRetention() time.Duration {
 	}
 	return f.outboxRetention
 }
+
+// GroupLanes is the group transactions per kind the Service's apply engine
+// runs at once: Config.GroupLanes, else the machine's and the pool's
+// (DefaultGroupLanes, bounded by the pool New was given).
+func (f *Service) GroupLanes() int { return f.groupLanes }
 
 // ExecutionRetention is the execution retention the Service was built
 // with, as OutboxRetention is (KeepExecutions: forever).
@@ -343,8 +353,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	if cfg.GroupSize > 0 {
 		env.GroupSize = cfg.GroupSize
 	}
-	if cfg.GroupLanes > 0 {
-		env.GroupLanes = cfg.GroupLanes
+	env.GroupLanes = cfg.GroupLanes
+	if env.GroupLanes == 0 {
+		env.GroupLanes = groupLanes(runtime.GOMAXPROCS(0), pool.Config().MaxConns)
 	}
 	if cfg.MeterProvider != nil || cfg.TracerProvider != nil {
 		if env.Metrics, err = pipeline.NewMetrics(cfg.MeterProvider, cfg.TracerProvider); err != nil {
@@ -361,7 +372,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) 
 	}
 	f := &Service{outboxRetention: cfg.OutboxRetention, executionRetention: cfg.ExecutionRetention, ownWaker: cfg.Waker == nil, riverExplicit: cfg.RiverSchema != "", pathRiver: pathRiver, cascade: cascade,
 		created: time.Now(), logger: logger, store: store, pipeline: p, periodic: periodic,
-		meters: cfg.MeterProvider, tracers: cfg.TracerProvider}
+		meters: cfg.MeterProvider, tracers: cfg.TracerProvider, groupLanes: env.GroupLanes}
 	f.riverSchema.Store(&riverSchema)
 	if err := f.followTicks(ctx, cfg.Schema); err != nil {
 		return nil, err
@@ -580,10 +591,10 @@ func (f *Service) ObserveJobs(ctx context.Context, client *river.Client[pgx.Tx])
 // (pgxpool's default, 4 or the core count, is too small): Configure
 // refuses a smaller one with an error naming pgxpool.Config.MaxConns.
 func (f *Service) Configure(rc *river.Config, scanWorkers, applyWorkers int) error {
-	if have, need := f.store.Pool().Config().MaxConns, PoolConns(scanWorkers, applyWorkers); have < need {
+	if have, need := f.store.Pool().Config().MaxConns, PoolConnsWithLanes(scanWorkers, applyWorkers, f.groupLanes); have < need {
 		return ff.Validationf("pool", "the pool has %d connections, but a River client working ffriver's queues with %d scan and %d apply workers "+
-			"needs at least %d (ffriver.PoolConns) plus what the application's own queues use: raise pool_max_conns "+
-			"(pgxpool.Config.MaxConns), or River's fetches and leader election time out and leases expire late", have, scanWorkers, applyWorkers, need)
+			"needs at least %d (ffriver.PoolConnsWithLanes, %d group lanes) plus what the application's own queues use: raise pool_max_conns "+
+			"(pgxpool.Config.MaxConns), or River's fetches and leader election time out and leases expire late", have, scanWorkers, applyWorkers, need, f.groupLanes)
 	}
 	host, take, err := f.clientRiver(rc.Schema)
 	if err != nil {
@@ -651,16 +662,6 @@ func (f *Service) takeClientRiver(host string) error {
 	f.logger.Warn("ffriver: River's tables are in the host client's schema, not ffriver's: ffriver uses the client's "+
 		"(set ffriver.Config.RiverSchema to it to say so)", "river_schema", host, "unused", f.RiverSchema())
 	return f.useRiver(host)
-}
-
-// PoolConns is the least MaxConns of the pool of a River client that works
-// ffriver's queues with scanWorkers and applyWorkers workers: a connection
-// per scan worker, one per apply worker up to 16 (the apply engine groups
-// items beyond that), and 4 for River's producers, leader election and
-// maintenance. An application that embeds ffriver adds what its own queues
-// use; ffworker sizes its pool with it.
-func PoolConns(scanWorkers, applyWorkers int) int32 {
-	return int32(min(applyWorkers, 16) + scanWorkers + 4)
 }
 
 // ClientOptions tune the River configs of the standalone processes.

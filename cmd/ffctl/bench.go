@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -19,7 +20,11 @@ var allScenarios = []string{"outbox", "expire", "lag", "idle", "stream", "scaleo
 
 // namedScenarios run only when named: they take too long for a full run
 // (half an hour, an hour or more).
-var namedScenarios = []string{"soak", "scale"}
+var namedScenarios = []string{"soak", "scale", "tune"}
+
+// benchStdout is where ffctl bench prints its report (a test's buffer in
+// tests).
+var benchStdout io.Writer = os.Stdout
 
 var benchCommand = command{
 	name:    "bench",
@@ -43,7 +48,11 @@ func runBench(ctx context.Context, args []string) int {
 			"--scale-events outbox events by bulk SQL (10,000,000 and 50,000,000 by default; a fifth\n"+
 			"of that took 3 minutes on 2 cores, and the build grows faster than the store), then\n"+
 			"measures the lifecycle, the expire drain, streams, the operator reads and one retention\n"+
-			"pass on it beside an empty store.")
+			"pass on it beside an empty store.\n\n"+
+			"tune runs only when named: the expire drain of --tune-leases leases once per --tune-rounds\n"+
+			"round for every (--tune-lanes, --tune-apply-workers) pair and ffriver's defaults, printing\n"+
+			"each setting's leases/s, the best one found and the defaults' ratio to it (default grid:\n"+
+			"half, the same and twice the defaults on this machine; about 3 minutes on 2 cores).")
 	common := cli.AddCommon(fs)
 	format := fs.String("format", "text", "output `format`: text or json")
 	keep := fs.Bool("keep", false, "keep the scratch schemas instead of dropping them")
@@ -80,10 +89,25 @@ func runBench(ctx context.Context, args []string) int {
 	soakPlot := fs.String("soak-plot", "", "soak: also draw the samples as an SVG plot into `file` (docs/performance.md's is docs/soak.svg)")
 	// The timers' lag (issue 38, item 3).
 	lagKinds := fs.String("lag-kinds", strings.Join(bench.LagKinds, ","), "lag: the timers measured, one run each per rate: expiry, promotion, deadline, comma-separated")
+	tuneLeases := fs.Int("tune-leases", 10_000, "tune: expired `leases` per drain")
+	tuneLanesDef, tuneApplyDef := bench.TuneGrid()
+	tuneLanes := fs.String("tune-lanes", joinInts(tuneLanesDef), "tune: group lanes tried, comma-separated `counts` (default: half, the same and twice the machine's)")
+	tuneApply := fs.String("tune-apply-workers", joinInts(tuneApplyDef), "tune: apply workers tried, comma-separated `counts` (default: half, the same and twice the machine's)")
+	tuneRounds := fs.Int("tune-rounds", 2, "tune: drains of each setting, interleaved; a setting's figure is their mean")
 	noWake := fs.Bool("no-wake", false, "expire, lag: run the scheduler without its wake loop (the scanners tick only every interval)")
-	var lagRates, lcWorkerCounts []int
+	var lagRates, lcWorkerCounts, tuneLaneCounts, tuneApplyCounts []int
 	fs.AfterParse(func() error {
 		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part
+		var err error
+		if tuneLaneCounts, err = parseCounts("tune-lanes", *tuneLanes, 1000); err != nil {
+			return err
+		}
+		if tuneApplyCounts, err = parseCounts("tune-apply-workers", *tuneApply, 10000); err != nil {
+			return err
+		}
+		if err := cli.FirstError(cli.CheckInt("tune-leases", *tuneLeases, 1, 10_000_000), cli.CheckInt("tune-rounds", *tuneRounds, 1, 100)); err != nil {
+			return err
+		}
 		if *format != "text" && *format != "json" {
 			return cli.Usagef("--format %q: want text or json", *format)
 		}
@@ -105,12 +129,8 @@ func runBench(ctx context.Context, args []string) int {
 				return cli.Usagef("--lag-kinds %q: want some of %s, comma-separated", *lagKinds, strings.Join(bench.LagKinds, ","))
 			}
 		}
-		for _, r := range strings.Split(*lcWorkers, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(r))
-			if err != nil || n < 1 || n > 1024 {
-				return cli.Usagef("--lifecycle-workers %q: want counts in 1..1024, comma-separated", *lcWorkers)
-			}
-			lcWorkerCounts = append(lcWorkerCounts, n)
+		if lcWorkerCounts, err = parseCounts("lifecycle-workers", *lcWorkers, 1024); err != nil {
+			return err
 		}
 		if *scaleExecs < 1000 || *scaleEvents < 0 || *scaleWorkers < 1 || *scaleWorkers > 1024 {
 			return cli.Usagef("--scale-executions must be at least 1000, --scale-events not negative, --scale-workers in 1..1024")
@@ -214,6 +234,8 @@ func runBench(ctx context.Context, args []string) int {
 		case "soak":
 			rs, err = runSoak(ctx, env, machine, *soakPlot, bench.SoakOptions{Duration: *soakDuration, Rate: *soakRate,
 				Retention: *soakRetention, Sample: *soakSample, Vacuum: *soakVacuum})
+		case "tune":
+			rs, err = bench.Tune(ctx, env, bench.TuneOptions{Leases: *tuneLeases, Lanes: tuneLaneCounts, ApplyWorkers: tuneApplyCounts, Rounds: *tuneRounds})
 		case "scaleout":
 			rs, err = bench.ScaleOut(ctx, env, bench.ScaleOutOptions{Leases: *leases, MemLeases: *memLeases, NoMemory: *memLeases == 0})
 		}
@@ -228,9 +250,9 @@ func runBench(ctx context.Context, args []string) int {
 		}
 	}
 	if *format == "json" {
-		err = bench.WriteJSON(os.Stdout, machine, results)
+		err = bench.WriteJSON(benchStdout, machine, results)
 	} else {
-		err = bench.WriteTable(os.Stdout, machine, results)
+		err = bench.WriteTable(benchStdout, machine, results)
 	}
 	return cli.Report(os.Stderr, fs.Name(), err)
 }
@@ -270,4 +292,26 @@ func runSoak(ctx context.Context, env *bench.Env, machine, path string, o bench.
 		_ = os.Remove(path) // no empty or partial plot
 	}
 	return rs, err
+}
+
+// joinInts writes counts comma-separated, as parseCounts reads them.
+func joinInts(counts []int) string {
+	s := make([]string, len(counts))
+	for i, n := range counts {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// parseCounts reads comma-separated counts in 1..most of the flag name.
+func parseCounts(name, list string, most int) ([]int, error) {
+	var counts []int
+	for _, r := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n < 1 || n > most {
+			return nil, cli.Usagef("--%s %q: want counts in 1..%d, comma-separated", name, list, most)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }

@@ -28,6 +28,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -56,6 +57,7 @@ type options struct {
 	telemetry       *cli.Telemetry
 	applyConc       int
 	scanConc        int
+	groupLanes      int
 	filter          *ff.Filter
 	partitions      *int
 	jobTimeout      time.Duration
@@ -73,10 +75,11 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	o.common.AddRiverSchema(fs)
 	o.common.AddStartupWait(fs)
 	o.telemetry = cli.AddTelemetry(fs)
-	fs.IntVar(&o.applyConc, "concurrency", defaultConcurrency, "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
-		"items share transactions, so they need few connections); on 2 cores 128 drained about 1.5x\n"+
-		"what 64 did and 256 no more: on bigger machines raise it, or run more ffworkers, and raise\n"+
-		"Postgres' max_connections for the pools")
+	fs.IntVar(&o.applyConc, "concurrency", ffriver.DefaultApplyWorkers(), "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
+		"items share transactions, so they need few connections); default from the machine: the group\n"+
+		"lanes × 64, the group size (128 on 2 cores, 512 on 16)")
+	fs.IntVar(&o.groupLanes, "group-lanes", 0, "group `lanes`: transactions of grouped items per kind at once (0: from the machine, GOMAXPROCS/2 within 2..32,\n"+
+		fmt.Sprintf("%d here)", ffriver.DefaultGroupLanes()))
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
 	fs.DurationVar(&o.jobTimeout, "job-timeout", apply.DefaultJobTimeout, "`duration` after which River cancels an ffriver job (keep equal to ffscheduler's)")
@@ -85,7 +88,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		"on SIGINT/SIGTERM, wait this `duration` for running jobs, then cancel them\n(a cancelled job rolls back and is retried)")
 	fs.StringVar(&o.id, "id", "", "River client `id`, unique per process (default ffworker@<host>_<start time>)")
 	fs.AfterParse(func() error {
-		if err := cli.FirstError(cli.CheckInt("concurrency", o.applyConc, 0, 10000), cli.CheckInt("scan-concurrency", o.scanConc, 0, 10000)); err != nil {
+		if err := cli.FirstError(cli.CheckInt("concurrency", o.applyConc, 0, 10000), cli.CheckInt("scan-concurrency", o.scanConc, 0, 10000),
+			cli.CheckInt("group-lanes", o.groupLanes, 0, 1000)); err != nil {
 			return err
 		}
 		if o.applyConc == 0 && o.scanConc == 0 {
@@ -102,28 +106,23 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 		)
 	})
 	err := fs.Parse(args)
-	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: poolSize(o.applyConc, o.scanConc),
+	return cli.Daemon{Flags: o.common, Pool: cli.PoolOptions{AppName: "ffworker", MaxConns: ffriver.PoolConnsWithLanes(o.scanConc, o.applyConc, o.groupLanes),
 		SizeFlags: "--concurrency and --scan-concurrency"}, Serve: o.serve}, err
 }
 
-// defaultConcurrency is --concurrency's default, chosen by ffctl bench
-// expire on the 2-core reference machine (23 Nov 2026, two runs each, the
-// engine's default groups of 64 and 2 lanes): 64 workers drained 2,914 and
-// 2,625 leases/s, 128 drained 4,475 and 3,838, 256 drained 3,894 and 4,522.
-// A worker mostly waits (for its group's transaction, its job's fetch and
-// completion), and with 64 all of a process's jobs fit in one group, so one
-// lane worked while the other idled; 128 fill both lanes. Grouped items
-// share a transaction, so the jobs in flight need far fewer connections
-// (ffriver.PoolConns).
-const defaultConcurrency = 128
-
-// poolSize is the connections of an ffworker's pool, ffriver.PoolConns: up
-// to 16 for the item jobs (the grouped kinds use at most
-// apply.DefaultGroupLanes each; the others one per job, waiting for a
-// connection beyond that), one per scan worker, and 4 for River's fetches,
-// completions and notifier. It keeps a few ffworkers within Postgres'
-// default max_connections of 100.
-func poolSize(apply, scan int) int32 { return ffriver.PoolConns(scan, apply) }
+// --concurrency's default is ffriver.DefaultApplyWorkers: the machine's
+// group lanes (ffriver.DefaultGroupLanes, GOMAXPROCS/2 within 2..32) times
+// the group size, 64, so that every lane takes full groups. On the 2-core
+// reference machine that is the 128 ffctl bench expire chose (23 Nov 2026:
+// 64 workers drained 2,625-2,914 leases/s, 128 drained 3,838-4,475, 256 no
+// more: with 64 all of a process's jobs fit in one group and one of the two
+// lanes idled); on 16 cores 8 lanes and 512 workers drained 2.7 times what
+// 2 and 128 did. ffctl bench tune sweeps the neighbours. The pool is
+// ffriver.PoolConnsWithLanes: one connection per item job up to
+// max(16, 2 × lanes) (grouped items share their lane's transaction), one
+// per scan worker, and 4 for River's fetches, completions and notifier: 22
+// up to 16 cores, which keeps a scheduler and four ffworkers within
+// Postgres' default max_connections of 100.
 
 // serve runs the process: ffriver's run path (ffriver.Run).
 func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
@@ -133,7 +132,7 @@ func (o *options) serve(ctx context.Context, pool *pgxpool.Pool, logger *slog.Lo
 	}
 	defer cli.StopTelemetry(tel, logger)
 	return ffriver.Run(ctx, pool, ffriver.Config{
-		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout,
+		Schema: o.common.Schema, RiverSchema: o.common.RiverSchema, Partitions: ff.Partitions(*o.partitions), Filter: *o.filter, JobTimeout: o.jobTimeout, GroupLanes: o.groupLanes,
 		MeterProvider: tel.MeterProvider(), TracerProvider: tel.TracerProvider(), Clock: o.common.Clock(),
 	}, ffriver.RunOptions{
 		BeforeStart: func(p *ffriver.Process) (func(), error) {

@@ -154,7 +154,7 @@ func Expire(ctx context.Context, env *Env, o ExpireOptions) ([]Result, error) {
 		return nil, fmt.Errorf("expire bench (river pipeline): %w", err)
 	}
 	pipe := pr.rate
-	applyWorkers := cmp.Or(o.Pipeline.ApplyWorkers, workerApplyWorkers)
+	applyWorkers := cmp.Or(o.Pipeline.ApplyWorkers, ffriver.DefaultApplyWorkers())
 	env.Logger.InfoContext(ctx, "bench expire: River's no-op floor", "jobs", o.Leases, "workers", applyWorkers)
 	floorSame, err := riverFloor(ctx, pool, schema, o.Leases, applyWorkers, ffriver.QueueFetchCooldown)
 	if err != nil {
@@ -268,7 +268,7 @@ func expirePipeline(ctx context.Context, env *Env, pool *pgxpool.Pool, schema st
 	d.warmup = warm
 	d.items, d.scans, d.dups = after[0]-before[0], after[1]-before[1], after[2]-before[2]
 	d.cfg = p.describe()
-	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, apply.DefaultGroupSize), cmp.Or(o.Pipeline.GroupLanes, apply.DefaultGroupLanes)
+	d.groupSize, d.groupLanes = cmp.Or(o.Pipeline.GroupSize, apply.DefaultGroupSize), p.work.ff.GroupLanes()
 	return d, nil
 }
 

@@ -19,24 +19,26 @@ import (
 )
 
 // The standalone processes' default concurrency (the flag defaults of
-// cmd/ffscheduler and cmd/ffworker; keep them in step).
+// cmd/ffscheduler and cmd/ffworker; keep them in step). ffworker's
+// --concurrency is the machine's, ffriver.DefaultApplyWorkers.
 const (
-	schedulerScanWorkers = 4   // ffscheduler --scan-concurrency
-	schedulerApplyWorker = 0   // ffscheduler --apply-concurrency
-	workerApplyWorkers   = 128 // ffworker --concurrency
-	workerScanWorkers    = 2   // ffworker --scan-concurrency
+	schedulerScanWorkers = 4 // ffscheduler --scan-concurrency
+	schedulerApplyWorker = 0 // ffscheduler --apply-concurrency
+	workerScanWorkers    = 2 // ffworker --scan-concurrency
 	workerTickStaleAfter = 30 * time.Second
 )
 
 // PipelineOptions size the in-process pipeline (defaults: the binaries').
 type PipelineOptions struct {
-	// ApplyWorkers of the worker process (default ffworker's 128).
+	// ApplyWorkers of the worker process (default ffworker's,
+	// ffriver.DefaultApplyWorkers).
 	ApplyWorkers int
 	// Scanners overrides settings by scanner name (default: none, every
 	// built-in scanner runs with its defaults, as in the binaries).
 	Scanners map[string]workers.Settings
 	// GroupSize and GroupLanes of the worker's apply engine (0: ffriver's
-	// defaults, apply.DefaultGroupSize and DefaultGroupLanes).
+	// defaults, apply.DefaultGroupSize and the machine's lanes,
+	// ffriver.DefaultGroupLanes).
 	GroupSize, GroupLanes int
 	// FetchCooldown and FetchPollInterval override ffriver's River fetch
 	// settings of both processes when non-zero.
@@ -96,7 +98,7 @@ func (e *Env) poolFor(ctx context.Context, schema, app string, maxConns int32) (
 // startPipeline starts the scheduler and the worker on schema.
 func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptions) (p *pipeline, err error) {
 	if o.ApplyWorkers == 0 {
-		o.ApplyWorkers = workerApplyWorkers
+		o.ApplyWorkers = ffriver.DefaultApplyWorkers()
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p = &pipeline{cancel: cancel, done: make(chan struct{})}
@@ -153,7 +155,7 @@ func startPipeline(ctx context.Context, env *Env, schema string, o PipelineOptio
 		return p, err
 	}
 	if p.work, err = build("ffworker", workerScanWorkers, o.ApplyWorkers,
-		int32(min(o.ApplyWorkers, 16)+workerScanWorkers+4), false); err != nil { // ffworker's pool size
+		ffriver.PoolConnsWithLanes(workerScanWorkers, o.ApplyWorkers, o.GroupLanes), false); err != nil { // ffworker's pool size
 		return p, err
 	}
 	for _, pr := range []*proc{p.sched, p.work} {
