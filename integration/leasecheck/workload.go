@@ -45,7 +45,17 @@ func OpenApp(ctx context.Context, url, schema, appName string, index int, offset
 		return nil, fmt.Errorf("app %d: %w", index, err)
 	}
 	clock := OffsetClock{Offset: offset}
-	svc, err := ffriver.New(ctx, pool, ffriver.Config{Schema: schema, Clock: clock})
+	// The server is shared (another suite's faults, a failover of the
+	// run's own): a lost connection while the process starts is tried
+	// again, as the binaries do (--startup-wait), for up to 30 s.
+	var svc *ffriver.Service
+	for began := time.Now(); ; {
+		svc, err = ffriver.New(ctx, pool, ffriver.Config{Schema: schema, Clock: clock})
+		if err == nil || !errors.Is(err, ff.ErrUnavailable) || time.Since(began) > 30*time.Second || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("app %d: %w", index, err)
