@@ -16,7 +16,7 @@ import (
 // the defaults' ratio to it. How fast any setting is, is not checked. Not
 // parallel: it swaps benchStdout.
 func TestBenchTunePrintsTheTableAndTheRatio(t *testing.T) {
-	testdb.Reserve(t, 15) // the scratch pool, the scheduler's and the worker's
+	testdb.Reserve(t, 30) // the scratch pool, the scheduler's (12) and the worker's (up to 22)
 	testdb.New(t, &testdb.Options{NoMigrate: true})
 	var out, errb bytes.Buffer
 	benchStdout = &out

@@ -52,7 +52,7 @@ func checkRows(t *testing.T, ctx context.Context, db *testdb.DB, results []bench
 // figures are for ffctl bench, not for assertions here.
 func TestScenariosRunSmall(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 15) // its scenarios' pools and processes (docs/development.md)
+	testdb.Reserve(t, 30) // its scenarios' pools and processes: a scheduler (12), a worker (up to 22) and a scratch pool (docs/development.md)
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	// A prefix of this run's own, so that another bench running on the same
@@ -120,7 +120,7 @@ func TestScenariosRunSmall(t *testing.T) {
 // well-formed plot; its figures are not checked.
 func TestSoakRunsSmall(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 15) // its scenarios' pools and processes (docs/development.md)
+	testdb.Reserve(t, 30) // its scenarios' pools and processes: a scheduler (12), a worker (up to 22) and a scratch pool (docs/development.md)
 	ctx := context.Background()
 	db := testdb.New(t, &testdb.Options{NoMigrate: true})
 	prefix := testdb.SchemaName("benchsoak") + "_"
