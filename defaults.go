@@ -12,12 +12,13 @@ import (
 // runtime.NumCPU, or the container's CPU quota):
 //
 //   - group lanes (Config.GroupLanes: group transactions of one kind at
-//     once): P/2, at least 2 and at most 32 (2 on 2 cores, 8 on 16); where New
-//     is given a pool, at most (MaxConns − 4)/2, so that two kinds' lanes fit
-//     beside River's own connections, but never below 2;
+//     once): P/2, at least 4 and at most 32 (4 on 2 to 8 cores, 8 on 16);
+//     where New is given a pool, at most (MaxConns − 4)/2, so that two
+//     kinds' lanes fit beside River's own connections, but never below 2;
 //   - apply workers (ffworker --concurrency, ClientOptions.ApplyWorkers in
-//     the binaries): lanes × the group size (64), so that every lane takes
-//     full groups (128 on 2 cores, 512 on 16);
+//     the binaries): lanes × twice the group size (64), so that every lane
+//     has a full group in its transaction and the next one fetched and
+//     waiting (512 on 2 cores, 1,024 on 16);
 //   - pool connections (PoolConns): one per apply worker up to
 //     max(16, 2 × lanes) (the grouped kinds hold one a lane, two kinds may
 //     drain at once; other items wait for one), one per scan worker, and 4
@@ -28,14 +29,20 @@ import (
 // The scan workers are not scaled: ticks and partition scans are cheap reads
 // that never limited a drain. Every value is overridden by its Config field
 // or flag (Config.GroupLanes, ffworker --group-lanes and --concurrency,
-// pool_max_conns in the database URL). The 2-core end keeps the 2 lanes and
-// 128 workers ffctl bench expire chose on the quiet 2-core machine; the
-// 16-core end is the setting that drained 2.7 times those there. ffctl
-// bench tune sweeps around them (docs/performance.md: on 2 loaded cores it
-// found 4 lanes and 256 workers better).
+// pool_max_conns in the database URL). ffctl bench tune sweeps around them;
+// the rule is where its sweeps put the best setting (docs/performance.md):
+// on the quiet 2-core machine the drain rose with the workers up to 4 lanes
+// and 512 workers (2 lanes and 128, the previous 2-core defaults, drained
+// 0.80–0.87 of that); apply workers are River worker slots, most of them
+// holding a fetched item that waits for its lane, not a connection.
 const (
-	minGroupLanes = 2
+	minGroupLanes = 4
 	maxGroupLanes = 32
+	// minPoolLanes is the least lanes a small pool is given.
+	minPoolLanes = 2
+	// workersPerLane is the apply workers per group lane: two groups, one
+	// in the lane's transaction and one fetched and waiting for it.
+	workersPerLane = 2 * apply.DefaultGroupSize
 	// riverConns are the pool connections River's own work needs:
 	// producers' fetches, the batch completer, the notifier's LISTEN.
 	riverConns = 4
@@ -45,20 +52,21 @@ const (
 
 // DefaultGroupLanes is the group lanes a process uses when
 // Config.GroupLanes is 0 and no pool bounds them: runtime.GOMAXPROCS/2,
-// at least 2 and at most 32 (see the rule above).
+// at least 4 and at most 32 (see the rule above).
 func DefaultGroupLanes() int { return groupLanes(runtime.GOMAXPROCS(0), 0) }
 
 // DefaultApplyWorkers is the apply workers the binaries run unless told
-// otherwise: DefaultGroupLanes × apply.DefaultGroupSize, so that every
-// lane takes full groups (128 on 2 cores, 512 on 16).
-func DefaultApplyWorkers() int { return DefaultGroupLanes() * apply.DefaultGroupSize }
+// otherwise: DefaultGroupLanes × twice apply.DefaultGroupSize, so that
+// every lane has a full group in its transaction and the next one waiting
+// (512 on 2 cores, 1,024 on 16).
+func DefaultApplyWorkers() int { return DefaultGroupLanes() * workersPerLane }
 
 // groupLanes is the rule for procs threads and, where maxConns > 0, a pool
 // of that many connections.
 func groupLanes(procs int, maxConns int32) int {
 	lanes := min(max(procs/2, minGroupLanes), maxGroupLanes)
 	if maxConns > 0 {
-		lanes = min(lanes, max(int(maxConns-riverConns)/2, minGroupLanes))
+		lanes = min(lanes, max(int(maxConns-riverConns)/2, minPoolLanes))
 	}
 	return lanes
 }

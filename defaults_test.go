@@ -7,24 +7,24 @@ import (
 	"github.com/ffriver/ffriver/internal/apply"
 )
 
-// The defaults follow the rule in defaults.go: lanes P/2 within [2, 32],
-// bounded by a given pool; apply workers lanes × group size; pools give the
-// lanes their connections.
+// The defaults follow the rule in defaults.go: lanes P/2 within [4, 32],
+// bounded by a given pool (never below 2); apply workers lanes × twice the
+// group size; pools give the lanes their connections.
 func TestDefaultsFollowTheMachine(t *testing.T) {
 	for _, c := range []struct {
 		procs    int
 		maxConns int32
 		want     int
 	}{
-		{1, 0, 2}, {2, 0, 2}, {4, 0, 2}, {8, 0, 4}, {16, 0, 8}, {64, 0, 32}, {256, 0, 32},
-		{16, 22, 8}, {16, 12, 4}, {16, 5, 2}, {2, 5, 2}, {64, 38, 17},
+		{1, 0, 4}, {2, 0, 4}, {4, 0, 4}, {8, 0, 4}, {10, 0, 5}, {16, 0, 8}, {64, 0, 32}, {256, 0, 32},
+		{16, 22, 8}, {16, 12, 4}, {16, 5, 2}, {2, 5, 2}, {2, 10, 3}, {64, 38, 17},
 	} {
 		if got := groupLanes(c.procs, c.maxConns); got != c.want {
 			t.Errorf("groupLanes(%d procs, pool %d) = %d, want %d", c.procs, c.maxConns, got, c.want)
 		}
 	}
 	lanes := groupLanes(runtime.GOMAXPROCS(0), 0)
-	if DefaultGroupLanes() != lanes || DefaultApplyWorkers() != lanes*apply.DefaultGroupSize {
+	if DefaultGroupLanes() != lanes || DefaultApplyWorkers() != lanes*2*apply.DefaultGroupSize {
 		t.Errorf("DefaultGroupLanes %d, DefaultApplyWorkers %d at GOMAXPROCS %d", DefaultGroupLanes(), DefaultApplyWorkers(), runtime.GOMAXPROCS(0))
 	}
 	for _, c := range []struct {
@@ -41,7 +41,7 @@ func TestDefaultsFollowTheMachine(t *testing.T) {
 	// machine's lanes on a pool of PoolConns.
 	for procs := 1; procs <= 128; procs++ {
 		l := groupLanes(procs, 0)
-		if got := groupLanes(procs, PoolConnsWithLanes(2, l*apply.DefaultGroupSize, l)); got != l {
+		if got := groupLanes(procs, PoolConnsWithLanes(2, l*2*apply.DefaultGroupSize, l)); got != l {
 			t.Errorf("%d procs: %d lanes, but %d on the pool PoolConns sizes for them", procs, l, got)
 		}
 	}

@@ -181,7 +181,7 @@ type WakeOptions struct {
 	// than that is acted on up to Poll late.
 	Poll time.Duration
 	// Spacing is the least time between two wake ticks of one scanner
-	// (50 ms when 0).
+	// (20 ms when 0).
 	Spacing time.Duration
 }
 

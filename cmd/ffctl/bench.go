@@ -95,6 +95,7 @@ func runBench(ctx context.Context, args []string) int {
 	tuneApply := fs.String("tune-apply-workers", joinInts(tuneApplyDef), "tune: apply workers tried, comma-separated `counts` (default: half, the same and twice the machine's)")
 	tuneRounds := fs.Int("tune-rounds", 2, "tune: drains of each setting, interleaved; a setting's figure is their mean")
 	noWake := fs.Bool("no-wake", false, "expire, lag: run the scheduler without its wake loop (the scanners tick only every interval)")
+	wakeSpacing := fs.Duration("wake-spacing", 0, "expire, lag: least time between two wake ticks of one scanner (default: ffriver's, ffriver.WakeOptions.Spacing)")
 	var lagRates, lcWorkerCounts, tuneLaneCounts, tuneApplyCounts []int
 	fs.AfterParse(func() error {
 		lagRates, lcWorkerCounts = nil, nil // flags and scenario names may alternate: AfterParse runs after each part
@@ -202,6 +203,7 @@ func runBench(ctx context.Context, args []string) int {
 
 	pipe := bench.PipelineOptions{ApplyWorkers: *applyWorkers, GroupSize: *groupSize, GroupLanes: *groupLanes, FetchCooldown: *fetchCooldown, FetchPollInterval: *fetchPoll}
 	pipe.Wake.Disabled = *noWake
+	pipe.Wake.Spacing = *wakeSpacing
 	env := &bench.Env{URL: common.DatabaseURL, Logger: logger, Keep: *keep}
 	var results []bench.Result
 	for _, s := range scenarios {

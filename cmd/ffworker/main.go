@@ -77,8 +77,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", ffriver.DefaultApplyWorkers(), "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
 		"items share transactions, so they need few connections); default from the machine: the group\n"+
-		"lanes × 64, the group size (128 on 2 cores, 512 on 16)")
-	fs.IntVar(&o.groupLanes, "group-lanes", 0, "group `lanes`: transactions of grouped items per kind at once (0: from the machine, GOMAXPROCS/2 within 2..32,\n"+
+		"lanes × 128, twice the group size (512 on 2 cores, 1024 on 16)")
+	fs.IntVar(&o.groupLanes, "group-lanes", 0, "group `lanes`: transactions of grouped items per kind at once (0: from the machine, GOMAXPROCS/2 within 4..32,\n"+
 		fmt.Sprintf("%d here)", ffriver.DefaultGroupLanes()))
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
 	o.filter, o.partitions = cli.AddPipelineFlags(fs)
@@ -111,13 +111,10 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 }
 
 // --concurrency's default is ffriver.DefaultApplyWorkers: the machine's
-// group lanes (ffriver.DefaultGroupLanes, GOMAXPROCS/2 within 2..32) times
-// the group size, 64, so that every lane takes full groups. On the 2-core
-// reference machine that is the 128 ffctl bench expire chose (23 Nov 2026:
-// 64 workers drained 2,625-2,914 leases/s, 128 drained 3,838-4,475, 256 no
-// more: with 64 all of a process's jobs fit in one group and one of the two
-// lanes idled); on 16 cores 8 lanes and 512 workers drained 2.7 times what
-// 2 and 128 did. ffctl bench tune sweeps the neighbours. The pool is
+// group lanes (ffriver.DefaultGroupLanes, GOMAXPROCS/2 within 4..32) times
+// twice the group size, 128, so that every lane has a full group in its
+// transaction and the next one waiting (defaults.go has the sweeps behind
+// it). ffctl bench tune sweeps the neighbours. The pool is
 // ffriver.PoolConnsWithLanes: one connection per item job up to
 // max(16, 2 × lanes) (grouped items share their lane's transaction), one
 // per scan worker, and 4 for River's fetches, completions and notifier: 22
