@@ -177,7 +177,7 @@ type WakeOptions struct {
 	// Disabled: no wake loop; scanners run at their periodic ticks only.
 	Disabled bool
 	// Poll is how often the next due times are re-read
-	// (100 ms when 0): a due time written closer to now
+	// (250 ms when 0): a due time written closer to now
 	// than that is acted on up to Poll late.
 	Poll time.Duration
 	// Spacing is the least time between two wake ticks of one scanner
