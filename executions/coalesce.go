@@ -39,6 +39,20 @@ import (
 // until its lock is free or its caller gives up (then it wrote nothing,
 // and its caller got ctx's error).
 
+// finishersInFlight is the finish batches (Complete, Fail, Release) a
+// Store runs at once on a machine of procs threads: procs/2, at least 2.
+// A batch's writes run on one backend, one after the other, so two of
+// them used two of the server's cores however many the machine had.
+// Finishes of distinct executions take distinct rows: more batches do
+// not contend with each other, unlike claims, which share the head of
+// their lane (claimersInFlight).
+func finishersInFlight(procs int) int { return max(2, procs/2) }
+
+// claimersInFlight is the claim batches of one key a Store runs at once:
+// procs/4, at least 2. Concurrent claim batches skip each other's rows at
+// the head of the lane; on 2 cores four of them claimed less than two.
+func claimersInFlight(procs int) int { return max(2, procs/4) }
+
 // coalescer gathers calls of one kind into batches.
 type coalescer[Req, Res any] struct {
 	// run runs one batch and settles each of its calls once, with

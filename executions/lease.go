@@ -3,6 +3,7 @@ package executions
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -199,7 +200,7 @@ func (s *Store) newClaimer(k claimKey) *coalescer[claimAsk, []Lease] {
 	if k.caps != "" {
 		caps = strings.Split(k.caps, "\x00")
 	}
-	return &coalescer[claimAsk, []Lease]{max: 256, inFlight: 2,
+	return &coalescer[claimAsk, []Lease]{max: 256, inFlight: claimersInFlight(runtime.GOMAXPROCS(0)),
 		run: func(ctx context.Context, asks []claimAsk, d *delivery[claimAsk, []Lease]) {
 			got, err := s.claimPipelined(ctx, k.lane, caps, k.ttl, asks)
 			for i := range asks {

@@ -76,6 +76,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -186,7 +187,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	st := &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader,
 		logger: logger, sweepOnly: cfg.Cascader == nil && !cfg.FlowsBySweep}
-	st.finisher = &coalescer[Finish, FinishOutcome]{max: 256, inFlight: 2, run: st.finishBatch}
+	st.finisher = &coalescer[Finish, FinishOutcome]{max: 256, inFlight: finishersInFlight(runtime.GOMAXPROCS(0)), run: st.finishBatch}
 	return st, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -105,31 +106,48 @@ func (f *fixture) leaseEvents() map[string]int {
 	return out
 }
 
+// Every execution runs once, one claim at a time or several at once, and
+// never more handlers at once than MaxWorkers.
 func TestRunnerRunsEveryExecutionOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	ids := f.create(60, executions.CreateParams{Payload: []byte("abc")})
-	reader := sdkmetric.NewManualReader()
-	var calls atomic.Int64
-	f.start(runner.Config{MaxWorkers: 8, LeaseTTL: time.Minute, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))},
-		func(ctx context.Context, ex *runner.Execution) ([]byte, error) {
-			calls.Add(1)
-			return bytes.ToUpper(ex.Payload), nil
+	for _, claims := range []int{1, 4} {
+		t.Run(fmt.Sprintf("claims-in-flight-%d", claims), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			ids := f.create(60, executions.CreateParams{Payload: []byte("abc")})
+			reader := sdkmetric.NewManualReader()
+			var calls, running, most atomic.Int64
+			const workers = 8
+			f.start(runner.Config{MaxWorkers: workers, ClaimsInFlight: claims, LeaseTTL: time.Minute,
+				MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))},
+				func(ctx context.Context, ex *runner.Execution) ([]byte, error) {
+					calls.Add(1)
+					n := running.Add(1)
+					defer running.Add(-1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					time.Sleep(time.Millisecond) // a handler's work, so that handlers overlap
+					return bytes.ToUpper(ex.Payload), nil
+				})
+			f.awaitStates(ids, "completed", len(ids))
+			if n := calls.Load(); n != int64(len(ids)) {
+				t.Errorf("handler calls = %d, want %d", n, len(ids))
+			}
+			if m := most.Load(); m > workers {
+				t.Errorf("%d handlers ran at once, MaxWorkers is %d", m, workers)
+			}
+			for _, id := range ids[:5] {
+				if e := f.Get(id); string(e.Result) != "ABC" {
+					t.Errorf("%s: result %q", id, e.Result)
+				}
+			}
+			if got := f.leaseEvents(); got["acquired"] != len(ids) || got["revoked"] != len(ids) || len(got) != 2 {
+				t.Errorf("lease events = %v, want %d acquired and revoked", got, len(ids))
+			}
+			if got := counter(t, reader, runner.MetricExecutions, "completed"); got != int64(len(ids)) {
+				t.Errorf("%s{outcome=completed} = %d, want %d", runner.MetricExecutions, got, len(ids))
+			}
 		})
-	f.awaitStates(ids, "completed", len(ids))
-	if n := calls.Load(); n != int64(len(ids)) {
-		t.Errorf("handler calls = %d, want %d", n, len(ids))
-	}
-	for _, id := range ids[:5] {
-		if e := f.Get(id); string(e.Result) != "ABC" {
-			t.Errorf("%s: result %q", id, e.Result)
-		}
-	}
-	if got := f.leaseEvents(); got["acquired"] != len(ids) || got["revoked"] != len(ids) || len(got) != 2 {
-		t.Errorf("lease events = %v, want %d acquired and revoked", got, len(ids))
-	}
-	if got := counter(t, reader, runner.MetricExecutions, "completed"); got != int64(len(ids)) {
-		t.Errorf("%s{outcome=completed} = %d, want %d", runner.MetricExecutions, got, len(ids))
 	}
 }
 
@@ -306,6 +324,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Lane: lane, MaxWorkers: 1, LeaseTTL: time.Second, FetchCooldown: -1},
 		{Lane: "\xff", MaxWorkers: 1, LeaseTTL: time.Second},
 		{Lane: lane, MaxWorkers: 1, LeaseTTL: time.Second, LeaseCheckInterval: time.Millisecond},
+		{Lane: lane, MaxWorkers: 4, LeaseTTL: time.Second, ClaimsInFlight: -1},
+		{Lane: lane, MaxWorkers: 4, LeaseTTL: time.Second, ClaimsInFlight: 5},
 	} {
 		if _, err := runner.New(f.st, cfg, h); !errors.Is(err, ff.ErrValidation) {
 			t.Errorf("New(%+v) = %v, want a validation error", cfg, err)

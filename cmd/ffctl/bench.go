@@ -80,6 +80,7 @@ func runBench(ctx context.Context, args []string) int {
 	scaleEvents := fs.Int("scale-events", 50_000_000, "scale: outbox `events` in the big store")
 	scaleWorkers := fs.Int("scale-workers", 64, "scale: `workers` of the lifecycle runs (each holds a connection)")
 	lcWorkers := fs.String("lifecycle-workers", "8,16,32,64,128", "lifecycle: worker counts, one run per comma-separated `count`")
+	lcClaims := fs.Int("lifecycle-claims", 0, "lifecycle: the runner's claims in flight (runner.Config.ClaimsInFlight; 0: the machine's)")
 	lcPlot := fs.String("lifecycle-plot", "", "lifecycle: also draw the figures as an SVG plot into `file` (docs/performance.md's is docs/lifecycle.svg)")
 	soakDuration := fs.Duration("soak-duration", bench.DefaultSoakDuration, "soak: how long the load runs")
 	soakRate := fs.Int("soak-rate", bench.DefaultSoakRate, "soak: transitions per second asked of the load (create, claim, complete: 3 per execution)")
@@ -228,7 +229,7 @@ func runBench(ctx context.Context, args []string) int {
 			rs, err = bench.Stream(ctx, env, bench.StreamOptions{EventsPerSec: *eventsPerSec, Duration: *streamDuration,
 				CatchUp: *catchUp, WakeInterval: *wakeInterval})
 		case "lifecycle":
-			rs, err = bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: *lcExecs, Workers: lcWorkerCounts})
+			rs, err = bench.Lifecycle(ctx, env, bench.LifecycleOptions{Executions: *lcExecs, Workers: lcWorkerCounts, ClaimsInFlight: *lcClaims})
 		case "scale":
 			rs, err = bench.Scale(ctx, env, bench.ScaleOptions{Executions: *scaleExecs, Events: *scaleEvents, Workers: *scaleWorkers})
 		case "retention":

@@ -23,6 +23,8 @@ type LifecycleOptions struct {
 	// MaxConns of each side's pool (default 64): the worker counts above it
 	// share its connections, for ffriver and River alike.
 	MaxConns int
+	// ClaimsInFlight of the runner (runner.Config; 0: the machine's).
+	ClaimsInFlight int
 }
 
 // lifecycleLane is the lane every execution of the scenario waits in.
@@ -46,7 +48,7 @@ func Lifecycle(ctx context.Context, env *Env, o LifecycleOptions) ([]Result, err
 	var results []Result
 	for _, w := range o.Workers {
 		conns := min(w+2, o.MaxConns)
-		run, err := lifecycleRunner(ctx, env, o.Executions, w, int32(conns))
+		run, err := lifecycleRunner(ctx, env, o.Executions, w, min(o.ClaimsInFlight, w), int32(conns))
 		if err != nil {
 			return nil, err
 		}
@@ -131,22 +133,22 @@ func claimComplete(ctx context.Context, st *executions.Store, n, workers int) (f
 
 // lifecycleRunner is the runner's side of one run: a runner.Runner with
 // MaxWorkers w and a no-op handler.
-func lifecycleRunner(ctx context.Context, env *Env, n, w int, conns int32) (float64, error) {
+func lifecycleRunner(ctx context.Context, env *Env, n, w, claims int, conns int32) (float64, error) {
 	pool, st, cleanup, err := lifecycleStore(ctx, env, "lifecycle_runner", n, conns)
 	if err != nil {
 		return 0, err
 	}
 	defer cleanup()
-	return runLane(ctx, env, pool, st, n, w)
+	return runLane(ctx, env, pool, st, n, w, claims)
 }
 
-// runLane is the runner's loop: a runner.Runner with MaxWorkers w and a
-// no-op handler works the n executions waiting in the scenario's lane; it
+// runLane is the runner's loop: a runner.Runner with MaxWorkers w (and
+// ClaimsInFlight claims; 0: the machine's) and a no-op handler works the n executions waiting in the scenario's lane; it
 // returns the executions per second once the last completion committed.
-func runLane(ctx context.Context, env *Env, pool *pgxpool.Pool, st *executions.Store, n, w int) (float64, error) {
+func runLane(ctx context.Context, env *Env, pool *pgxpool.Pool, st *executions.Store, n, w, claims int) (float64, error) {
 	var done atomic.Int64
 	all := make(chan struct{})
-	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, LeaseTTL: 5 * time.Minute,
+	r, err := runner.New(st, runner.Config{Lane: lifecycleLane, WorkerID: "bench", MaxWorkers: w, ClaimsInFlight: claims, LeaseTTL: 5 * time.Minute,
 		FetchCooldown: ffriver.QueueFetchCooldown, Logger: env.Logger},
 		func(context.Context, *runner.Execution) ([]byte, error) {
 			if done.Add(1) == int64(n) {

@@ -305,7 +305,7 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 	if err := createExecutions(ctx, pool, st, o.Lifecycle); err != nil {
 		return f, err
 	}
-	if f.runner, err = runLane(ctx, env, pool, st, o.Lifecycle, o.Workers); err != nil {
+	if f.runner, err = runLane(ctx, env, pool, st, o.Lifecycle, o.Workers, 0); err != nil {
 		return f, err
 	}
 	env.Logger.InfoContext(ctx, "bench scale: lifecycle", "schema", schema, "plain_per_sec", int(f.plain), "runner_per_sec", int(f.runner))
