@@ -258,6 +258,15 @@ func (u *upWriter) reclaimRound(ctx context.Context, i int) {
 	} else if wait >= 0 {
 		sleepCtx(ctx, time.Duration(wait+2)*time.Millisecond)
 	}
+	// Reclaim names the id, not a lease: like a client's freeOp, it is
+	// made only while the id is this incarnation's (execution.guard).
+	hd.x.guard.RLock()
+	if hd.x.superseded {
+		hd.x.guard.RUnlock()
+		u.held = append(u.held, hd) // its handle is a removed incarnation's: it must be refused
+		u.leaseOp(ctx, len(u.held)-1)
+		return
+	}
 	st := Step{Kind: OpReclaim, TTL: int64(300 + u.rng.IntN(1200)), Instance: u.worker + "-r"}
 	call := u.w.begin(u.proc, u.client, hd.x.Key, []Step{st})
 	cctx, cancel := callCtx(ctx)
@@ -265,6 +274,7 @@ func (u *upWriter) reclaimRound(ctx context.Context, i int) {
 		LeaseTTL: time.Duration(st.TTL) * time.Millisecond})
 	cancel()
 	u.w.settle(u.proc, call, Result{Lease: leaseRef(l)}, err, "")
+	hd.x.guard.RUnlock()
 	hd.x.calls.Add(1)
 	u.held = append(u.held, hd)
 	u.leaseOp(ctx, len(u.held)-1)
