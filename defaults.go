@@ -16,9 +16,9 @@ import (
 //     where New is given a pool, at most (MaxConns − 4)/2, so that two
 //     kinds' lanes fit beside River's own connections, but never below 2;
 //   - apply workers (ffworker --concurrency, ClientOptions.ApplyWorkers in
-//     the binaries): lanes × twice the group size (64), so that every lane
-//     has a full group in its transaction and the next one fetched and
-//     waiting (512 on 2 cores, 1,024 on 16);
+//     the binaries): lanes × 4 groups (the group size is 64), so that
+//     every lane has a full group in its transaction and the next ones
+//     fetched and waiting (1,024 on 2 cores, 2,048 on 16);
 //   - pool connections (PoolConns): one per apply worker up to
 //     max(16, 2 × lanes) (the grouped kinds hold one a lane, two kinds may
 //     drain at once; other items wait for one), one per scan worker, and 4
@@ -30,19 +30,20 @@ import (
 // that never limited a drain. Every value is overridden by its Config field
 // or flag (Config.GroupLanes, ffworker --group-lanes and --concurrency,
 // pool_max_conns in the database URL). ffctl bench tune sweeps around them;
-// the rule is where its sweeps put the best setting (docs/performance.md):
-// on the quiet 2-core machine the drain rose with the workers up to 4 lanes
-// and 512 workers (2 lanes and 128, the previous 2-core defaults, drained
-// 0.80–0.87 of that); apply workers are River worker slots, most of them
-// holding a fetched item that waits for its lane, not a connection.
+// the rule is where its sweeps put the best setting (docs/performance.md,
+// 27 November 2026): on the quiet 2-core machine 4 lanes and 512 to 1,024
+// workers (1,024: 0.94 of the best; 2 lanes and 128, the previous 2-core
+// defaults, 0.80–0.87), on 16 cores 8 lanes and 2,048 workers (1,024:
+// 0.81). Apply workers are River worker slots, most of them holding a
+// fetched item that waits for its lane, not a connection.
 const (
 	minGroupLanes = 4
 	maxGroupLanes = 32
 	// minPoolLanes is the least lanes a small pool is given.
 	minPoolLanes = 2
-	// workersPerLane is the apply workers per group lane: two groups, one
-	// in the lane's transaction and one fetched and waiting for it.
-	workersPerLane = 2 * apply.DefaultGroupSize
+	// workersPerLane is the apply workers per group lane: four groups, one
+	// in the lane's transaction and the next ones fetched and waiting.
+	workersPerLane = 4 * apply.DefaultGroupSize
 	// riverConns are the pool connections River's own work needs:
 	// producers' fetches, the batch completer, the notifier's LISTEN.
 	riverConns = 4
@@ -56,9 +57,9 @@ const (
 func DefaultGroupLanes() int { return groupLanes(runtime.GOMAXPROCS(0), 0) }
 
 // DefaultApplyWorkers is the apply workers the binaries run unless told
-// otherwise: DefaultGroupLanes × twice apply.DefaultGroupSize, so that
-// every lane has a full group in its transaction and the next one waiting
-// (512 on 2 cores, 1,024 on 16).
+// otherwise: DefaultGroupLanes × 4 × apply.DefaultGroupSize, so that
+// every lane has a full group in its transaction and the next ones waiting
+// (1,024 on 2 cores, 2,048 on 16).
 func DefaultApplyWorkers() int { return DefaultGroupLanes() * workersPerLane }
 
 // groupLanes is the rule for procs threads and, where maxConns > 0, a pool

@@ -8,8 +8,8 @@ import (
 )
 
 // The defaults follow the rule in defaults.go: lanes P/2 within [4, 32],
-// bounded by a given pool (never below 2); apply workers lanes × twice the
-// group size; pools give the lanes their connections.
+// bounded by a given pool (never below 2); apply workers lanes × four times
+// the group size; pools give the lanes their connections.
 func TestDefaultsFollowTheMachine(t *testing.T) {
 	for _, c := range []struct {
 		procs    int
@@ -24,7 +24,7 @@ func TestDefaultsFollowTheMachine(t *testing.T) {
 		}
 	}
 	lanes := groupLanes(runtime.GOMAXPROCS(0), 0)
-	if DefaultGroupLanes() != lanes || DefaultApplyWorkers() != lanes*2*apply.DefaultGroupSize {
+	if DefaultGroupLanes() != lanes || DefaultApplyWorkers() != lanes*4*apply.DefaultGroupSize {
 		t.Errorf("DefaultGroupLanes %d, DefaultApplyWorkers %d at GOMAXPROCS %d", DefaultGroupLanes(), DefaultApplyWorkers(), runtime.GOMAXPROCS(0))
 	}
 	for _, c := range []struct {
@@ -41,7 +41,7 @@ func TestDefaultsFollowTheMachine(t *testing.T) {
 	// machine's lanes on a pool of PoolConns.
 	for procs := 1; procs <= 128; procs++ {
 		l := groupLanes(procs, 0)
-		if got := groupLanes(procs, PoolConnsWithLanes(2, l*2*apply.DefaultGroupSize, l)); got != l {
+		if got := groupLanes(procs, PoolConnsWithLanes(2, l*4*apply.DefaultGroupSize, l)); got != l {
 			t.Errorf("%d procs: %d lanes, but %d on the pool PoolConns sizes for them", procs, l, got)
 		}
 	}

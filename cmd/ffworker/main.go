@@ -77,7 +77,7 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 	o.telemetry = cli.AddTelemetry(fs)
 	fs.IntVar(&o.applyConc, "concurrency", ffriver.DefaultApplyWorkers(), "`workers` for the apply queue: per-item jobs in flight at once (expire, promote and deadline\n"+
 		"items share transactions, so they need few connections); default from the machine: the group\n"+
-		"lanes × 128, twice the group size (512 on 2 cores, 1024 on 16)")
+		"lanes × 256, four groups of 64 (1024 on 2 cores, 2048 on 16)")
 	fs.IntVar(&o.groupLanes, "group-lanes", 0, "group `lanes`: transactions of grouped items per kind at once (0: from the machine, GOMAXPROCS/2 within 4..32,\n"+
 		fmt.Sprintf("%d here)", ffriver.DefaultGroupLanes()))
 	fs.IntVar(&o.scanConc, "scan-concurrency", 2, "`workers` for the scan queue (ticks and partition scans); 0: none")
@@ -112,8 +112,8 @@ func parse(args []string, stdout io.Writer, getenv func(string) string) (cli.Dae
 
 // --concurrency's default is ffriver.DefaultApplyWorkers: the machine's
 // group lanes (ffriver.DefaultGroupLanes, GOMAXPROCS/2 within 4..32) times
-// twice the group size, 128, so that every lane has a full group in its
-// transaction and the next one waiting (defaults.go has the sweeps behind
+// four groups of 64, 256, so that every lane has a full group in its
+// transaction and the next ones waiting (defaults.go has the sweeps behind
 // it). ffctl bench tune sweeps the neighbours. The pool is
 // ffriver.PoolConnsWithLanes: one connection per item job up to
 // max(16, 2 × lanes) (grouped items share their lane's transaction), one
