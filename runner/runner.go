@@ -158,11 +158,12 @@ type Config struct {
 	// free.
 	FetchCooldown time.Duration
 	// ClaimsInFlight is how many claims may run at once, each asking for
-	// its share of the free slots (MaxWorkers/ClaimsInFlight, at least 64). 0 means the machine's and the
-	// workers': runtime.GOMAXPROCS/4 and one per 64 MaxWorkers, whichever
-	// is less, at least 1 and at most 4 (1 up to 7 cores or 127 workers; 4
-	// on 16 cores with 256 workers). On 16 cores one claim's round trip
-	// bounded a runner of 256 workers while the server had cores to spare.
+	// its share of the free slots (MaxWorkers/ClaimsInFlight, at least
+	// 64). 0 means the machine's and the workers': runtime.GOMAXPROCS/4
+	// and one per 64 MaxWorkers, whichever is less, at least 1 and at most
+	// 4 (1 up to 7 cores or 127 workers; 4 on 16 cores with 256 workers).
+	// On 16 cores one claim's round trip bounded a runner of 256 workers
+	// while the server had cores to spare.
 	ClaimsInFlight int
 	// StopTimeout is how long Run waits for running handlers once its
 	// context is done before it cancels their contexts. 0 cancels them at
