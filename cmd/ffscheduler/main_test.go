@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/cmd/internal/cli"
+	"github.com/ffriver/ffriver/cmd/internal/clitest"
 	"github.com/ffriver/ffriver/fftest"
 	"github.com/ffriver/ffriver/internal/testdb"
 	"github.com/ffriver/ffriver/internal/testlog"
@@ -155,33 +155,5 @@ func TestRiverSchemaFlag(t *testing.T) {
 // both exit 3; completion for a shell without a script is a usage error.
 func TestStartMistakesNameWhatWasGiven(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t, &testdb.Options{Partitions: 4})
-	var dbName string
-	if err := db.Pool.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbName); err != nil {
-		t.Fatal(err)
-	}
-	noEnv := func(string) string { return "" }
-	missing := "nc_missing_" + db.Schema[len(db.Schema)-8:]
-	for _, c := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"--schema", missing}, cli.ExitNotMigrated, fmt.Sprintf("schema %q does not exist in database %q", missing, dbName)},
-		{[]string{"--schema", db.Schema, "--partitions", "16"}, cli.ExitNotMigrated,
-			fmt.Sprintf("ffscheduler: partition count mismatch: schema %q in database %q was migrated with 4 partitions, "+
-				"this process was given 16 (--partitions): the count is fixed at the first migration; drop --partitions or pass 4", db.Schema, dbName)},
-		{[]string{"completion", "tcsh"}, cli.ExitUsage, `unsupported shell "tcsh": completion scripts exist for bash, zsh, fish and powershell`},
-	} {
-		args := c.args
-		if args[0] != "completion" {
-			args = append([]string{"--database-url", testdb.URL(), "--ui-addr", "off"}, args...)
-		}
-		var stdout, stderr testlog.Buffer
-		code := cli.Run(t.Context(), "ffscheduler", parse, args, &stdout, &stderr, noEnv)
-		if code != c.code || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "search_path") ||
-			stdout.String() != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d with %q", c.args, code, stdout.String(), stderr.String(), c.code, c.want)
-		}
-	}
+	clitest.StartMistakes(t, "ffscheduler", parse, "--ui-addr", "off")
 }

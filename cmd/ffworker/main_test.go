@@ -3,14 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/ffriver/ffriver/cmd/internal/cli"
-	"github.com/ffriver/ffriver/internal/testdb"
-	"github.com/ffriver/ffriver/internal/testlog"
+	"github.com/ffriver/ffriver/cmd/internal/clitest"
 )
 
 func getenv(k string) string {
@@ -134,33 +132,5 @@ func TestNewcomerMistakesAndCompletion(t *testing.T) {
 // both exit 3; completion for a shell without a script is a usage error.
 func TestStartMistakesNameWhatWasGiven(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t, &testdb.Options{Partitions: 4})
-	var dbName string
-	if err := db.Pool.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbName); err != nil {
-		t.Fatal(err)
-	}
-	noEnv := func(string) string { return "" }
-	missing := "nc_missing_" + db.Schema[len(db.Schema)-8:]
-	for _, c := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"--schema", missing}, cli.ExitNotMigrated, fmt.Sprintf("schema %q does not exist in database %q", missing, dbName)},
-		{[]string{"--schema", db.Schema, "--partitions", "16"}, cli.ExitNotMigrated,
-			fmt.Sprintf("ffworker: partition count mismatch: schema %q in database %q was migrated with 4 partitions, "+
-				"this process was given 16 (--partitions): the count is fixed at the first migration; drop --partitions or pass 4", db.Schema, dbName)},
-		{[]string{"completion", "tcsh"}, cli.ExitUsage, `unsupported shell "tcsh": completion scripts exist for bash, zsh, fish and powershell`},
-	} {
-		args := c.args
-		if args[0] != "completion" {
-			args = append([]string{"--database-url", testdb.URL()}, args...)
-		}
-		var stdout, stderr testlog.Buffer
-		code := cli.Run(t.Context(), "ffworker", parse, args, &stdout, &stderr, noEnv)
-		if code != c.code || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "search_path") ||
-			stdout.String() != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d with %q", c.args, code, stdout.String(), stderr.String(), c.code, c.want)
-		}
-	}
+	clitest.StartMistakes(t, "ffworker", parse)
 }
