@@ -124,6 +124,13 @@ type scenario struct {
 	// writers, when set, committed extra outbox rows (the out-of-order
 	// fault); their events are part of the reconciliation.
 	writers *outboxWriters
+	// writerEvents are the event ids of the tables that attachEvents
+	// found to be a writer's (of no seeded execution), by table (true: the
+	// lease table): the streams' events are classed by them. A writer's
+	// id alone is not enough: a transaction in doubt across a failover
+	// may have been lost with its event ids, which the promoted standby's
+	// sequence then hands out again, to a scanner's event.
+	writerEvents map[bool]map[int64]bool
 }
 
 // newScenario returns a scenario of the default load on db, whose

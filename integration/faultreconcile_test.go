@@ -296,6 +296,7 @@ type eventCounts struct {
 // seeded execution must be a writer's.
 func (sc *scenario) attachEvents(execs map[uuid.UUID]*execRow, leases leaseTable, completions completionTable, probs *problems) eventCounts {
 	var n eventCounts
+	sc.writerEvents = map[bool]map[int64]bool{true: {}, false: {}}
 	for id, r := range leases {
 		u, err := uuid.Parse(r.exec)
 		e := execs[u]
@@ -305,6 +306,7 @@ func (sc *scenario) attachEvents(execs map[uuid.UUID]*execRow, leases leaseTable
 			n.scenarioLease++
 		case sc.writers != nil && sc.writers.has(id, true):
 			n.writerLease++
+			sc.writerEvents[true][id] = true
 		default:
 			probs.add("stray event", "lease event %d (%s for %s) belongs to no seeded execution and no writer", id, r.eventString, r.exec)
 		}
@@ -317,6 +319,7 @@ func (sc *scenario) attachEvents(execs map[uuid.UUID]*execRow, leases leaseTable
 			n.scenarioCompletion++
 		case sc.writers != nil && sc.writers.has(id, false):
 			n.writerCompletion++
+			sc.writerEvents[false][id] = true
 		default:
 			probs.add("stray event", "completion event %d (%s for %s) belongs to no seeded execution and no writer", id, r.outcome, r.exec)
 		}
@@ -423,7 +426,8 @@ type streamCheck struct {
 // checkStream checks what the tail tp printed against its stream's table,
 // of size rows, in which inTable looks an event up: every event printed
 // once, in cursor order, as the table has it, and the cursor file at the
-// last one printed.
+// last one printed. It classes events as attachEvents did the table's
+// (sc.writerEvents), which must have run first.
 func (sc *scenario) checkStream(tp *tailProc, inTable func(id int64) (exec string, what string, ok bool), size int, probs *problems) streamCheck {
 	var c streamCheck
 	seen := map[int64]int{}
@@ -456,7 +460,7 @@ func (sc *scenario) checkStream(tp *tailProc, inTable func(id int64) (exec strin
 			probs.add("mismatch", "%s stream: event %d printed as %s for %s; the table says %s for %s", tp.stream, ev.EventID, got, ev.ExecutionID, what, exec)
 		}
 		if seen[ev.EventID] == 1 {
-			if sc.writers != nil && sc.writers.has(ev.EventID, tp.stream == "leases") {
+			if sc.writerEvents[tp.stream == "leases"][ev.EventID] {
 				c.writer++
 			} else {
 				c.scenario++
