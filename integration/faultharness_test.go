@@ -136,11 +136,12 @@ type scenario struct {
 // newScenario returns a scenario of the default load on db, whose
 // binaries reach it at url; it starts nothing. On the shared server it
 // first reserves the connections it holds (testdb.Reserve): its binaries'
-// and tails' (about 12) and its own pool's, where the writers commit; a
+// (testdb.BinariesConns), its tails' and named consumers' (6) and its own
+// pool's, where the writers commit; a
 // scenario on a throwaway cluster needs none.
 func newScenario(t *testing.T, bins faultBins, db *testdb.DB, url string) *scenario {
 	if url == testdb.URL() {
-		testdb.Reserve(t, 12+int(db.Pool.Config().MaxConns))
+		testdb.Reserve(t, testdb.BinariesConns+6+int(db.Pool.Config().MaxConns))
 	}
 	return &scenario{DB: fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool, Timeout: 10 * time.Second}, t: t, ctx: t.Context(), db: db, url: url, bins: bins, load: defaultFaultLoad, tails: map[string]*tailProc{}}
 }

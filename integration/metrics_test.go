@@ -28,7 +28,7 @@ import (
 // and /readyz comes back when the database does.
 func TestMetricsAndReadiness(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -328,7 +328,7 @@ func (p *proxy) up() {
 // explain: River's job tags (partition-<n>, ns-<namespace>) are no label.
 func TestMetricsBounded(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)

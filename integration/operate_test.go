@@ -71,7 +71,7 @@ func TestVersion(t *testing.T) {
 // so by the time it has logged the line the default one has run longer.
 func TestQuietByDefault(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	db := testdb.New(t, &testdb.Options{Partitions: 16})
 	// River logs a producer's counts only while it works jobs: the ticks

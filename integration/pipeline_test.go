@@ -125,7 +125,7 @@ func dbArgs(db *testdb.DB) []string {
 // and --schema; both stop cleanly on SIGTERM.
 func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -174,7 +174,7 @@ func TestBinariesReconcilePlainSQLRows(t *testing.T) {
 // execution transitions exactly once, with exactly one set of events.
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -212,7 +212,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 // leadership to the other, which keeps ticking; no transition happens twice.
 func TestSchedulerFailover(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
@@ -291,7 +291,7 @@ func TestBinariesRefuseUnmigratedSchema(t *testing.T) {
 // them, River UI requires basic auth.
 func TestSchedulerUIAuth(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	schedBin, _ := buildPipelineBinaries(t)
 	db := testdb.New(t, nil)
 	p := startProc(t, "ffscheduler-open", schedBin, append(dbArgs(db), "--ui-addr", "0.0.0.0:0")...)

@@ -55,7 +55,7 @@ const readerHold = 15 * time.Second
 // ends.
 func TestRetentionBesidePgDump(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 15) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+4) // its binaries, a stream, pg_dump and the idle session (docs/development.md)
 	pgDump, err := exec.LookPath("pg_dump")
 	if err != nil {
 		skipOrFail(t, "pg_dump is not on PATH ("+err.Error()+"): this test runs a real pg_dump of the schema beside retention")

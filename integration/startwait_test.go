@@ -27,7 +27,7 @@ const waitingLine = "waiting for the server to accept a connection"
 // server (or a port where nothing listens yet): no real slot is taken.
 func TestBinariesWaitForTheServerAtStart(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	// closedURL is the test server's URL on a loopback port where nothing

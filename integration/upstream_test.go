@@ -26,7 +26,7 @@ import (
 // each outcome counted once, every event streamed once.
 func TestUpstreamRowsOnTheBinaries(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12) // its binaries and streams (docs/development.md)
+	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
 	db := testdb.New(t, nil)
 	sql := &fftest.DB{TB: t, Ctx: t.Context(), Pool: db.Pool}
 	schedBin, workerBin := buildPipelineBinaries(t)
