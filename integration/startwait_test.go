@@ -27,7 +27,9 @@ const waitingLine = "waiting for the server to accept a connection"
 // server (or a port where nothing listens yet): no real slot is taken.
 func TestBinariesWaitForTheServerAtStart(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, testdb.BinariesConns+2) // its binaries and a stream (docs/development.md)
+	// Each subtest reserves what its binary holds once it connects: a
+	// reservation here would be held until the parallel subtests end,
+	// while they wait for the parallel slots of tests that wait for it.
 	db := testdb.New(t, nil)
 	schedBin, workerBin := buildPipelineBinaries(t)
 	// closedURL is the test server's URL on a loopback port where nothing
@@ -49,6 +51,7 @@ func TestBinariesWaitForTheServerAtStart(t *testing.T) {
 
 	t.Run("a full server, then one that accepts", func(t *testing.T) {
 		t.Parallel()
+		testdb.Reserve(t, 22) // the worker's pool (docs/development.md)
 		g := testgate.Start(t, testdb.URL())
 		g.Refuse(testgate.TooManyClients, "sorry, too many clients already")
 		start := time.Now()
@@ -86,6 +89,7 @@ func TestBinariesWaitForTheServerAtStart(t *testing.T) {
 
 	t.Run("nothing listens, then the server comes", func(t *testing.T) {
 		t.Parallel()
+		testdb.Reserve(t, 12) // the scheduler's pool (docs/development.md)
 		u, addr := closedURL(t)
 		s := startProc(t, "ffscheduler", schedBin, "--database-url", u, "--schema", db.Schema, "--ui-addr", "off", "--startup-wait", "2m")
 		fftest.Await(t, 30*time.Second, "the scheduler saying what it waits for", func() bool {
