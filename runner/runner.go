@@ -363,7 +363,7 @@ type claimed struct {
 func (r *Runner) fetch(ctx, base context.Context, handlers, ends *sync.WaitGroup) {
 	p := executions.ClaimParams{Lane: r.cfg.Lane, WorkerID: r.cfg.WorkerID, WorkerInstanceID: r.cfg.WorkerInstanceID,
 		LeaseTTL: r.cfg.LeaseTTL, Capabilities: r.cfg.Capabilities}
-	more := true // the last claim filled every slot it asked for
+	more := true // the lane may have more: the last claim filled its ask (with claims side by side, found any)
 	var last time.Time
 	wait := r.cfg.FetchPollInterval // after an empty claim; grows while claims fail
 	claims := r.cfg.ClaimsInFlight

@@ -143,8 +143,9 @@ func lifecycleRunner(ctx context.Context, env *Env, n, w, claims int, conns int3
 }
 
 // runLane is the runner's loop: a runner.Runner with MaxWorkers w (and
-// ClaimsInFlight claims; 0: the machine's) and a no-op handler works the n executions waiting in the scenario's lane; it
-// returns the executions per second once the last completion committed.
+// ClaimsInFlight claims; 0: the machine's) and a no-op handler works the n
+// executions waiting in the scenario's lane; it returns the executions per
+// second once the last completion committed.
 func runLane(ctx context.Context, env *Env, pool *pgxpool.Pool, st *executions.Store, n, w, claims int) (float64, error) {
 	var done atomic.Int64
 	all := make(chan struct{})
