@@ -183,9 +183,12 @@ func (g *Gate) refuse(c net.Conn, code, message string) {
 			}
 			continue
 		case *pgproto3.StartupMessage:
+			// Counted before the answer goes out: a client that reads it
+			// and returns must find its refusal counted.
+			g.refused.Add(1)
 			be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: message})
-			if be.Flush() == nil {
-				g.refused.Add(1)
+			if be.Flush() != nil {
+				g.refused.Add(-1)
 			}
 		}
 		return
