@@ -106,17 +106,15 @@ WITH cand AS (
   SELECT e.partition_key, e.execution_id, e.attempt_index, e.deadline_at_ms, k.worker_id, k.worker_instance_id
   FROM unnest($1::int2[], $2::uuid[], $3::text[], $4::text[]) AS k(partition_key, execution_id, worker_id, worker_instance_id)
   JOIN {S}ff_exec_core e USING (partition_key, execution_id)
-), prev AS (
-  SELECT a.partition_key, a.execution_id, max(a.lease_epoch) AS max_epoch
-  FROM {S}ff_attempt a JOIN cand c USING (partition_key, execution_id)
-  GROUP BY a.partition_key, a.execution_id
 ), att AS (
   INSERT INTO {S}ff_attempt AS a
     (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_id,
      lease_epoch, lease_expires_at_ms, started_at_ms)
   SELECT c.partition_key, c.execution_id, c.attempt_index, c.worker_id, c.worker_instance_id, gen_random_uuid(),
          COALESCE(p.max_epoch, 0) + 1, LEAST($5::bigint + $6::bigint, c.deadline_at_ms), $5
-  FROM cand c LEFT JOIN prev p USING (partition_key, execution_id)
+  FROM cand c CROSS JOIN LATERAL (
+    SELECT max(pa.lease_epoch) AS max_epoch FROM {S}ff_attempt pa
+    WHERE pa.partition_key = c.partition_key AND pa.execution_id = c.execution_id) p
   ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
     SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
         lease_id = EXCLUDED.lease_id, lease_epoch = GREATEST(EXCLUDED.lease_epoch, a.lease_epoch + 1),
@@ -132,12 +130,13 @@ WITH cand AS (
   FROM att
   WHERE e.partition_key = att.partition_key AND e.execution_id = att.execution_id
   RETURNING e.partition_key, e.execution_id, e.payload, e.priority, e.created_at_ms,
-            e.raw_fields->>'namespace' AS namespace, e.raw_fields->'tags'->>'cairn.instance_id' AS instance_tag
+            e.raw_fields->>'namespace' AS namespace, e.raw_fields->'tags'->>'cairn.instance_id' AS instance_tag,
+            att.attempt_index, att.lease_id, att.lease_epoch, att.lease_expires_at_ms, att.worker_instance_id
 ){EV}
-SELECT att.partition_key, att.execution_id, att.attempt_index, att.lease_id, att.lease_epoch,
-       att.lease_expires_at_ms, core.payload
-FROM att JOIN core USING (partition_key, execution_id)
-ORDER BY core.priority DESC, core.created_at_ms, att.execution_id`
+SELECT core.partition_key, core.execution_id, core.attempt_index, core.lease_id, core.lease_epoch,
+       core.lease_expires_at_ms, core.payload
+FROM core
+ORDER BY core.priority DESC, core.created_at_ms, core.execution_id`
 
 // claimEventsCTE writes the "acquired" events of claimSQL's leases, in the
 // order the leases are returned, as outbox.Writer.QueueLeases would.
@@ -145,10 +144,10 @@ const claimEventsCTE = `, ev AS (
   INSERT INTO {S}ff_lease_event
     (execution_id, lease_id, event_type, occurred_at_ms, partition_key,
      namespace, instance_tag, attempt_index, lease_epoch, worker_instance_id)
-  SELECT att.execution_id::text, att.lease_id::text, 'acquired', $5, att.partition_key,
-         core.namespace, core.instance_tag, att.attempt_index, att.lease_epoch, NULLIF(att.worker_instance_id, '')
-  FROM att JOIN core USING (partition_key, execution_id)
-  ORDER BY core.priority DESC, core.created_at_ms, att.execution_id
+  SELECT core.execution_id::text, core.lease_id::text, 'acquired', $5, core.partition_key,
+         core.namespace, core.instance_tag, core.attempt_index, core.lease_epoch, NULLIF(core.worker_instance_id, '')
+  FROM core
+  ORDER BY core.priority DESC, core.created_at_ms, core.execution_id
 )`
 
 // claimLaneSQL tells a claim that found nothing whether its lane exists.

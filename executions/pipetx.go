@@ -48,13 +48,14 @@ func (s *Store) inPipeTx(ctx context.Context, doing string, fn func(tx *pipeTx) 
 	return nil
 }
 
-// begin puts BEGIN in front of b when the transaction has not begun.
+// begin puts BEGIN and the Store's planner settings (beginSQL) in front
+// of b when the transaction has not begun.
 func (t *pipeTx) begin(b *pgx.Batch) *pgx.Batch {
 	if t.begun {
 		return b
 	}
 	t.begun = true
-	return &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)}
+	return &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: "BEGIN"}, {SQL: dbutil.KeyedSettings}}, b.QueuedQueries...)}
 }
 
 // commitWith sends b followed by COMMIT, in one round trip, and reports
@@ -84,20 +85,21 @@ func (t *pipeTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	return nil
 }
 
-// SendBatch implements pgx.Tx; the transaction's first batch carries BEGIN.
-// Read its results by the queued queries' callbacks and Close (BEGIN's own
-// result comes first).
+// SendBatch implements pgx.Tx; the transaction's first batch carries BEGIN
+// and the settings. Read its results by the queued queries' callbacks and
+// Close (BEGIN's and the settings' own results come first).
 func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return t.conn.SendBatch(ctx, t.begin(b))
 }
 
-// start sends BEGIN on its own before a statement that cannot carry it.
+// start sends BEGIN and the settings on their own before a statement that
+// cannot carry them.
 func (t *pipeTx) start(ctx context.Context) error {
 	if t.begun {
 		return nil
 	}
 	t.begun = true
-	_, err := t.conn.Exec(ctx, "BEGIN")
+	_, err := t.conn.Exec(ctx, beginSQL)
 	return err
 }
 

@@ -210,6 +210,13 @@ func (s *Store) Waker() *outbox.Waker { return s.waker }
 
 func (s *Store) sql(q string) string { return s.schema.SQL(q) }
 
+// beginSQL begins each of the Store's own transactions (inTx, pipeTx):
+// BEGIN and dbutil.KeyedSettings, in one round trip. Its statements find
+// their rows by key, and must keep doing so however small a table was when
+// their plans were chosen. The Tx methods run in the caller's transaction
+// with the caller's settings.
+const beginSQL = "BEGIN; " + dbutil.KeyedSettings
+
 // inTx runs fn in a transaction of its own and pokes the waker after a
 // commit. Every non-Tx operation goes through it. When ctx ends, the call
 // returns, and the statement it was running stops on the server too (a
@@ -222,7 +229,7 @@ func (s *Store) inTx(ctx context.Context, doing string, fn func(pgx.Tx) error) e
 		return dbutil.MapErr(err, doing)
 	}
 	defer conn.Release()
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginSQL})
 	if err != nil {
 		return txErr(err, doing)
 	}

@@ -14,6 +14,30 @@ import (
 // set with set_config(…, true) for one statement only, by ScopedRead.
 const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
+// KeyedSettings are the settings of a transaction whose statements find
+// every row they read or write by key through an index (the executions
+// Store's own transactions: claims, finishes, renewals, operator actions):
+// no sequential or bitmap scan, no hash or merge join (each would read a
+// whole table or index to meet a handful of keys: a join is a nested loop
+// over the keys, probing an index), and no JIT, which the cost of a plan
+// left with a disabled node would otherwise trigger. A statement under
+// them joins no two unindexed sets (CTEs with CTEs), which would become a
+// nested loop of one over the other.
+//
+// Without them a plan chosen while a table was small is kept: a prepared
+// statement's generic plan lasts as long as its connection (until an
+// ANALYZE of a table it reads), and one chosen when ff_attempt held a few
+// hundred rows scanned or merged the whole table for every batch of keys
+// as it grew (ffctl bench lifecycle on the 2-core machine, autovacuum off:
+// 773 sequential scans of ff_attempt, 8 ms each, in one run; the runner
+// 20–37 % slower at 50,000 executions).
+//
+// They are set with set_config(…, true), so they end with the
+// transaction. A cached plan is kept whatever the settings of the
+// transactions that reuse it: a statement planned without them (run in a
+// caller's transaction first, on the same connection) keeps that plan.
+const KeyedSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+
 // scopedSavepoint names the savepoint ScopedRead opens in a transaction.
 const scopedSavepoint = "ffriver_scoped_read"
 
