@@ -799,8 +799,15 @@ func (f *Service) WorkerConfig(o ClientOptions) (*river.Config, error) {
 
 // LastTick returns how long ago the last tick of this pipeline's scan queue
 // was inserted into riverSchema's river_job ("" = Config.RiverSchema), by the
-// database's clock, and ok=false when there is none.
+// database's clock, and ok=false when there is none. It reads the ticks of
+// the last DefaultTickStaleAfter through River's fetch index, and every
+// tick River keeps only when none is that recent.
 func (f *Service) LastTick(ctx context.Context, riverSchema string) (age time.Duration, ok bool, err error) {
+	return f.lastTick(ctx, riverSchema, DefaultTickStaleAfter)
+}
+
+// lastTick is LastTick reading the ticks of the last window first.
+func (f *Service) lastTick(ctx context.Context, riverSchema string, window time.Duration) (age time.Duration, ok bool, err error) {
 	if riverSchema == "" {
 		riverSchema = f.RiverSchema()
 	}
@@ -808,16 +815,15 @@ func (f *Service) LastTick(ctx context.Context, riverSchema string) (age time.Du
 	if err != nil {
 		return 0, false, err
 	}
-	var ms *float64
-	err = f.store.Pool().QueryRow(ctx, s.SQL(`SELECT extract(epoch FROM now() - max(created_at)) * 1000
-		FROM {S}river_job WHERE kind = $1 AND queue = $2`), jobs.KindTick, f.pipeline.ScanQueue()).Scan(&ms)
+	ticks, err := readTicks(ctx, f.store.Pool(), s, f.pipeline.ScanQueue(), window, nil)
 	if err != nil {
-		return 0, false, dbutil.MapErr(err, "reading the last tick")
+		return 0, false, err
 	}
-	if ms == nil {
+	n, ok := newest(ticks)
+	if !ok {
 		return 0, false, nil
 	}
-	return time.Duration(*ms) * time.Millisecond, true, nil
+	return ms(n.insertedMs), true, nil
 }
 
 // DefaultTickStaleAfter is AttachOptions.TickStaleAfter unless set: the
@@ -903,7 +909,7 @@ func (f *Service) checkTicks(ctx context.Context, riverSchema string, staleAfter
 	if own {
 		riverSchema = f.RiverSchema()
 	}
-	age, ok, err := f.LastTick(ctx, riverSchema)
+	age, ok, err := f.lastTick(ctx, riverSchema, staleAfter)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package ffriver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ffriver/ffriver/internal/dbutil"
@@ -59,12 +60,95 @@ type ScannerTicks struct {
 }
 
 // scannerTicksSQL reads, per scanner, the newest tick of a scan queue and
-// the newest completed one, with their ages by the database's clock.
-const scannerTicksSQL = `SELECT COALESCE(args->>'scanner', ''),
-	max(created_at), extract(epoch FROM now() - max(created_at)) * 1000,
-	max(finalized_at) FILTER (WHERE state = 'completed'),
-	extract(epoch FROM now() - max(finalized_at) FILTER (WHERE state = 'completed')) * 1000
-	FROM {S}river_job WHERE kind = $1 AND queue = $2 GROUP BY 1`
+// the newest completed one, with their ages by the database's clock: every
+// tick River keeps (its completed-job retention, an hour by default; wake
+// ticks come up to 50 a second per timer scanner under load). {W} is empty,
+// or recentTicksWhere to read only the ticks scheduled within a window.
+const scannerTicksSQL = `SELECT COALESCE(t.args->>'scanner', ''),
+	max(t.created_at), extract(epoch FROM now() - max(t.created_at)) * 1000,
+	max(t.finalized_at) FILTER (WHERE t.state = 'completed'),
+	extract(epoch FROM now() - max(t.finalized_at) FILTER (WHERE t.state = 'completed')) * 1000
+	FROM {FROM} GROUP BY 1`
+
+// allTicks is scannerTicksSQL's FROM for every tick of queue $2: through
+// river_job_kind, every tick of the kind.
+const allTicks = `{S}river_job t WHERE t.kind = $1 AND t.queue = $2`
+
+// recentTicks is scannerTicksSQL's FROM for the ticks of queue $2 scheduled
+// at most $3 ago (or ahead: retries), read as ranges of River's fetch index
+// (river_job_prioritized_fetching_index: state, queue, priority,
+// scheduled_at, id), one per job state and priority: the queue's jobs of
+// that window, ticks and scans, however many ticks River keeps. A tick is
+// scheduled when it is inserted (a retry later), so the newest inserted
+// tick is among them when any was inserted in the window. OFFSET 0 keeps
+// the lateral read a read per state and priority: pulled up into a join,
+// it was planned as a bitmap read of every tick through river_job_kind.
+const recentTicks = `unnest(enum_range(NULL::{S}river_job_state)) s(state) CROSS JOIN generate_series(1, 4) p(priority)
+	CROSS JOIN LATERAL (SELECT j.args, j.created_at, j.finalized_at, j.state FROM {S}river_job j
+	  WHERE j.state = s.state AND j.queue = $2 AND j.priority = p.priority AND j.scheduled_at >= now() - $3::interval
+	    AND j.kind = $1 OFFSET 0) t`
+
+// lastTick is one scanner's newest tick and newest completed tick, with
+// their ages by the database's clock.
+type lastTick struct {
+	inserted, worked *time.Time
+	insertedMs       float64
+	workedMs         *float64
+}
+
+// readTicks reads each scanner's last ticks in queue of s's river_job: those
+// scheduled within window when every scanner of want has one there, else
+// (or with window 0) every tick River keeps. The newest of all is the
+// newest of the map.
+func readTicks(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, s dbutil.Schema, queue string, window time.Duration, want []string) (map[string]lastTick, error) {
+	read := func(from string, args ...any) (map[string]lastTick, error) {
+		rows, err := q.Query(ctx, s.SQL(strings.Replace(scannerTicksSQL, "{FROM}", from, 1)), args...)
+		if err != nil {
+			return nil, dbutil.MapErr(err, "reading the last ticks")
+		}
+		defer rows.Close()
+		out := map[string]lastTick{}
+		for rows.Next() {
+			var name string
+			var l lastTick
+			if err := rows.Scan(&name, &l.inserted, &l.insertedMs, &l.worked, &l.workedMs); err != nil {
+				return nil, dbutil.MapErr(err, "reading the last ticks")
+			}
+			out[name] = l
+		}
+		return out, dbutil.MapErr(rows.Err(), "reading the last ticks")
+	}
+	if window > 0 {
+		recent, err := read(recentTicks, jobs.KindTick, queue, window)
+		if err != nil {
+			return nil, err
+		}
+		all := len(recent) > 0
+		for _, name := range want {
+			if _, ok := recent[name]; !ok {
+				all = false
+			}
+		}
+		if all {
+			return recent, nil
+		}
+	}
+	return read(allTicks, jobs.KindTick, queue)
+}
+
+// newest returns the newest tick of ticks.
+func newest(ticks map[string]lastTick) (lastTick, bool) {
+	var n lastTick
+	found := false
+	for _, l := range ticks {
+		if !found || l.inserted.After(*n.inserted) {
+			n, found = l, true
+		}
+	}
+	return n, found
+}
 
 // Ticks reads, in two statements, River's leader in the Service's River
 // (RiverSchema) and whether it inserts this pipeline's ticks, each
@@ -87,31 +171,23 @@ func (f *Service) Ticks(ctx context.Context, staleAfter time.Duration) (*TickHea
 	if h.Leader, err = riverLeader(ctx, f.store.Pool(), h.RiverSchema); err != nil {
 		return nil, err
 	}
-	type last struct {
-		inserted, worked *time.Time
-		insertedMs       float64
-		workedMs         *float64
+	// The window: two intervals of the slowest ticking scanner, at least
+	// staleAfter. When one of them has no tick there, every tick is read.
+	window := staleAfter
+	var ticking []string
+	for _, name := range f.pipeline.ScannerNames() {
+		if st, _ := f.pipeline.Settings(name); !st.Disabled {
+			ticking = append(ticking, name)
+			window = max(window, 2*st.Interval)
+		}
 	}
-	byScanner := map[string]last{}
-	var newest *time.Time
-	rows, err := f.store.Pool().Query(ctx, s.SQL(scannerTicksSQL), jobs.KindTick, h.Queue)
+	byScanner, err := readTicks(ctx, f.store.Pool(), s, h.Queue, window, ticking)
 	if err != nil {
-		return nil, dbutil.MapErr(err, "reading the last ticks")
+		return nil, err
 	}
-	for rows.Next() {
-		var name string
-		var l last
-		if err := rows.Scan(&name, &l.inserted, &l.insertedMs, &l.worked, &l.workedMs); err != nil {
-			rows.Close()
-			return nil, dbutil.MapErr(err, "reading the last ticks")
-		}
-		byScanner[name] = l
-		if newest == nil || l.inserted.After(*newest) {
-			newest, h.LastTick, h.Seen = l.inserted, ms(l.insertedMs), true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbutil.MapErr(err, "reading the last ticks")
+	var newestAt *time.Time
+	if n, ok := newest(byScanner); ok {
+		newestAt, h.LastTick, h.Seen = n.inserted, ms(n.insertedMs), true
 	}
 	for _, name := range f.pipeline.ScannerNames() {
 		st, _ := f.pipeline.Settings(name)
@@ -124,7 +200,7 @@ func (f *Service) Ticks(ctx context.Context, staleAfter time.Duration) (*TickHea
 		}
 		h.Scanners = append(h.Scanners, sc)
 	}
-	if h.Leader != nil && newest != nil && !newest.Before(h.Leader.ElectedAt) {
+	if h.Leader != nil && newestAt != nil && !newestAt.Before(h.Leader.ElectedAt) {
 		h.Leader.InsertsTicks = true
 	}
 	if !ticksFresh(h.LastTick, h.Seen, time.Time{}, staleAfter) {
