@@ -47,7 +47,9 @@ type TickHealth struct {
 type ScannerTicks struct {
 	Scanner  string        `json:"scanner"`
 	Interval time.Duration `json:"interval_ns"`
-	// Disabled scanners get no tick.
+	// Disabled scanners get no tick: their last ones are shown when they
+	// are within the window read (two intervals of the slowest enabled
+	// scanner, at least the stale threshold) or when every tick is read.
 	Disabled bool `json:"disabled,omitempty"`
 	// Inserted is when its newest tick was inserted, InsertedAge how long
 	// ago by the database's clock; nil when river_job has none.
@@ -97,9 +99,10 @@ type lastTick struct {
 }
 
 // readTicks reads each scanner's last ticks in queue of s's river_job: those
-// scheduled within window when every scanner of want has one there, else
-// (or with window 0) every tick River keeps. The newest of all is the
-// newest of the map.
+// scheduled within window when every scanner of want has one there, and a
+// worked one too (a tick scheduled earlier may have been worked since,
+// late), else (or with window 0) every tick River keeps. The newest of all
+// is the newest of the map.
 func readTicks(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, s dbutil.Schema, queue string, window time.Duration, want []string) (map[string]lastTick, error) {
@@ -127,7 +130,7 @@ func readTicks(ctx context.Context, q interface {
 		}
 		all := len(recent) > 0
 		for _, name := range want {
-			if _, ok := recent[name]; !ok {
+			if l, ok := recent[name]; !ok || l.worked == nil {
 				all = false
 			}
 		}

@@ -50,7 +50,7 @@ func TestLastTicksReadTheWindow(t *testing.T) {
 		}
 	})
 
-	ticks, err := readTicks(ctx, db.Pool, s, queue, 30*time.Second, []string{"a", "b"})
+	ticks, err := readTicks(ctx, db.Pool, s, queue, 30*time.Second, []string{"b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +60,16 @@ func TestLastTicksReadTheWindow(t *testing.T) {
 	}
 	if n, ok := newest(ticks); !ok || ms(n.insertedMs) > time.Minute {
 		t.Errorf("the newest tick: %+v, %t; want a fresh one", n, ok)
+	}
+
+	// a's tick in the window is not worked yet: every tick is read, for
+	// its last worked one.
+	ticks, err = readTicks(ctx, db.Pool, s, queue, 30*time.Second, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := ticks["a"]; ms(a.insertedMs) > time.Minute || a.workedMs == nil || ms(*a.workedMs) < 9*time.Minute {
+		t.Errorf("a's last ticks: %+v; want its fresh one inserted and its last worked one, ten minutes old", a)
 	}
 
 	// c ticked ten minutes ago: every tick is read.

@@ -83,7 +83,13 @@ import (
 // whose custom plans Postgres would otherwise re-plan at every execution:
 // planning was about a quarter of the server's CPU per item (ffctl bench
 // expire, perf).
-const itemBegin = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+//
+// It also plans by key (dbutil.KeyedSettings), as the executions Store's
+// own transactions do: they share statements (the finish's locks and
+// guarded writes, the outbox inserts) on the same pool, and a generic plan
+// made here first, while a table was small, would be the one a Store
+// transaction on that connection then reuses.
+const itemBegin = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; " + dbutil.KeyedSettings
 
 // errItem marks an error of one item of a group (its action failed), as
 // opposed to an error of the group's transaction.
