@@ -48,8 +48,8 @@ func (s *Store) inPipeTx(ctx context.Context, doing string, fn func(tx *pipeTx) 
 	return nil
 }
 
-// begin puts BEGIN and the Store's planner settings (beginSQL) in front
-// of b when the transaction has not begun.
+// begin puts BEGIN and the Store's planner settings (dbutil.KeyedSettings,
+// as beginSQL does) in front of b when the transaction has not begun.
 func (t *pipeTx) begin(b *pgx.Batch) *pgx.Batch {
 	if t.begun {
 		return b

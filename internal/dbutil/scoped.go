@@ -16,8 +16,8 @@ const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), se
 
 // KeyedSettings are the settings of a transaction whose statements find
 // every row they read or write by key through an index (the executions
-// Store's own transactions: claims, finishes, renewals, operator actions):
-// no sequential or bitmap scan, no hash or merge join (each would read a
+// Store's own transactions: claims, finishes, renewals, operator actions;
+// and the item engine's, which share statements with them): no sequential or bitmap scan, no hash or merge join (each would read a
 // whole table or index to meet a handful of keys: a join is a nested loop
 // over the keys, probing an index), and no JIT, which the cost of a plan
 // left with a disabled node would otherwise trigger. A statement under
@@ -29,8 +29,8 @@ const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), se
 // ANALYZE of a table it reads), and one chosen when ff_attempt held a few
 // hundred rows scanned or merged the whole table for every batch of keys
 // as it grew (ffctl bench lifecycle on the 2-core machine, autovacuum off:
-// 773 sequential scans of ff_attempt, 8 ms each, in one run; the runner
-// 20–37 % slower at 50,000 executions).
+// 773 sequential scans of ff_attempt, of up to 8 ms each, in one run; the
+// runner 20–37 % slower at 50,000 executions).
 //
 // They are set with set_config(…, true), so they end with the
 // transaction. A cached plan is kept whatever the settings of the
