@@ -21,7 +21,7 @@ import (
 // waiting for the stream to end.
 func TestSchedulerServesTheLiveStreams(t *testing.T) {
 	t.Parallel()
-	testdb.Reserve(t, 12+2) // the scheduler's pool and its live page's stream: no ffworker (docs/development.md)
+	testdb.Reserve(t, testdb.SchedulerConns+2) // the scheduler's pool and its live page's stream: no ffworker (docs/development.md)
 	schedBin, _ := buildPipelineBinaries(t)
 	db := testdb.New(t, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -51,7 +51,7 @@ func TestBinariesWaitForTheServerAtStart(t *testing.T) {
 
 	t.Run("a full server, then one that accepts", func(t *testing.T) {
 		t.Parallel()
-		testdb.Reserve(t, 22) // the worker's pool (docs/development.md)
+		testdb.Reserve(t, testdb.WorkerConns) // the worker's pool (docs/development.md)
 		g := testgate.Start(t, testdb.URL())
 		g.Refuse(testgate.TooManyClients, "sorry, too many clients already")
 		start := time.Now()
@@ -89,7 +89,7 @@ func TestBinariesWaitForTheServerAtStart(t *testing.T) {
 
 	t.Run("nothing listens, then the server comes", func(t *testing.T) {
 		t.Parallel()
-		testdb.Reserve(t, 12) // the scheduler's pool (docs/development.md)
+		testdb.Reserve(t, testdb.SchedulerConns) // the scheduler's pool (docs/development.md)
 		u, addr := closedURL(t)
 		s := startProc(t, "ffscheduler", schedBin, "--database-url", u, "--schema", db.Schema, "--ui-addr", "off", "--startup-wait", "2m")
 		fftest.Await(t, 30*time.Second, "the scheduler saying what it waits for", func() bool {

@@ -21,13 +21,18 @@ import (
 // turns reservations off.
 const DefaultConnBudget = 55
 
-// BinariesConns is what an ffscheduler and an ffworker started at their
-// defaults may hold together: their pools' caps, 12 and 22 (ffriver's
-// PoolConns with the default lanes and two scan workers). A test that
-// starts both reserves this and its streams' (2 each). Reserving 12 for
-// them, their usual holding with two group lanes, let two suites side by
-// side reach max_connections once the lanes became four.
-const BinariesConns = 12 + 22
+// SchedulerConns and WorkerConns are the pools' caps of an ffscheduler and
+// an ffworker started at their defaults (ffriver's PoolConns with the
+// default lanes and two scan workers), and BinariesConns what the two may
+// hold together. A test that starts them reserves these and its streams'
+// (2 each). Reserving 12 for both, their usual holding with two group
+// lanes, let two suites side by side reach max_connections once the lanes
+// became four.
+const (
+	SchedulerConns = 12
+	WorkerConns    = 22
+	BinariesConns  = SchedulerConns + WorkerConns
+)
 
 // reserveKey is the first key of the advisory locks that stand for the
 // budget's units (key 0 of it serialises the allocations).
