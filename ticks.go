@@ -64,8 +64,8 @@ type ScannerTicks struct {
 // scannerTicksSQL reads, per scanner, the newest tick of a scan queue and
 // the newest completed one, with their ages by the database's clock: every
 // tick River keeps (its completed-job retention, an hour by default; wake
-// ticks come up to 50 a second per timer scanner under load). {W} is empty,
-// or recentTicksWhere to read only the ticks scheduled within a window.
+// ticks come up to 50 a second per timer scanner under load) when {FROM}
+// is allTicks, those scheduled within a window when it is recentTicks.
 const scannerTicksSQL = `SELECT COALESCE(t.args->>'scanner', ''),
 	max(t.created_at), extract(epoch FROM now() - max(t.created_at)) * 1000,
 	max(t.finalized_at) FILTER (WHERE t.state = 'completed'),
@@ -90,9 +90,9 @@ const recentTicks = `unnest(enum_range(NULL::{S}river_job_state)) s(state) CROSS
 	  WHERE j.state = s.state AND j.queue = $2 AND j.priority = p.priority AND j.scheduled_at >= now() - $3::interval
 	    AND j.kind = $1 OFFSET 0) t`
 
-// lastTick is one scanner's newest tick and newest completed tick, with
+// scannerTick is one scanner's newest tick and newest completed tick, with
 // their ages by the database's clock.
-type lastTick struct {
+type scannerTick struct {
 	inserted, worked *time.Time
 	insertedMs       float64
 	workedMs         *float64
@@ -105,17 +105,17 @@ type lastTick struct {
 // is the newest of the map.
 func readTicks(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, s dbutil.Schema, queue string, window time.Duration, want []string) (map[string]lastTick, error) {
-	read := func(from string, args ...any) (map[string]lastTick, error) {
+}, s dbutil.Schema, queue string, window time.Duration, want []string) (map[string]scannerTick, error) {
+	read := func(from string, args ...any) (map[string]scannerTick, error) {
 		rows, err := q.Query(ctx, s.SQL(strings.Replace(scannerTicksSQL, "{FROM}", from, 1)), args...)
 		if err != nil {
 			return nil, dbutil.MapErr(err, "reading the last ticks")
 		}
 		defer rows.Close()
-		out := map[string]lastTick{}
+		out := map[string]scannerTick{}
 		for rows.Next() {
 			var name string
-			var l lastTick
+			var l scannerTick
 			if err := rows.Scan(&name, &l.inserted, &l.insertedMs, &l.worked, &l.workedMs); err != nil {
 				return nil, dbutil.MapErr(err, "reading the last ticks")
 			}
@@ -142,8 +142,8 @@ func readTicks(ctx context.Context, q interface {
 }
 
 // newest returns the newest tick of ticks.
-func newest(ticks map[string]lastTick) (lastTick, bool) {
-	var n lastTick
+func newest(ticks map[string]scannerTick) (scannerTick, bool) {
+	var n scannerTick
 	found := false
 	for _, l := range ticks {
 		if !found || l.inserted.After(*n.inserted) {

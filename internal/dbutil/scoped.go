@@ -17,10 +17,11 @@ const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), se
 // KeyedSettings are the settings of a transaction whose statements find
 // every row they read or write by key through an index (the executions
 // Store's own transactions: claims, finishes, renewals, operator actions;
-// and the item engine's, which share statements with them): no sequential or bitmap scan, no hash or merge join (each would read a
-// whole table or index to meet a handful of keys: a join is a nested loop
-// over the keys, probing an index), and no JIT, which the cost of a plan
-// left with a disabled node would otherwise trigger. A statement under
+// and the item engine's, which share statements with them): no sequential
+// or bitmap scan, no hash or merge join (each would read a whole table or
+// index to meet a handful of keys: a join is a nested loop over the keys,
+// probing an index), and no JIT, which the cost of a plan left with a
+// disabled node would otherwise trigger. A statement under
 // them joins no two unindexed sets (CTEs with CTEs), which would become a
 // nested loop of one over the other.
 //
