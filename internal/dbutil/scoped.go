@@ -10,9 +10,20 @@ import (
 // PlannerSettings turns off what a bounded read (an index read in order
 // under a LIMIT) must not be planned with: bitmap scans and sorts, which
 // read every matching row before the limit, and JIT, which the sorts'
-// cost would otherwise trigger (tens of milliseconds to compile). It is
-// set with set_config(…, true) for one statement only, by ScopedRead.
-const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+// cost would otherwise trigger (tens of milliseconds to compile); and
+// parallel workers (NoParallel). It is set with set_config(…, true) for
+// one statement only, by ScopedRead.
+const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true), ` + NoParallel
+
+// NoParallel is the set_config call (in a SELECT list) that keeps a
+// statement from starting parallel workers. The reads of ffriver's own
+// settings (PlannerSettings, KeyedSettings) each read a bounded handful of
+// rows, which one backend reads in well under a millisecond, and starting
+// workers costs more than that: the attempt_timeout scanner's due read
+// and its audit took 10-12 ms each with 2 workers launched (Gather over a
+// parallel index scan, on 1,000,000 executions), 0.1-0.5 ms without, and
+// were a third of ffctl status (auto_explain, the 2-core VM).
+const NoParallel = `set_config('max_parallel_workers_per_gather', '0', true)`
 
 // KeyedSettings are the settings of a transaction whose statements find
 // every row they read or write by key through an index (the executions
@@ -20,8 +31,9 @@ const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), se
 // and the item engine's, which share statements with them): no sequential
 // or bitmap scan, no hash or merge join (each would read a whole table or
 // index to meet a handful of keys: a join is a nested loop over the keys,
-// probing an index), and no JIT, which the cost of a plan left with a
-// disabled node would otherwise trigger. A statement under
+// probing an index), no JIT, which the cost of a plan left with a
+// disabled node would otherwise trigger, and no parallel workers
+// (NoParallel). A statement under
 // them joins no two unindexed sets (CTEs with CTEs), which would become a
 // nested loop of one over the other.
 //
@@ -37,7 +49,7 @@ const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), se
 // transaction. A cached plan is kept whatever the settings of the
 // transactions that reuse it: a statement planned without them (run in a
 // caller's transaction first, on the same connection) keeps that plan.
-const KeyedSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+const KeyedSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), ` + NoParallel
 
 // scopedSavepoint names the savepoint ScopedRead opens in a transaction.
 const scopedSavepoint = "ffriver_scoped_read"

@@ -19,7 +19,7 @@ func TestPartitionHealth(t *testing.T) {
 	}{
 		{status.Stream{DefaultRows: 5}, "no time partition: every event is in the DEFAULT partition (5)"},
 		{status.Stream{Partitions: 3, AheadUntilMs: &past, DefaultRows: status.StreamCountCap, DefaultRowsAtLeast: true},
-			"3 time partitions, none covering now: new events go to the DEFAULT partition (at least 10000); is an unfiltered ffscheduler running"},
+			"3 time partitions, none covering now: new events go to the DEFAULT partition (at least 1000); is an unfiltered ffscheduler running"},
 		{status.Stream{Partitions: 9, AheadUntilMs: &ahead}, "9 time partitions, ahead until 2026-11-28T00:00:00Z; DEFAULT partition: 0 rows"},
 	} {
 		if got := c.s.PartitionHealth(now); !strings.Contains(got, c.want) {
