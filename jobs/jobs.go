@@ -193,6 +193,13 @@ type ScanArgs struct {
 	// advanced); it keeps a continuation distinct from the job that
 	// inserts it.
 	Round int `json:"round,omitempty"`
+	// Behind marks a scan a tick inserted behind a running scan of the
+	// same partitions: River's uniqueness skipped the tick's scan as that
+	// one's duplicate, but the running scan may have read its candidates
+	// before the items the tick found came due, and the tick's count
+	// starts after them (a wake tick's). The mark makes it a job of its
+	// own, unique among the scans behind. Its scan is the same.
+	Behind bool `json:"behind,omitempty"`
 }
 
 // Kind implements river.JobArgs.

@@ -68,17 +68,28 @@ func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q workers.Querie
 		})
 }
 
-// Scan implements Scanner.
-func (AttemptTimeoutScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
-	return workers.ScanExecutions(ctx, q, req, `
+// attemptScanSQL is the statement of AttemptTimeoutScanner's Scan (workers.ExecutionsScanQuery).
+const attemptScanSQL = `
 SELECT a.execution_id, a.lease_expires_at_ms, a.attempt_index
 FROM {S}ff_attempt a
 JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
 WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $2
-  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+workers.ExecFilterSQL+`
+  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + workers.ExecFilterSQL + `
   AND ($6::bigint IS NULL OR (a.lease_expires_at_ms, a.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY a.lease_expires_at_ms, a.execution_id
-LIMIT $8`, func(id ff.ExecutionID, attempt int32) river.JobArgs {
-		return jobs.ExpireAttemptArgs{ID: id, AttemptIndex: attempt}
-	})
+LIMIT $8`
+
+// expireAttemptItem is the item of one candidate of attemptScanSQL.
+func expireAttemptItem(id ff.ExecutionID, attempt int32) river.JobArgs {
+	return jobs.ExpireAttemptArgs{ID: id, AttemptIndex: attempt}
+}
+
+// Scan implements Scanner.
+func (AttemptTimeoutScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
+	return workers.ScanExecutions(ctx, q, req, attemptScanSQL, expireAttemptItem)
+}
+
+// ScanQuery implements workers.BatchScanner.
+func (AttemptTimeoutScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQuery, error) {
+	return workers.ExecutionsScanQuery(req, attemptScanSQL, expireAttemptItem)
 }

@@ -65,16 +65,27 @@ func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q workers.Queri
 		})
 }
 
-// Scan implements Scanner.
-func (DelayedPromoterScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
-	return workers.ScanExecutions(ctx, q, req, `
+// delayScanSQL is the statement of DelayedPromoterScanner's Scan (workers.ExecutionsScanQuery).
+const delayScanSQL = `
 SELECT c.execution_id, c.delay_until_ms, 0
 FROM {S}ff_exec_core c
 WHERE c.partition_key = $1 AND c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $2
-  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+workers.ExecFilterSQL+`
+  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + workers.ExecFilterSQL + `
   AND ($6::bigint IS NULL OR (c.delay_until_ms, c.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY c.delay_until_ms, c.execution_id
-LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs {
-		return jobs.PromoteDelayedArgs{ID: id}
-	})
+LIMIT $8`
+
+// promoteDelayedItem is the item of one candidate of delayScanSQL.
+func promoteDelayedItem(id ff.ExecutionID, _ int32) river.JobArgs {
+	return jobs.PromoteDelayedArgs{ID: id}
+}
+
+// Scan implements Scanner.
+func (DelayedPromoterScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
+	return workers.ScanExecutions(ctx, q, req, delayScanSQL, promoteDelayedItem)
+}
+
+// ScanQuery implements workers.BatchScanner.
+func (DelayedPromoterScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQuery, error) {
+	return workers.ExecutionsScanQuery(req, delayScanSQL, promoteDelayedItem)
 }

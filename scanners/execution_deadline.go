@@ -54,16 +54,27 @@ func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q workers.Que
 		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 
-// Scan implements Scanner.
-func (ExecutionDeadlineScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
-	return workers.ScanExecutions(ctx, q, req, `
+// deadlineScanSQL is the statement of ExecutionDeadlineScanner's Scan (workers.ExecutionsScanQuery).
+const deadlineScanSQL = `
 SELECT c.execution_id, c.deadline_at_ms, 0
 FROM {S}ff_exec_core c
 WHERE c.partition_key = $1 AND c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms <= $2
-  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')`+workers.ExecFilterSQL+`
+  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')` + workers.ExecFilterSQL + `
   AND ($6::bigint IS NULL OR (c.deadline_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
 ORDER BY c.deadline_at_ms, c.execution_id
-LIMIT $8`, func(id ff.ExecutionID, _ int32) river.JobArgs {
-		return jobs.ExpireDeadlineArgs{ID: id}
-	})
+LIMIT $8`
+
+// expireDeadlineItem is the item of one candidate of deadlineScanSQL.
+func expireDeadlineItem(id ff.ExecutionID, _ int32) river.JobArgs {
+	return jobs.ExpireDeadlineArgs{ID: id}
+}
+
+// Scan implements Scanner.
+func (ExecutionDeadlineScanner) Scan(ctx context.Context, q workers.Querier, req workers.ScanRequest) (workers.ScanResult, error) {
+	return workers.ScanExecutions(ctx, q, req, deadlineScanSQL, expireDeadlineItem)
+}
+
+// ScanQuery implements workers.BatchScanner.
+func (ExecutionDeadlineScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQuery, error) {
+	return workers.ExecutionsScanQuery(req, deadlineScanSQL, expireDeadlineItem)
 }

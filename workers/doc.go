@@ -9,7 +9,7 @@
 //
 // A plug-in's work runs as River jobs of three levels: a periodic tick (on
 // River's leader) calls Scanner.Due for the partitions with due work and
-// inserts scans; a scan calls Scanner.Scan for one partition at a time and
+// inserts scans; a scan calls Scanner.Scan for each of its partitions and
 // inserts one item job per args it returns, unique while in flight; an
 // item job runs its kind's action (ItemOf) in one transaction with its
 // outbox rows. A job re-run after a crash, a duplicate or a second
@@ -46,6 +46,9 @@
 //   - Scan: the candidates of one partition, at most req.Limit, ordered by a
 //     stable key (due time, then id), starting after req.After; return the
 //     last key as Next. ScanExecutions is that keyset scan for executions.
+//     A Scan that is one statement can also return it (BatchScanner,
+//     ExecutionsScanQuery): a scan job of several partitions then sends
+//     every partition's statement in one round trip.
 //     Apply the filter in SQL with parameters only (ScanRequest.FilterArgs,
 //     ExecFilterSQL; Due counts with DueRequest.FilterArgs), never by
 //     splicing values into the query. Return one

@@ -250,38 +250,76 @@ func CollectDue(rows pgx.Rows) ([]Due, error) {
 }
 
 // ScanExecutions runs a candidate query returning (execution_id, due_ms,
-// extra int) rows and builds items with mk.
+// extra int) rows and builds items with mk: ExecutionsScanQuery, run.
 func ScanExecutions(ctx context.Context, q Querier, req ScanRequest, sql string, mk func(id ff.ExecutionID, extra int32) river.JobArgs) (ScanResult, error) {
-	afterMs, afterID, err := decodeExecCursor(req.After)
+	sq, err := ExecutionsScanQuery(req, sql, mk)
 	if err != nil {
 		return ScanResult{}, err
 	}
-	ns, tk, tv := req.FilterArgs()
-	rows, err := q.Query(ctx, req.SQL(sql), req.Partition, req.NowMs, ns, tk, tv, afterMs, afterID, req.Limit)
+	rows, err := q.Query(ctx, sq.SQL, sq.Args...)
 	if err != nil {
 		return ScanResult{}, dbutil.MapErr(err, "scanning")
 	}
 	defer rows.Close()
-	var res ScanResult
-	var last execCursor
-	for rows.Next() {
-		var u uuid.UUID
-		var ms int64
-		var extra int32
-		if err := rows.Scan(&u, &ms, &extra); err != nil {
-			return ScanResult{}, dbutil.MapErr(err, "scanning")
-		}
-		res.Candidates++
-		res.Items = append(res.Items, mk(ff.ExecutionID{Partition: req.Partition, UUID: u}, extra))
-		last = execCursor{Ms: ms, ID: u}
+	return sq.Read(rows)
+}
+
+// BatchScanner is a Scanner whose Scan is one statement (ScanQuery), so that
+// a scan job of several partitions sends every partition's statement in
+// one round trip, in its transaction, instead of one round trip each. The
+// built-in attempt_timeout, delayed_promoter and execution_deadline
+// scanners implement it. ScanQuery(req), run and read, must be what
+// Scan(req) does.
+type BatchScanner interface {
+	Scanner
+	ScanQuery(req ScanRequest) (ScanQuery, error)
+}
+
+// ScanQuery is one Scan as a statement: SQL with Args, whose rows Read
+// turns into the scan's result.
+type ScanQuery struct {
+	SQL  string
+	Args []any
+	Read func(pgx.Rows) (ScanResult, error)
+}
+
+// ExecutionsScanQuery is the statement of ScanExecutions (for a
+// BatchScanner): sql (with {S}) takes $1 partition, $2 now, $3-$5 the
+// filter (ExecFilterSQL), $6/$7 the keyset position after which to read
+// (NULL: from the beginning) and $8 the limit, and returns (execution_id,
+// due_ms, extra int) rows in keyset order; mk builds an item of each.
+func ExecutionsScanQuery(req ScanRequest, sql string, mk func(id ff.ExecutionID, extra int32) river.JobArgs) (ScanQuery, error) {
+	afterMs, afterID, err := decodeExecCursor(req.After)
+	if err != nil {
+		return ScanQuery{}, err
 	}
-	if err := rows.Err(); err != nil {
-		return ScanResult{}, dbutil.MapErr(err, "scanning")
-	}
-	if res.Candidates > 0 {
-		res.Next, _ = json.Marshal(last)
-	}
-	return res, nil
+	ns, tk, tv := req.FilterArgs()
+	return ScanQuery{
+		SQL:  req.SQL(sql),
+		Args: []any{req.Partition, req.NowMs, ns, tk, tv, afterMs, afterID, req.Limit},
+		Read: func(rows pgx.Rows) (ScanResult, error) {
+			var res ScanResult
+			var last execCursor
+			for rows.Next() {
+				var u uuid.UUID
+				var ms int64
+				var extra int32
+				if err := rows.Scan(&u, &ms, &extra); err != nil {
+					return ScanResult{}, dbutil.MapErr(err, "scanning")
+				}
+				res.Candidates++
+				res.Items = append(res.Items, mk(ff.ExecutionID{Partition: req.Partition, UUID: u}, extra))
+				last = execCursor{Ms: ms, ID: u}
+			}
+			if err := rows.Err(); err != nil {
+				return ScanResult{}, dbutil.MapErr(err, "scanning")
+			}
+			if res.Candidates > 0 {
+				res.Next, _ = json.Marshal(last)
+			}
+			return res, nil
+		},
+	}, nil
 }
 
 // ExecFilterSQL is the filter predicate of ScanExecutions' queries: $3

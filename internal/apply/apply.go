@@ -14,6 +14,7 @@ import (
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Config is how a pipeline runs its item jobs.
@@ -65,16 +66,9 @@ func AddWorker[I, E any](item I, w *river.Workers, env E, cfg Config) error {
 // context; it returns how many were inserted and how many were skipped as
 // duplicates of jobs in flight.
 func InsertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) (inserted, duplicates int, err error) {
-	if len(params) == 0 {
-		return 0, 0, nil
-	}
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	res, err := InsertManyResults(ctx, tx, params)
 	if err != nil {
-		return 0, 0, fmt.Errorf("ffriver: no River client in the worker context: %w", err)
-	}
-	res, err := client.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return 0, 0, dbutil.MapErr(err, "inserting jobs")
+		return 0, 0, err
 	}
 	for _, r := range res {
 		if r.UniqueSkippedAsDuplicate {
@@ -84,4 +78,22 @@ func InsertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams)
 		}
 	}
 	return inserted, duplicates, nil
+}
+
+// InsertManyResults is InsertMany returning River's result of each insert
+// (River does not say in which order): a duplicate's Job is the job in
+// flight that it duplicates, in its state.
+func InsertManyResults(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ffriver: no River client in the worker context: %w", err)
+	}
+	res, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, dbutil.MapErr(err, "inserting jobs")
+	}
+	return res, nil
 }

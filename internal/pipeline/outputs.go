@@ -13,6 +13,9 @@ type TickOutput struct {
 	DueAtLeast bool  `json:"due_items_at_least,omitempty"`
 	Inserted   int   `json:"scans_inserted"`
 	Duplicates int   `json:"scans_in_flight"`
+	// Behind counts the scans inserted behind a running duplicate
+	// (jobs.ScanArgs.Behind).
+	Behind int `json:"scans_behind,omitempty"`
 	// OutOfRange counts partitions outside the schema's partition count
 	// (rows written by hand) that the scanner's Due returned; they are not
 	// scanned. The built-in scanners' Due reads only the schema's

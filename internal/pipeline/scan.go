@@ -72,7 +72,10 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 		var items []river.JobArgs
 		var next []river.InsertManyParams
 		out := ScanOutput{}
-		for _, p := range parts {
+		// First where each partition's scan reads from, then the scans
+		// (one round trip for a BatchScanner), then what each found.
+		scans := make([]partitionScan, len(parts))
+		for i, p := range parts {
 			c := cursors[p] // nil: no scan cursor, read from After
 			from := a.After
 			catchUp := false
@@ -98,11 +101,15 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			default:
 				from = c.after
 			}
-			res, err := s.Scan(ctx, tx, workers.ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
-				Filter: filter, Params: a.Params, After: from})
-			if err != nil {
-				return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), p, err)
-			}
+			scans[i] = partitionScan{catchUp: catchUp, req: workers.ScanRequest{Store: env.Store, Partition: p, NowMs: now, Limit: batch,
+				Filter: filter, Params: a.Params, After: from}}
+		}
+		if err := runScans(ctx, tx, s, scans); err != nil {
+			return err
+		}
+		for _, sc := range scans {
+			p, res, catchUp := sc.req.Partition, sc.res, sc.catchUp
+			c := cursors[p]
 			if catchUp {
 				out.CaughtUp += res.Candidates
 			}
@@ -165,6 +172,58 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 		}
 		return complete(ctx, tx, job, out)
 	})
+}
+
+// partitionScan is one partition's part of a scan job: its request, and
+// its result once run.
+type partitionScan struct {
+	req     workers.ScanRequest
+	catchUp bool
+	res     workers.ScanResult
+}
+
+// runScans runs scans in tx, in order. A workers.BatchScanner's statements
+// go in one round trip: a scan job covers up to every partition (the tick
+// groups those with little due), and one round trip each made it the
+// slowest hop of a lease's expiry under load (ffctl bench lag at 1,000
+// expiries/s on the 2-core VM: scans of 100-250 partitions ran 0.6-1.4 s,
+// 0.03 ms of it each partition's statement on the server).
+func runScans(ctx context.Context, tx pgx.Tx, s workers.Scanner, scans []partitionScan) error {
+	fail := func(i int, err error) error {
+		return fmt.Errorf("scanner %s: scanning partition %d: %w", s.Name(), scans[i].req.Partition, err)
+	}
+	bs, ok := s.(workers.BatchScanner)
+	if !ok || len(scans) < 2 {
+		for i := range scans {
+			var err error
+			if scans[i].res, err = s.Scan(ctx, tx, scans[i].req); err != nil {
+				return fail(i, err)
+			}
+		}
+		return nil
+	}
+	qs := make([]workers.ScanQuery, len(scans))
+	b := &pgx.Batch{}
+	for i := range scans {
+		var err error
+		if qs[i], err = bs.ScanQuery(scans[i].req); err != nil {
+			return fail(i, err)
+		}
+		b.Queue(qs[i].SQL, qs[i].Args...)
+	}
+	br := tx.SendBatch(ctx, b)
+	for i := range scans {
+		rows, err := br.Query()
+		if err == nil {
+			scans[i].res, err = qs[i].Read(rows)
+			rows.Close()
+		}
+		if err != nil {
+			_ = br.Close()
+			return fail(i, dbutil.MapErr(err, "scanning"))
+		}
+	}
+	return dbutil.MapErr(br.Close(), "scanning")
 }
 
 // Scan cursors (Settings.Sweep; table ff_scan_cursor, migration

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/apply"
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
@@ -14,6 +15,7 @@ import (
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // retentionScanner is a scanner that knows the outbox retention its ticks
@@ -129,13 +131,55 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		// Rows no scan can process (partitions outside the count, foreign
 		// states) are logged at most once per interval, never per tick.
 		w.p.reportUnprocessable(ctx, s, req, due)
-		ins, dup, err := apply.InsertMany(ctx, tx, inserts)
+		res, err := apply.InsertManyResults(ctx, tx, inserts)
 		if err != nil {
 			return err
 		}
-		out.Inserted, out.Duplicates = ins, dup
+		behind, err := scansBehind(res, filter, s.Name())
+		if err != nil {
+			return err
+		}
+		if out.Behind, _, err = apply.InsertMany(ctx, tx, behind); err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.UniqueSkippedAsDuplicate {
+				out.Duplicates++
+			} else {
+				out.Inserted++
+			}
+		}
 		return complete(ctx, tx, job, out)
 	})
+}
+
+// scansBehind returns a scan marked Behind (jobs.ScanArgs.Behind) for each
+// of a tick's scans that River skipped as the duplicate of a scan
+// running now. A scan reads its candidates once, at its start, and the
+// running one may have read before the items this tick found came due; a
+// wake tick counts only what came due after the previous one, so those
+// items would wait for the next periodic tick (up to its interval: the
+// lag's maxima of about a second at 1,000 expiries/s, ffctl bench lag).
+// A scan still queued reads after the tick, and one behind that is
+// itself running again leaves its items to a later tick.
+func scansBehind(res []*rivertype.JobInsertResult, filter ff.Filter, scanner string) ([]river.InsertManyParams, error) {
+	var out []river.InsertManyParams
+	for _, r := range res {
+		if !r.UniqueSkippedAsDuplicate || r.Job.State != rivertype.JobStateRunning {
+			continue
+		}
+		var a jobs.ScanArgs
+		if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
+			return nil, fmt.Errorf("scanner %s: reading the args of running scan %d: %w", scanner, r.Job.ID, err)
+		}
+		if a.Behind {
+			continue
+		}
+		a.Behind = true
+		parts := append([]int16{a.Partition}, a.Partitions...)
+		out = append(out, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(scanner, filter, parts))})
+	}
+	return out, nil
 }
 
 // watchRetention is the outbox retention tick's look at what holds

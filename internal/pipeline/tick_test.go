@@ -8,6 +8,7 @@ import (
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/pipeline"
+	"github.com/ffriver/ffriver/jobs"
 	"github.com/ffriver/ffriver/scanners"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/riverqueue/river"
@@ -84,5 +85,59 @@ func TestTickCountsUpToItsBatch(t *testing.T) {
 	}
 	if !first {
 		t.Errorf("no tick output says at least 8 due over 2 partitions: %v", h.outputs("ff.tick"))
+	}
+}
+
+// A tick whose scan River skips as the duplicate of a scan running now
+// (which may have read its candidates before the tick's items came due;
+// here one left running by a process that died) inserts a scan behind it:
+// the expired lease is acted on without waiting for the running scan to
+// end or be rescued.
+func TestTickScansBehindARunningScan(t *testing.T) {
+	t.Parallel()
+	over := disabled()
+	over[scanners.AttemptTimeout] = fast(1000)
+	h := newHarness(t, ffriver.Config{Scanners: over})
+	id := h.Create(executions.CreateParams{})
+	h.ClaimOne("lane-a", time.Millisecond)
+
+	// The scan of the lease's partition, as the tick inserts it, running
+	// in a process that no longer exists.
+	args, err := pipeline.Of(h.ff).TickArgs(scanners.AttemptTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := args.(jobs.TickArgs)
+	scan := jobs.ScanArgs{Scanner: tick.Scanner, Partition: id.Partition, Batch: tick.Batch, Params: tick.Params, Filter: tick.Filter,
+		SweepMs: tick.SweepMs}
+	inserter, err := river.NewClient(riverpgxv5.New(h.db.Pool), &river.Config{Schema: h.db.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := inserter.Insert(h.ctx, scan, pipeline.ScanInsertOpts(ff.Filter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{dead-process}' WHERE id = $1`, res.Job.ID)
+
+	h.clock.Advance(time.Second)
+	h.client(true, func(rc *river.Config) { rc.RescueStuckJobsAfter = time.Hour })
+	h.AwaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'running'`, res.Job.ID); n != 1 {
+		t.Fatalf("the running scan was rescued (%d running); the test proves nothing", n)
+	}
+	h.Await("the tick's output", func() bool {
+		for _, o := range h.outputs("ff.tick") {
+			if o["scans_in_flight"] == 1.0 && o["scans_behind"] == 1.0 {
+				return true
+			}
+		}
+		return false
+	})
+	// One scan behind the running one at a time: the ticks after it find
+	// it queued (or running) and insert no other.
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' AND args->>'behind' = 'true'
+		AND state NOT IN ('completed', 'cancelled', 'discarded')`); n > 1 {
+		t.Errorf("%d scans behind the running one in flight, want at most 1", n)
 	}
 }
