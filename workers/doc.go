@@ -48,7 +48,8 @@
 //     last key as Next. ScanExecutions is that keyset scan for executions.
 //     A Scan that is one statement can also return it (BatchScanner,
 //     ExecutionsScanQuery): a scan job of several partitions then sends
-//     every partition's statement in one round trip.
+//     every partition's statement in one round trip. A scanner that embeds
+//     a built-in one and overrides Scan must override ScanQuery too.
 //     Apply the filter in SQL with parameters only (ScanRequest.FilterArgs,
 //     ExecFilterSQL; Due counts with DueRequest.FilterArgs), never by
 //     splicing values into the query. Return one

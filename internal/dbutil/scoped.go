@@ -16,9 +16,9 @@ import (
 const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true), ` + NoParallel
 
 // NoParallel is the set_config call (in a SELECT list) that keeps a
-// statement from starting parallel workers. The reads of ffriver's own
-// settings (PlannerSettings, KeyedSettings) each read a bounded handful of
-// rows, which one backend reads in well under a millisecond, and starting
+// statement from starting parallel workers. The statements run under
+// ffriver's settings (PlannerSettings, KeyedSettings) each read a bounded
+// handful of rows, which one backend reads in well under a millisecond, and starting
 // workers costs more than that: the attempt_timeout scanner's due read
 // and its audit took 10-12 ms each with 2 workers launched (Gather over a
 // parallel index scan, on 1,000,000 executions), 0.1-0.5 ms without, and

@@ -117,7 +117,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 			items = append(items, res.Items...)
 			filled := res.Candidates >= batch && len(res.Next) > 0
 			n := a
-			n.Partition, n.Partitions, n.After, n.Round = p, nil, nil, 0
+			n.Partition, n.Partitions, n.After, n.Round, n.Behind = p, nil, nil, 0, false
 			switch {
 			case c == nil || c.sweep:
 				if filled {
@@ -214,16 +214,21 @@ func runScans(ctx context.Context, tx pgx.Tx, s workers.Scanner, scans []partiti
 	br := tx.SendBatch(ctx, b)
 	for i := range scans {
 		rows, err := br.Query()
-		if err == nil {
-			scans[i].res, err = qs[i].Read(rows)
-			rows.Close()
-		}
 		if err != nil {
 			_ = br.Close()
 			return fail(i, dbutil.MapErr(err, "scanning"))
 		}
+		scans[i].res, err = qs[i].Read(rows) // its errors are mapped
+		rows.Close()
+		if err != nil {
+			_ = br.Close()
+			return fail(i, err)
+		}
 	}
-	return dbutil.MapErr(br.Close(), "scanning")
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("scanner %s: %w", s.Name(), dbutil.MapErr(err, "scanning"))
+	}
+	return nil
 }
 
 // Scan cursors (Settings.Sweep; table ff_scan_cursor, migration

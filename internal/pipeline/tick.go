@@ -173,7 +173,7 @@ func scansBehind(res []*rivertype.JobInsertResult, filter ff.Filter, scanner str
 			return nil, fmt.Errorf("scanner %s: reading the args of running scan %d: %w", scanner, r.Job.ID, err)
 		}
 		if a.Behind {
-			continue
+			continue // a guard: the tick's own scans are never behind
 		}
 		a.Behind = true
 		parts := append([]int16{a.Partition}, a.Partitions...)

@@ -91,14 +91,17 @@ func TestTickCountsUpToItsBatch(t *testing.T) {
 // A tick whose scan River skips as the duplicate of a scan running now
 // (which may have read its candidates before the tick's items came due;
 // here one left running by a process that died) inserts a scan behind it:
-// the expired lease is acted on without waiting for the running scan to
-// end or be rescued.
+// the expired leases are acted on without waiting for the running scan to
+// end or be rescued. The scan behind fills its batch of one and continues
+// as any scan does, not as a second scan behind.
 func TestTickScansBehindARunningScan(t *testing.T) {
 	t.Parallel()
 	over := disabled()
-	over[scanners.AttemptTimeout] = fast(1000)
+	over[scanners.AttemptTimeout] = fast(1)
 	h := newHarness(t, ffriver.Config{Scanners: over})
 	id := h.Create(executions.CreateParams{})
+	h.ClaimOne("lane-a", time.Millisecond)
+	other := h.Create(executions.CreateParams{}) // the same lane: the same partition
 	h.ClaimOne("lane-a", time.Millisecond)
 
 	// The scan of the lease's partition, as the tick inserts it, running
@@ -123,8 +126,15 @@ func TestTickScansBehindARunningScan(t *testing.T) {
 	h.clock.Advance(time.Second)
 	h.client(true, func(rc *river.Config) { rc.RescueStuckJobsAfter = time.Hour })
 	h.AwaitState(id, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
+	h.AwaitState(other, state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"})
 	if n := h.Count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'running'`, res.Job.ID); n != 1 {
 		t.Fatalf("the running scan was rescued (%d running); the test proves nothing", n)
+	}
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' AND args->>'behind' = 'true' AND (args ? 'after' OR args ? 'round')`); n != 0 {
+		t.Errorf("%d continuations marked behind, want none", n)
+	}
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan' AND args->>'behind' IS NULL AND (args ? 'after' OR args ? 'round')`); n == 0 {
+		t.Error("no scan continued: the test proves nothing about continuations")
 	}
 	h.Await("the tick's output", func() bool {
 		for _, o := range h.outputs("ff.tick") {

@@ -90,11 +90,15 @@ type scaleFigures struct {
 	reads                map[string][2]time.Duration // p50, p99
 }
 
+// statusNewConn is the operator read of a status report on a new
+// connection.
+const statusNewConn = "status on a new connection"
+
 // scaleReadCount is how many of reads the read called name samples: a
 // tenth of them for a status on a new connection, which opens
 // connections each time.
 func scaleReadCount(name string, reads int) int {
-	if name == "status on a new connection" {
+	if name == statusNewConn {
 		return max(reads/10, 1)
 	}
 	return reads
@@ -102,7 +106,7 @@ func scaleReadCount(name string, reads int) int {
 
 // scaleReads are the operator reads, in the order they are reported.
 func scaleReads() []string {
-	return []string{"exec get", "execution page", "list page", "status", "status on a new connection"}
+	return []string{"exec get", "execution page", "list page", "status", statusNewConn}
 }
 
 // Scale measures ffriver on a store of production size against the same
@@ -443,7 +447,7 @@ func scaleReadLatencies(ctx context.Context, pool *pgxpool.Pool, st *executions.
 		// start: a new pool of two connections, the service opened on
 		// it, the report. Each new connection plans every statement and
 		// loads the catalog entries of every table and index it reads.
-		"status on a new connection": func(int) error {
+		statusNewConn: func(int) error {
 			cfg := pool.Config().Copy()
 			cfg.MaxConns, cfg.MinConns = 2, 0
 			fresh, err := pgxpool.NewWithConfig(ctx, cfg)
