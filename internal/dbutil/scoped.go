@@ -18,10 +18,9 @@ const PlannerSettings = `SELECT set_config('enable_bitmapscan', 'off', true), se
 // NoParallel is the set_config call (in a SELECT list) that keeps a
 // statement from starting parallel workers. The statements run under
 // ffriver's settings (PlannerSettings, KeyedSettings) each read a bounded
-// handful of rows, which one backend reads in well under a millisecond, and starting
-// workers costs more than that: the attempt_timeout scanner's due read
-// and its audit took 10-12 ms each with 2 workers launched (Gather over a
-// parallel index scan, on 1,000,000 executions), 0.1-0.5 ms without, and
+// handful of rows, and starting workers costs more than reading them: the
+// attempt_timeout scanner's due read and its audit took 10-12 ms each with
+// 2 workers launched (on 1,000,000 executions), 0.1-0.7 ms without, and
 // were a third of ffctl status (auto_explain, the 2-core VM).
 const NoParallel = `set_config('max_parallel_workers_per_gather', '0', true)`
 

@@ -158,10 +158,9 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 // running now. A scan reads its candidates once, at its start, and the
 // running one may have read before the items this tick found came due; a
 // wake tick counts only what came due after the previous one, so those
-// items would wait for the next periodic tick (up to its interval: the
-// lag's maxima of about a second at 1,000 expiries/s, ffctl bench lag).
-// A scan still queued reads after the tick, and one behind that is
-// itself running again leaves its items to a later tick.
+// items would wait for the next periodic tick (up to its interval, a
+// second by default). A scan still queued reads after the tick, and one
+// behind that is itself running again leaves its items to a later tick.
 func scansBehind(res []*rivertype.JobInsertResult, filter ff.Filter, scanner string) ([]river.InsertManyParams, error) {
 	var out []river.InsertManyParams
 	for _, r := range res {
