@@ -70,6 +70,13 @@ func InsertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams)
 	if err != nil {
 		return 0, 0, err
 	}
+	inserted, duplicates = Count(res)
+	return inserted, duplicates, nil
+}
+
+// Count returns how many of res were inserted and how many skipped as
+// duplicates of jobs in flight.
+func Count(res []*rivertype.JobInsertResult) (inserted, duplicates int) {
 	for _, r := range res {
 		if r.UniqueSkippedAsDuplicate {
 			duplicates++
@@ -77,7 +84,7 @@ func InsertMany(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams)
 			inserted++
 		}
 	}
-	return inserted, duplicates, nil
+	return inserted, duplicates
 }
 
 // InsertManyResults is InsertMany returning River's result of each insert

@@ -216,6 +216,13 @@ func scanInsertOpts(f ff.Filter) *river.InsertOpts {
 	return &river.InsertOpts{Queue: jobs.ScanQueue(f), MaxAttempts: jobopts.ScanMaxAttempts, UniqueOpts: jobopts.UniqueInFlight()}
 }
 
+// scanInsert is the insert of scan a of a pipeline with filter f: its
+// options (scanInsertOpts), tagged with its scanner and partitions.
+func scanInsert(a jobs.ScanArgs, f ff.Filter) river.InsertManyParams {
+	parts := append([]int16{a.Partition}, a.Partitions...)
+	return river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(f), scanTags(a.Scanner, f, parts))}
+}
+
 // Backlog is one scanner's due work now.
 type Backlog struct {
 	Scanner string

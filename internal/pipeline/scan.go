@@ -124,7 +124,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 					// This partition continues on its own after its last
 					// candidate.
 					n.After = res.Next
-					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, []int16{p}))})
+					next = append(next, scanInsert(n, filter))
 				} else if c != nil && res.Candidates > 0 {
 					// A sweep that reached the end of what is due: the
 					// cursor goes to its end.
@@ -137,7 +137,7 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 				if filled {
 					// The next round reads on from the advanced cursor.
 					n.Round = a.Round + 1
-					next = append(next, river.InsertManyParams{Args: n, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, []int16{p}))})
+					next = append(next, scanInsert(n, filter))
 				}
 			}
 		}

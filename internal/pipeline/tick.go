@@ -94,7 +94,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 					a.CatchUp = append(a.CatchUp, p)
 				}
 			}
-			inserts = append(inserts, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(s.Name(), filter, parts))})
+			inserts = append(inserts, scanInsert(a, filter))
 		}
 		// Partitions with less than a batch due share scans of at most a
 		// batch of due items: a scan job costs a River round (insert, fetch,
@@ -142,13 +142,7 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		if out.Behind, _, err = apply.InsertMany(ctx, tx, behind); err != nil {
 			return err
 		}
-		for _, r := range res {
-			if r.UniqueSkippedAsDuplicate {
-				out.Duplicates++
-			} else {
-				out.Inserted++
-			}
-		}
+		out.Inserted, out.Duplicates = apply.Count(res)
 		return complete(ctx, tx, job, out)
 	})
 }
@@ -175,8 +169,7 @@ func scansBehind(res []*rivertype.JobInsertResult, filter ff.Filter, scanner str
 			continue // a guard: the tick's own scans are never behind
 		}
 		a.Behind = true
-		parts := append([]int16{a.Partition}, a.Partitions...)
-		out = append(out, river.InsertManyParams{Args: a, InsertOpts: withTags(scanInsertOpts(filter), scanTags(scanner, filter, parts))})
+		out = append(out, scanInsert(a, filter))
 	}
 	return out, nil
 }
