@@ -93,3 +93,21 @@ func (AttemptTimeoutScanner) Scan(ctx context.Context, q workers.Querier, req wo
 func (AttemptTimeoutScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQuery, error) {
 	return workers.ExecutionsScanQuery(req, attemptScanSQL, expireAttemptItem)
 }
+
+// attemptRangeSQL is the statement of AttemptTimeoutScanner's
+// DueRangeQuery (workers.ExecutionsRangeQuery): the leases of running
+// attempts that expired in a range, in ff_attempt_lease_due_idx's order.
+const attemptRangeSQL = `
+SELECT a.partition_key, a.execution_id, a.attempt_index
+FROM {S}ff_attempt a
+JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms > $1 AND a.lease_expires_at_ms <= $2
+  AND a.partition_key >= 0 AND a.partition_key < $6
+  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + workers.ExecFilterSQL + `
+ORDER BY a.lease_expires_at_ms
+LIMIT $7`
+
+// DueRangeQuery implements workers.RangeScanner.
+func (AttemptTimeoutScanner) DueRangeQuery(req workers.DueRequest, limit int) (workers.ScanQuery, error) {
+	return workers.ExecutionsRangeQuery(req, limit, attemptRangeSQL, expireAttemptItem), nil
+}

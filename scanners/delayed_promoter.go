@@ -89,3 +89,20 @@ func (DelayedPromoterScanner) Scan(ctx context.Context, q workers.Querier, req w
 func (DelayedPromoterScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQuery, error) {
 	return workers.ExecutionsScanQuery(req, delayScanSQL, promoteDelayedItem)
 }
+
+// delayRangeSQL is the statement of DelayedPromoterScanner's DueRangeQuery
+// (workers.ExecutionsRangeQuery): the delays that came due in a range, in
+// ff_exec_core_delay_due_idx's order.
+const delayRangeSQL = `
+SELECT c.partition_key, c.execution_id, 0
+FROM {S}ff_exec_core c
+WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms > $1 AND c.delay_until_ms <= $2
+  AND c.partition_key >= 0 AND c.partition_key < $6
+  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + workers.ExecFilterSQL + `
+ORDER BY c.delay_until_ms
+LIMIT $7`
+
+// DueRangeQuery implements workers.RangeScanner.
+func (DelayedPromoterScanner) DueRangeQuery(req workers.DueRequest, limit int) (workers.ScanQuery, error) {
+	return workers.ExecutionsRangeQuery(req, limit, delayRangeSQL, promoteDelayedItem), nil
+}

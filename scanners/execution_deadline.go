@@ -78,3 +78,20 @@ func (ExecutionDeadlineScanner) Scan(ctx context.Context, q workers.Querier, req
 func (ExecutionDeadlineScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQuery, error) {
 	return workers.ExecutionsScanQuery(req, deadlineScanSQL, expireDeadlineItem)
 }
+
+// deadlineRangeSQL is the statement of ExecutionDeadlineScanner's
+// DueRangeQuery (workers.ExecutionsRangeQuery): the deadlines that passed
+// in a range, in ff_exec_core_deadline_due_idx's order.
+const deadlineRangeSQL = `
+SELECT c.partition_key, c.execution_id, 0
+FROM {S}ff_exec_core c
+WHERE c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms > $1 AND c.deadline_at_ms <= $2
+  AND c.partition_key >= 0 AND c.partition_key < $6
+  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')` + workers.ExecFilterSQL + `
+ORDER BY c.deadline_at_ms
+LIMIT $7`
+
+// DueRangeQuery implements workers.RangeScanner.
+func (ExecutionDeadlineScanner) DueRangeQuery(req workers.DueRequest, limit int) (workers.ScanQuery, error) {
+	return workers.ExecutionsRangeQuery(req, limit, deadlineRangeSQL, expireDeadlineItem), nil
+}

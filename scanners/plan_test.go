@@ -92,6 +92,20 @@ func TestDuePlans(t *testing.T) {
 			explain(name+" since a wake tick", sql, bound, ns, tk, tv, parts, dueLimit(limit), now-60_000)
 		}
 	}
+	// A wake tick's items (workers.RangeScanner): the due index read in
+	// order, from the range's start, also over a backlog (every seeded
+	// item due in the range) and filtered.
+	for _, s := range []workers.RangeScanner{AttemptTimeoutScanner{}, DelayedPromoterScanner{}, ExecutionDeadlineScanner{}} {
+		for _, f := range []ff.Filter{{}, {Namespace: "ns-1"}} {
+			for _, after := range []int64{1, now - 60_000} {
+				q, err := s.DueRangeQuery(workers.DueRequest{Store: st, NowMs: now, AfterMs: after, Filter: f}, limit+1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				explain(s.Name()+" items due in a range", q.SQL, q.Args...)
+			}
+		}
+	}
 	r := NewExecutionRetentionScanner(24 * time.Hour)
 	cutoff, _, err := r.cutoff(nil, now)
 	if err != nil {

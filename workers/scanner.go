@@ -342,6 +342,51 @@ type NextDueScanner interface {
 	NextDueSQL(req DueRequest, afterMs int64) (sql string, args []any)
 }
 
+// RangeScanner is a NextDueScanner that also selects, in one statement over
+// every partition, the items that came due in a range of due times: those
+// of a wake tick (after DueRequest.AfterMs, at or before DueRequest.NowMs),
+// read in the order of its due index. A wake tick of such a scanner
+// inserts those items itself, when fewer than a batch came due, instead of
+// fanning out scans: a River job and the scan cursors' locks fewer between
+// a due time and its item. The built-in attempt_timeout, delayed_promoter
+// and execution_deadline scanners implement it. A scanner that embeds one
+// of them and changes its Scan must override DueRangeQuery too.
+type RangeScanner interface {
+	NextDueScanner
+	// DueRangeQuery returns the statement of the items Scan would return
+	// that came due after req.AfterMs and at or before req.NowMs, with
+	// req's filter, in the partitions 0..Partitions-1, in due order, at
+	// most limit of them. Its Read's ScanResult has no Next.
+	DueRangeQuery(req DueRequest, limit int) (ScanQuery, error)
+}
+
+// ExecutionsRangeQuery is the statement of a RangeScanner over executions:
+// sql (with {S}) takes $1 the range's start (exclusive), $2 its end
+// (inclusive), $3-$5 the filter (ExecFilterSQL), $6 the schema's
+// partition count and $7 the limit, and returns (partition_key,
+// execution_id, extra int) rows in due order; mk builds an item of each.
+func ExecutionsRangeQuery(req DueRequest, limit int, sql string, mk func(id ff.ExecutionID, extra int32) river.JobArgs) ScanQuery {
+	ns, tk, tv := req.FilterArgs()
+	return ScanQuery{
+		SQL:  req.SQL(sql),
+		Args: []any{req.AfterMs, req.NowMs, ns, tk, tv, int(req.Store.Partitions()), limit},
+		Read: func(rows pgx.Rows) (ScanResult, error) {
+			var res ScanResult
+			for rows.Next() {
+				var p int16
+				var u uuid.UUID
+				var extra int32
+				if err := rows.Scan(&p, &u, &extra); err != nil {
+					return ScanResult{}, dbutil.MapErr(err, "reading due items")
+				}
+				res.Candidates++
+				res.Items = append(res.Items, mk(ff.ExecutionID{Partition: p, UUID: u}, extra))
+			}
+			return res, dbutil.MapErr(rows.Err(), "reading due items")
+		},
+	}
+}
+
 // Unprocessable is a set of rows that look due to a scanner (they sit in
 // its due index) but that no scan of it will ever process: a row in a
 // partition outside the schema's partition count, an attempt of no

@@ -21,6 +21,12 @@ type TickOutput struct {
 	// scanned. The built-in scanners' Due reads only the schema's
 	// partitions (their Auditor counts the others).
 	OutOfRange int `json:"out_of_range,omitempty"`
+	// Direct: a wake tick that inserted the items come due since the
+	// previous wake tick itself, instead of scans (workers.RangeScanner);
+	// ItemsInserted and ItemsInFlight count them as a scan's output does.
+	Direct        bool `json:"direct,omitempty"`
+	ItemsInserted int  `json:"items_inserted,omitempty"`
+	ItemsInFlight int  `json:"items_in_flight,omitempty"`
 }
 
 // ScanOutput is the River job output of a scan.

@@ -141,29 +141,13 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 				}
 			}
 		}
-		if err := saveCursors(ctx, tx, env, s.Name(), jobs.ScanQueue(filter), cursors); err != nil {
-			return err
-		}
-		params, err := dedupe(items, itemInsertOpts(filter))
+		err := saveCursors(ctx, tx, env, s.Name(), jobs.ScanQueue(filter), cursors)
 		if err != nil {
 			return err
 		}
-		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-		if err != nil {
-			return fmt.Errorf("ffriver: no River client in the worker context: %w", err)
-		}
-		params, skipped, err := skipInFlight(ctx, tx, client.Schema(), params)
-		if err != nil {
+		if out.Inserted, out.Duplicates, err = insertItems(ctx, tx, env, s.Name(), filter, parts, items); err != nil {
 			return err
 		}
-		if err := tagItems(ctx, tx, env, s.Name(), filter, parts, params); err != nil {
-			return err
-		}
-		ins, dup, err := apply.InsertMany(ctx, tx, params)
-		if err != nil {
-			return err
-		}
-		out.Inserted, out.Duplicates = ins, dup+skipped
 		if len(next) > 0 {
 			if _, _, err := apply.InsertMany(ctx, tx, next); err != nil {
 				return err
@@ -172,6 +156,33 @@ func (w *scanWorker) Work(ctx context.Context, job *river.Job[jobs.ScanArgs]) er
 		}
 		return complete(ctx, tx, job, out)
 	})
+}
+
+// insertItems inserts, in tx, an item job for each of items (found by
+// scanner, in parts) that is not already in flight: exact duplicates
+// dropped, the ones in flight skipped before the insert, each tagged
+// (tagItems). It returns how many it inserted and how many were in flight.
+func insertItems(ctx context.Context, tx pgx.Tx, env *Env, scanner string, filter ff.Filter, parts []int16, items []river.JobArgs) (inserted, inFlight int, err error) {
+	params, err := dedupe(items, itemInsertOpts(filter))
+	if err != nil {
+		return 0, 0, err
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ffriver: no River client in the worker context: %w", err)
+	}
+	params, skipped, err := skipInFlight(ctx, tx, client.Schema(), params)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := tagItems(ctx, tx, env, scanner, filter, parts, params); err != nil {
+		return 0, 0, err
+	}
+	ins, dup, err := apply.InsertMany(ctx, tx, params)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ins, dup + skipped, nil
 }
 
 // partitionScan is one partition's part of a scan job: its request, and

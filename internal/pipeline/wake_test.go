@@ -155,3 +155,104 @@ func TestLostWakeIsLeftToThePeriodicTick(t *testing.T) {
 		t.Fatalf("%d wake ticks in river_job: the test proves nothing", n)
 	}
 }
+
+// wakeLoop runs the wake loop on h's scheduler c until the test ends.
+func wakeLoop(t *testing.T, h *harness, c *river.Client[pgx.Tx]) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.ff.Wake(ctx, c, ffriver.WakeOptions{Poll: 20 * time.Millisecond}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Wake: %v", err)
+		}
+	})
+}
+
+// wakeOutputs returns the outputs of the completed wake ticks of scanner
+// for due time due.
+func wakeOutputs(h *harness, scanner string, due int64) []map[string]any {
+	h.t.Helper()
+	var out []map[string]any
+	for _, s := range h.Strings(`SELECT (metadata->'output')::text FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'
+		AND 'wake' = ANY(tags) AND args->>'scanner' = $1 AND (metadata->>$2)::bigint = $3`, scanner, pipeline.WakeDueKey, due) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// A wake tick inserts the items that came due since the previous one
+// itself (workers.RangeScanner), without a scan job: after a first round
+// of timers (whose wake ticks count everything, as the loop has no
+// horizon yet), a second round is acted on with no scan inserted, and each
+// scanner's wake tick says it inserted its item.
+func TestWakeTickInsertsItsItems(t *testing.T) {
+	t.Parallel()
+	h, c := timerHarness(t, time.Hour)
+	wakeLoop(t, h, c)
+
+	first := h.clock.NowMs() + 1000
+	l, d, dl := timers(h, first)
+	h.clock.Advance(2 * time.Second)
+	awaitTimersDone(h, l, d, dl)
+	h.Await("the first round's jobs settled", func() bool { return h.jobsSettled() })
+	scans := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan'`)
+
+	second := h.clock.NowMs() + 1000
+	l, d, dl = timers(h, second)
+	h.clock.Advance(2 * time.Second)
+	awaitTimersDone(h, l, d, dl)
+	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan'`); n != scans {
+		t.Errorf("%d scans inserted for the second round, want none", n-scans)
+	}
+	h.Await("the second round's jobs settled", func() bool { return h.jobsSettled() })
+	for _, s := range timerScanners {
+		outs := wakeOutputs(h, s, second)
+		if len(outs) != 1 || outs[0]["direct"] != true || outs[0]["items_inserted"] != 1.0 || outs[0]["due_partitions"] != 1.0 {
+			t.Errorf("%s: wake tick outputs for the second round %v, want one that inserted its item directly", s, outs)
+		}
+	}
+}
+
+// A wake tick that finds more than a batch come due fans out scans, as a
+// periodic tick does, and every item is still acted on.
+func TestWakeTickOverABatchScans(t *testing.T) {
+	t.Parallel()
+	over := disabled()
+	over[scanners.AttemptTimeout] = workers.Settings{Interval: time.Hour, Batch: 2}
+	h := newHarness(t, ffriver.Config{Scanners: over})
+	c := h.client(true, nil)
+	h.Await("the first periodic tick", func() bool {
+		return h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'`) == 1
+	})
+	wakeLoop(t, h, c)
+	expired := state{"terminal", "unowned", "not_applicable", "attempt_terminal", "expired"}
+
+	// A first lease, so that the loop has a horizon (its first wake tick
+	// counts everything).
+	h.Create(executions.CreateParams{Lane: "l"})
+	id := h.ClaimOne("l", time.Second).ID
+	h.clock.Advance(2 * time.Second)
+	h.AwaitState(id, expired)
+
+	second := h.clock.NowMs() + 1000
+	var ids []ff.ExecutionID
+	for range 3 {
+		h.Create(executions.CreateParams{Lane: "l"})
+		ids = append(ids, h.ClaimOne("l", time.Second).ID)
+	}
+	h.clock.Advance(2 * time.Second)
+	for _, id := range ids {
+		h.AwaitState(id, expired)
+	}
+	h.Await("the jobs settled", func() bool { return h.jobsSettled() })
+	outs := wakeOutputs(h, scanners.AttemptTimeout, second)
+	if len(outs) != 1 || outs[0]["direct"] == true || outs[0]["scans_inserted"] == nil || outs[0]["scans_inserted"].(float64) < 1 {
+		t.Errorf("wake tick outputs for three leases over a batch of two: %v, want one that inserted scans", outs)
+	}
+}
