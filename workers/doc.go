@@ -49,7 +49,10 @@
 //     A Scan that is one statement can also return it (BatchScanner,
 //     ExecutionsScanQuery): a scan job of several partitions then sends
 //     every partition's statement in one round trip. A scanner that embeds
-//     a built-in one and overrides Scan must override ScanQuery too.
+//     a built-in one and overrides Scan must override ScanQuery too (and
+//     DueRangeQuery: a timer scanner, NextDueScanner, can also select
+//     the items due in a range of due times over every partition,
+//     RangeScanner, which its wake ticks insert without a scan job).
 //     Apply the filter in SQL with parameters only (ScanRequest.FilterArgs,
 //     ExecFilterSQL; Due counts with DueRequest.FilterArgs), never by
 //     splicing values into the query. Return one
