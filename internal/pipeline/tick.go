@@ -164,9 +164,12 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 // the 2-core VM: wake ticks' scans of 30-170 partitions ran 17 ms at the
 // median and 308 ms at p99, waiting for the cursors of overlapping scans).
 // When more than a batch came due the tick fans out scans as a periodic one
-// does. The scan cursors stay where they are: the next scan of a partition
-// reads these items again if they are still due (and skips them while
-// their jobs are in flight), so an item whose job is lost is still found.
+// does. The scan cursors stay where they are: the next periodic scan of a
+// partition reads these items again if they are still due (skipping those
+// whose jobs are in flight), so an item whose job is lost before then is
+// found by it, and one lost later by the sweep, as any item. The backlog
+// gauge and the report of unprocessable rows are left to the periodic
+// ticks, which count everything due.
 func (w *tickWorker) wakeItems(ctx context.Context, tx pgx.Tx, s workers.RangeScanner, req workers.DueRequest, batch int) (out TickOutput, done bool, err error) {
 	q, err := s.DueRangeQuery(req, batch+1)
 	if err != nil {
