@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +130,27 @@ func (h *harness) outputs(kind string) []map[string]any {
 		out = append(out, m)
 	}
 	return out
+}
+
+// awaitSettled waits until jobsSettled(); when it times out, the test's
+// log also gets the jobs still in flight (kind, state, attempt, errors)
+// as last read.
+func (h *harness) awaitSettled() {
+	h.t.Helper()
+	var inFlight []string
+	h.t.Cleanup(func() {
+		if h.t.Failed() && len(inFlight) > 0 {
+			h.t.Logf("jobs still in flight: %s", strings.Join(inFlight, "; "))
+		}
+	})
+	h.Await("jobs to settle", func() bool {
+		if h.jobsSettled() {
+			return true
+		}
+		inFlight = h.Strings(`SELECT format('%s %s attempt %s errors [%s]', kind, state, attempt, coalesce(array_to_string(errors, ', '), ''))
+			FROM river_job WHERE kind <> 'ff.tick' AND state NOT IN ('completed', 'cancelled', 'discarded') ORDER BY id LIMIT 10`)
+		return false
+	})
 }
 
 // jobsSettled reports whether no job of kinds (none: of any kind but

@@ -272,7 +272,7 @@ func TestLostJobsDelayWorkNeverLoseIt(t *testing.T) {
 			check := tc.run(h)
 			h.client(true, nil)
 			check()
-			h.Await("jobs to settle", func() bool { return h.jobsSettled() })
+			h.awaitSettled()
 		})
 	}
 }
