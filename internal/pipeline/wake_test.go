@@ -72,15 +72,7 @@ func awaitTimersDone(h *harness, leased, delayed, deadline ff.ExecutionID) {
 func TestWakeTicksWhenTimersComeDue(t *testing.T) {
 	t.Parallel()
 	h, c := timerHarness(t, time.Hour)
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan error, 1)
-	go func() { done <- h.ff.Wake(ctx, c, ffriver.WakeOptions{Poll: 20 * time.Millisecond}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Wake: %v", err)
-		}
-	})
+	wakeLoop(t, h, c)
 
 	due := h.clock.NowMs() + 1000
 	leased, delayed, deadline := timers(h, due)
