@@ -346,7 +346,7 @@ type NextDueScanner interface {
 // every partition, the items that came due in a range of due times: those
 // of a wake tick (after DueRequest.AfterMs, at or before DueRequest.NowMs),
 // read in the order of its due index. A wake tick of such a scanner
-// inserts those items itself, when fewer than a batch came due, instead of
+// inserts those items itself, when at most a batch came due, instead of
 // fanning out scans: a River job and the scan cursors' locks fewer between
 // a due time and its item. The built-in attempt_timeout, delayed_promoter
 // and execution_deadline scanners implement it. A scanner that embeds one
