@@ -121,8 +121,15 @@ func (h *harness) outcomes(kind string) []string {
 // output decodes the output of the completed jobs of kind.
 func (h *harness) outputs(kind string) []map[string]any {
 	h.t.Helper()
+	return h.outputsWhere("kind = $1", kind)
+}
+
+// outputsWhere decodes the output of the completed jobs that match where
+// (a predicate on river_job with args), in insertion order.
+func (h *harness) outputsWhere(where string, args ...any) []map[string]any {
+	h.t.Helper()
 	var out []map[string]any
-	for _, s := range h.Strings(`SELECT (metadata->'output')::text FROM river_job WHERE kind = $1 AND state = 'completed' ORDER BY id`, kind) {
+	for _, s := range h.Strings(`SELECT (metadata->'output')::text FROM river_job WHERE `+where+` AND state = 'completed' ORDER BY id`, args...) {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(s), &m); err != nil {
 			h.t.Fatal(err)

@@ -64,11 +64,11 @@ func (w *tickWorker) Work(ctx context.Context, job *river.Job[jobs.TickArgs]) er
 		req := workers.DueRequest{Store: env.Store, NowMs: env.NowMs(), Filter: filter, Params: params, Cap: batch, AfterMs: wakeAfter(job.Metadata)}
 		if rs, ok := s.(workers.RangeScanner); ok && req.AfterMs > 0 {
 			out, done, err := w.wakeItems(ctx, tx, rs, req, batch)
-			if err != nil || done {
-				if err == nil {
-					err = complete(ctx, tx, job, out)
-				}
+			if err != nil {
 				return err
+			}
+			if done {
+				return complete(ctx, tx, job, out)
 			}
 		}
 		due, err := s.Due(ctx, tx, req)

@@ -66,6 +66,18 @@ func awaitTimersDone(h *harness, leased, delayed, deadline ff.ExecutionID) {
 	}
 }
 
+// timerRound creates a lease, a delay and a deadline due a second from
+// now by the harness's clock, moves the clock past them, waits until all
+// three are acted on and returns their due time.
+func timerRound(h *harness) int64 {
+	h.t.Helper()
+	due := h.clock.NowMs() + 1000
+	leased, delayed, deadline := timers(h, due)
+	h.clock.Advance(2 * time.Second)
+	awaitTimersDone(h, leased, delayed, deadline)
+	return due
+}
+
 // A lease expiry, a delay and a deadline coming due between two periodic
 // ticks (an hour apart) are acted on at once: the wake loop inserted a
 // tick of each scanner for that due time.
@@ -73,11 +85,7 @@ func TestWakeTicksWhenTimersComeDue(t *testing.T) {
 	t.Parallel()
 	h, c := timerHarness(t, time.Hour)
 	wakeLoop(t, h, c)
-
-	due := h.clock.NowMs() + 1000
-	leased, delayed, deadline := timers(h, due)
-	h.clock.Advance(2 * time.Second)
-	awaitTimersDone(h, leased, delayed, deadline)
+	due := timerRound(h)
 
 	woke := h.Strings(`SELECT args->>'scanner' FROM river_job WHERE kind = 'ff.tick' AND 'wake' = ANY(tags)
 		AND (metadata->>$1)::bigint = $2`, pipeline.WakeDueKey, due)
@@ -166,16 +174,8 @@ func wakeLoop(t *testing.T, h *harness, c *river.Client[pgx.Tx]) {
 // for due time due.
 func wakeOutputs(h *harness, scanner string, due int64) []map[string]any {
 	h.t.Helper()
-	var out []map[string]any
-	for _, s := range h.Strings(`SELECT (metadata->'output')::text FROM river_job WHERE kind = 'ff.tick' AND state = 'completed'
-		AND 'wake' = ANY(tags) AND args->>'scanner' = $1 AND (metadata->>$2)::bigint = $3`, scanner, pipeline.WakeDueKey, due) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(s), &m); err != nil {
-			h.t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
+	return h.outputsWhere(`kind = 'ff.tick' AND 'wake' = ANY(tags) AND args->>'scanner' = $1 AND (metadata->>$2)::bigint = $3`,
+		scanner, pipeline.WakeDueKey, due)
 }
 
 // A wake tick inserts the items that came due since the previous one
@@ -188,17 +188,11 @@ func TestWakeTickInsertsItsItems(t *testing.T) {
 	h, c := timerHarness(t, time.Hour)
 	wakeLoop(t, h, c)
 
-	first := h.clock.NowMs() + 1000
-	l, d, dl := timers(h, first)
-	h.clock.Advance(2 * time.Second)
-	awaitTimersDone(h, l, d, dl)
+	timerRound(h)
 	h.Await("the first round's jobs settled", func() bool { return h.jobsSettled() })
 	scans := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan'`)
 
-	second := h.clock.NowMs() + 1000
-	l, d, dl = timers(h, second)
-	h.clock.Advance(2 * time.Second)
-	awaitTimersDone(h, l, d, dl)
+	second := timerRound(h)
 	if n := h.Count(`SELECT count(*) FROM river_job WHERE kind = 'ff.scan'`); n != scans {
 		t.Errorf("%d scans inserted for the second round, want none", n-scans)
 	}
