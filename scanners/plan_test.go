@@ -106,6 +106,11 @@ func TestDuePlans(t *testing.T) {
 			}
 		}
 	}
+	// The dependency scanner's probe for any waiting hop, with hops
+	// waiting and with none before the bound.
+	for _, bound := range []int64{now, 0} {
+		explain("waiting flow hops", req.SQL(hopsWaitingSQL), bound)
+	}
 	r := NewExecutionRetentionScanner(24 * time.Hour)
 	cutoff, _, err := r.cutoff(nil, now)
 	if err != nil {
