@@ -431,6 +431,13 @@ func (f *Service) useRiver(schema string) error {
 // pipeline (its scan queue, for its schema: jobs.TickArgs.Schema) among
 // every river_job of the database the role can read, and its age by the
 // database's clock; ok=false when there is none.
+//
+// It reads the ticks scheduled within DefaultTickStaleAfter first, as
+// ranges of River's fetch index (recentTicks), and every tick River keeps
+// only when no schema has a recent one (no scheduler runs): River keeps an
+// hour of completed ticks, up to 50 a second per timer scanner under load,
+// and reading them all through river_job_kind made every process start
+// and every ffctl status read them all.
 func (f *Service) newestTick(ctx context.Context) (riverSchema string, age time.Duration, ok bool, err error) {
 	pool := f.store.Pool()
 	rows, err := pool.Query(ctx, `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -447,10 +454,32 @@ func (f *Service) newestTick(ctx context.Context) (riverSchema string, age time.
 	if err != nil {
 		return "", 0, false, err
 	}
-	query := func(s string) string {
-		return dbutil.Schema(s).SQL(`SELECT extract(epoch FROM now() - max(created_at)) * 1000
-			FROM {S}river_job WHERE kind = $1 AND queue = $2 AND args @> $3`)
+	for _, read := range []struct {
+		sql  string
+		args []any
+	}{
+		{newestRecentTickSQL, []any{jobs.KindTick, f.pipeline.ScanQueue(), DefaultTickStaleAfter, args}},
+		{newestTickSQL, []any{jobs.KindTick, f.pipeline.ScanQueue(), args}},
+	} {
+		if riverSchema, age, ok, err = newestTickIn(ctx, pool, schemas, read.sql, read.args); err != nil || ok {
+			return riverSchema, age, ok, err
+		}
 	}
+	return "", 0, false, nil
+}
+
+// newestRecentTickSQL is the age in ms of the newest tick of kind $1 in
+// queue $2 scheduled within $3 whose args hold $4 (recentTicks);
+// newestTickSQL that of every such tick, without $3.
+const (
+	newestRecentTickSQL = `SELECT extract(epoch FROM now() - max(t.created_at)) * 1000 FROM ` + recentTicks + ` WHERE t.args @> $4`
+	newestTickSQL       = `SELECT extract(epoch FROM now() - max(t.created_at)) * 1000 FROM ` + allTicks + ` AND t.args @> $3`
+)
+
+// newestTickIn runs sql (the age in ms of the newest tick it reads, {S}
+// its River schema) with args in each of schemas, and returns the schema
+// of the newest tick read and its age; ok=false when none reads any.
+func newestTickIn(ctx context.Context, pool *pgxpool.Pool, schemas []string, sql string, args []any) (riverSchema string, age time.Duration, ok bool, err error) {
 	best := -1.0
 	note := func(s string, ms *float64) {
 		if ms != nil && (best < 0 || *ms < best) {
@@ -461,7 +490,7 @@ func (f *Service) newestTick(ctx context.Context) (riverSchema string, age time.
 	// schemas are then read one by one, skipping the missing.
 	b := &pgx.Batch{}
 	for _, s := range schemas {
-		b.Queue(query(s), jobs.KindTick, f.pipeline.ScanQueue(), args)
+		b.Queue(dbutil.Schema(s).SQL(sql), args...)
 	}
 	res := pool.SendBatch(ctx, b)
 	ages := make([]*float64, len(schemas))
@@ -483,7 +512,7 @@ func (f *Service) newestTick(ctx context.Context) (riverSchema string, age time.
 		}
 		for _, s := range schemas {
 			var ms *float64
-			if err := pool.QueryRow(ctx, query(s), jobs.KindTick, f.pipeline.ScanQueue(), args).Scan(&ms); err != nil {
+			if err := pool.QueryRow(ctx, dbutil.Schema(s).SQL(sql), args...).Scan(&ms); err != nil {
 				if gone(err) {
 					continue
 				}

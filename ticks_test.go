@@ -89,3 +89,62 @@ func TestLastTicksReadTheWindow(t *testing.T) {
 		t.Errorf("with no tick in the window: %+v, %t, %v; want the newest of the old ones, ten minutes old", n, ok, err)
 	}
 }
+
+// New follows the River where this schema's ticks go (newestTick): the
+// newest tick among those scheduled within DefaultTickStaleAfter in any
+// River, read as ranges of River's fetch index, and among every tick River
+// keeps only when no River has a recent one.
+func TestNewestTickReadsTheWindowFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, nil)
+	other := testdb.New(t, &testdb.Options{RiverOnly: true})
+	f, err := New(ctx, db.Pool, Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(s string, ago time.Duration) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, dbutil.Schema(s).SQL(`INSERT INTO {S}river_job (kind, queue, args, state, created_at, scheduled_at, finalized_at, max_attempts, priority, attempt)
+			VALUES ($1, $2, jsonb_build_object('schema', $3::text, 'scanner', 'a'), 'completed', now() - $4::interval, now() - $4::interval,
+			        now() - $4::interval, 25, 1, 1)`), jobs.KindTick, f.pipeline.ScanQueue(), db.Schema, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest := func(what, wantSchema string, atLeast, below time.Duration) {
+		t.Helper()
+		at, age, ok, err := f.newestTick(ctx)
+		if err != nil || !ok || at != wantSchema || age < atLeast || age >= below {
+			t.Errorf("%s: newest tick in %q, %s old (%t, %v); want in %q, %s to %s old", what, at, age, ok, err, wantSchema, atLeast, below)
+		}
+	}
+	// Old ticks only: the newest of every tick River keeps.
+	tick(db.Schema, 10*time.Minute)
+	tick(other.Schema, 20*time.Minute)
+	newest("ticks of 10 and 20 minutes ago", db.Schema, 9*time.Minute, 11*time.Minute)
+	// A recent one in the other River: read from the window.
+	tick(other.Schema, time.Second)
+	newest("a tick a second ago in the other River", other.Schema, 0, DefaultTickStaleAfter)
+
+	// An hour of another schema's ticks in the other River: the window's
+	// read is still ranges of the fetch index.
+	if _, err := db.Pool.Exec(ctx, dbutil.Schema(other.Schema).SQL(`INSERT INTO {S}river_job (kind, queue, args, state, created_at, scheduled_at, finalized_at, max_attempts, priority, attempt)
+		SELECT $1, $2, '{"schema": "another"}', 'completed', now() - g * interval '100 ms', now() - g * interval '100 ms', now() - g * interval '100 ms', 25, 1, 1
+		FROM generate_series(1, 36000) g`), jobs.KindTick, f.pipeline.ScanQueue()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, dbutil.Schema(other.Schema).SQL(`ANALYZE {S}river_job`)); err != nil {
+		t.Fatal(err)
+	}
+	newest("with an hour of another schema's ticks", other.Schema, 0, DefaultTickStaleAfter)
+	plan, err := testdb.Explain(ctx, db.Pool, dbutil.Schema(other.Schema).SQL(newestRecentTickSQL), jobs.KindTick, f.pipeline.ScanQueue(),
+		DefaultTickStaleAfter, []byte(`{"schema": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Walk(func(n testdb.PlanNode) {
+		if n.Relation == "river_job" && n.Index != "river_job_prioritized_fetching_index" {
+			t.Errorf("the window's ticks are read by %s %s, want ranges of river_job_prioritized_fetching_index:\n%s", n.NodeType, n.Index, plan)
+		}
+	})
+}
