@@ -203,7 +203,10 @@ func checkExpired(ctx context.Context, pool *pgxpool.Pool, n int) error {
 
 // pipelineDrain is the outcome of one pipeline drain.
 type pipelineDrain struct {
-	leases                int
+	leases int
+	// seeded is how many leases drainOnce seeded (more than leases when
+	// seeding overran its lead and was run again).
+	seeded                int
 	warmup                int
 	rate                  float64       // leases / (last commit - start of the first tick that found them)
 	tickWait              time.Duration // from the leases' expiry to the start of that tick
@@ -244,7 +247,8 @@ func expirePipeline(ctx context.Context, env *Env, pool *pgxpool.Pool, schema st
 		return pipelineDrain{}, err
 	}
 	warm := min(max(o.Leases/10, 1), 2000)
-	if _, err := drainOnce(ctx, env, pool, warm); err != nil {
+	w, err := drainOnce(ctx, env, pool, warm)
+	if err != nil {
 		return pipelineDrain{}, fmt.Errorf("warm-up: %w", err)
 	}
 	if _, err := pool.Exec(ctx, `ANALYZE river_job; ANALYZE ff_exec_core; ANALYZE ff_attempt; ANALYZE ff_lease_event; ANALYZE ff_completion_event`); err != nil {
@@ -258,7 +262,7 @@ func expirePipeline(ctx context.Context, env *Env, pool *pgxpool.Pool, schema st
 	if err != nil {
 		return pipelineDrain{}, err
 	}
-	if err := checkExpired(ctx, pool, warm+o.Leases); err != nil {
+	if err := checkExpired(ctx, pool, w.seeded+d.seeded); err != nil {
 		return pipelineDrain{}, err
 	}
 	after, err := pipelineCounts(ctx, pool)
@@ -284,21 +288,44 @@ func pipelineCounts(ctx context.Context, pool *pgxpool.Pool) ([3]int, error) {
 }
 
 // drainOnce seeds n leases expiring all at once a moment later and waits
-// until the running pipeline has expired them all.
+// until the running pipeline has expired them all. The moment is far
+// enough ahead that seeding is done first: when seeding took longer (a
+// large store's indexes read from disk), the pipeline drained leases still
+// being seeded, which measures the seeding, so those are left to drain and
+// n more are seeded with twice the lead, up to three times in all
+// (pipelineDrain.seeded says how many were).
 func drainOnce(ctx context.Context, env *Env, pool *pgxpool.Pool, n int) (pipelineDrain, error) {
+	lead := time.Second + time.Duration(n/20)*time.Millisecond
+	seeded := 0
+	for try := 1; ; try++ {
+		d, overran, err := drainWithLead(ctx, pool, n, lead)
+		seeded += n
+		d.seeded = seeded
+		if err != nil || !overran {
+			return d, err
+		}
+		if try == 3 {
+			env.Logger.WarnContext(ctx, "bench expire: seeding took longer than the lead three times; the figure includes seeding", "lead", lead)
+			return d, nil
+		}
+		env.Logger.WarnContext(ctx, "bench expire: seeding took longer than the lead; the leases expired before it ended: seeding again with twice the lead", "lead", lead)
+		lead *= 2
+	}
+}
+
+// drainWithLead seeds n leases expiring lead from now and waits until the
+// running pipeline has expired them all; overran says seeding ended after
+// they expired.
+func drainWithLead(ctx context.Context, pool *pgxpool.Pool, n int, lead time.Duration) (_ pipelineDrain, overran bool, _ error) {
 	var seeded time.Time
 	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&seeded); err != nil {
-		return pipelineDrain{}, err
+		return pipelineDrain{}, false, err
 	}
-	// Expire far enough ahead that seeding is done first.
-	lead := time.Second + time.Duration(n/20)*time.Millisecond
 	expiry := time.Now().Add(lead).UnixMilli()
 	if err := seedLeases(ctx, pool, n, expiry, 0); err != nil {
-		return pipelineDrain{}, err
+		return pipelineDrain{}, false, err
 	}
-	if time.Now().UnixMilli() >= expiry {
-		env.Logger.WarnContext(ctx, "bench expire: seeding took longer than the lead; the leases expired before it ended", "lead", lead)
-	}
+	overran = time.Now().UnixMilli() >= expiry
 	deadline := time.Now().Add(10*time.Minute + time.Duration(n)*time.Millisecond)
 	// Poll cheaply (the lease-due index) until no seeded lease is left
 	// (leases of a store's own live executions expire later).
@@ -306,13 +333,13 @@ func drainOnce(ctx context.Context, env *Env, pool *pgxpool.Pool, n int) (pipeli
 		var left bool
 		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL
 			AND lease_expires_at_ms <= $1 ORDER BY lease_expires_at_ms LIMIT 1)`, expiry).Scan(&left); err != nil {
-			return pipelineDrain{}, err
+			return pipelineDrain{}, overran, err
 		}
 		if !left {
 			break
 		}
 		if time.Now().After(deadline) {
-			return pipelineDrain{}, errors.New("the pipeline did not drain the leases in time")
+			return pipelineDrain{}, overran, errors.New("the pipeline did not drain the leases in time")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -322,15 +349,15 @@ func drainOnce(ctx context.Context, env *Env, pool *pgxpool.Pool, n int) (pipeli
 		SELECT extract(epoch FROM clock_timestamp() - min(attempted_at)) FROM river_job
 		WHERE kind = $1 AND args->>'scanner' = $2 AND (metadata->'output'->>'due_items')::bigint > 0 AND attempted_at >= $3`,
 		jobs.KindTick, scanners.AttemptTimeout, seeded).Scan(&sinceTick); err != nil {
-		return pipelineDrain{}, err
+		return pipelineDrain{}, overran, err
 	}
 	if sinceTick == nil {
-		return pipelineDrain{}, errors.New("no attempt_timeout tick found the leases")
+		return pipelineDrain{}, overran, errors.New("no attempt_timeout tick found the leases")
 	}
 	d := pipelineDrain{leases: n, drain: time.Duration(*sinceTick*float64(time.Second)) - time.Since(end)}
 	d.tickWait = end.Sub(time.UnixMilli(expiry)) - d.drain
 	d.rate = float64(n) / d.drain.Seconds()
-	return d, nil
+	return d, overran, nil
 }
 
 // seedLikeLoop is the upstream reconciler's shape: per partition, select up
