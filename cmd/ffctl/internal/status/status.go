@@ -264,13 +264,15 @@ const streamWindowSQL = `SELECT t.stream, (SELECT p.lo_ms FROM {S}ff_outbox_part
 // Collect reads a report. f carries the scanners (built as the processes
 // build them; its schema must be migrated); retention is the outbox
 // retention they run with, against which the consumers are judged. It
-// takes 30 statements (two more, the stored retentions, since settings
-// live in the schema; ffctl status adds two for River's leader and the
-// ticks, ffriver.Service.Ticks), the scanners' bounded due reads each
+// takes about 32 statements (the stored retentions among them, since
+// settings live in the schema; one more per outbox whose newest partitions
+// hold 1,000 events or fewer; ffctl status adds two for River's leader and
+// the ticks, ffriver.Service.Ticks), the scanners' bounded due reads each
 // pipelined with its settings in one round trip (it took 53, 12–14 ms at
-// p50 on the idle 2-core VM, 8–11 ms with 28). Running its parts side by side on more
-// connections was no faster at p50 and slower at p99 with the cores busy
-// (56–61 ms against 20–44 ms), so it reads them one after another.
+// p50 on the idle 2-core VM, 8–11 ms with 28). Running its parts side by
+// side on more connections was no faster at p50 and slower at p99 with the
+// cores busy (56–61 ms against 20–44 ms), and no faster on new connections
+// either (27 November, evening), so it reads them one after another.
 func Collect(ctx context.Context, pool *pgxpool.Pool, f *ffriver.Service, retention time.Duration) (*Report, error) {
 	p := pipeline.Of(f)
 	env := p.Env()
