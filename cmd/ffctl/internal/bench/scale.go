@@ -487,7 +487,8 @@ func scaleReadLatencies(ctx context.Context, pool *pgxpool.Pool, st *executions.
 		},
 		// As an operator's ffctl status reads it, less the process's
 		// start: a new pool of two connections, the service opened on
-		// it, the report. Each new connection plans every statement and
+		// it, the report and its ticks (River's leader, each scanner's
+		// last tick). Each new connection plans every statement and
 		// loads the catalog entries of every table and index it reads.
 		statusNewConn: func(int) error {
 			cfg := pool.Config().Copy()
@@ -501,7 +502,10 @@ func scaleReadLatencies(ctx context.Context, pool *pgxpool.Pool, st *executions.
 			if err != nil {
 				return err
 			}
-			_, err = status.Collect(ctx, fresh, f, scanners.DefaultOutboxRetention)
+			if _, err = status.Collect(ctx, fresh, f, scanners.DefaultOutboxRetention); err != nil {
+				return err
+			}
+			_, err = f.Ticks(ctx, 0)
 			return err
 		},
 	}
