@@ -354,7 +354,7 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 		}
 		f.catchUps = append(f.catchUps, r)
 	}
-	f.catchUp = median(f.catchUps)
+	f.catchUp = quantile(slices.Sorted(slices.Values(f.catchUps)), 0.5)
 	env.Logger.InfoContext(ctx, "bench scale: streams", "schema", schema, "p99", lat.p99, "catch_up_per_sec", int(f.catchUp))
 	// Operator reads.
 	if f.reads, err = scaleReadLatencies(ctx, pool, st, schema, o.Reads); err != nil {
@@ -364,23 +364,10 @@ func scaleMeasure(ctx context.Context, env *Env, pool *pgxpool.Pool, schema stri
 }
 
 // scaleCatchUpRounds is how many catch-ups scaleMeasure runs on a store:
-// it reports their median. One catch-up of 200,000 events lasts 0.2-0.3 s,
-// and the same store's moved from 648,000 to 1,142,000 events/s between
-// two runs in a row on the 2-core VM.
+// it reports their median (an odd count: the middle one). One catch-up of
+// 200,000 events lasts 0.2-0.3 s, and the same store's moved from 648,000
+// to 1,142,000 events/s between two runs in a row on the 2-core VM.
 const scaleCatchUpRounds = 3
-
-// median returns the median of xs (the mean of the middle two of an even
-// count), 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
-}
 
 // scaleCatchUp writes n lease events after the stream's current position
 // and returns how fast a stream resuming from there reads them.

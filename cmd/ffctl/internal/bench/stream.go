@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -497,7 +498,7 @@ func streamLatency(ctx context.Context, env *Env, pool *pgxpool.Pool, schema str
 }
 
 // quantile returns the q-quantile of sorted (nearest rank).
-func quantile(sorted []time.Duration, q float64) time.Duration {
+func quantile[T cmp.Ordered](sorted []T, q float64) T {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
 }
