@@ -450,10 +450,14 @@ func (f *Service) newestTick(ctx context.Context) (riverSchema string, age time.
 	if err != nil {
 		return "", 0, false, dbutil.MapErr(err, "looking for River's tables")
 	}
-	args, err := json.Marshal(map[string]string{"schema": f.store.Schema()})
+	b, err := json.Marshal(map[string]string{"schema": f.store.Schema()})
 	if err != nil {
 		return "", 0, false, err
 	}
+	// The ticks' args as text: a []byte is sent as bytea by a pool that
+	// does not prepare its statements (pgx.QueryExecModeExec, ffctl
+	// status's), which jsonb refuses.
+	args := string(b)
 	for _, read := range []struct {
 		sql  string
 		args []any

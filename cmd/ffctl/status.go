@@ -55,7 +55,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := fs.Parse(args); err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}
-	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl status", MaxConns: 2})
+	pool, err := common.OpenPool(ctx, cli.PoolOptions{AppName: "ffctl status", MaxConns: 2, OneShot: true})
 	if err != nil {
 		return cli.Report(stderr, fs.Name(), err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 )
 
@@ -224,10 +225,17 @@ func TestPoolConfig(t *testing.T) {
 	if cfg.MaxConns != 7 || cfg.MinConns != 2 || cfg.ConnConfig.ConnectTimeout != 10*time.Second {
 		t.Errorf("MaxConns %d MinConns %d ConnectTimeout %v", cfg.MaxConns, cfg.MinConns, cfg.ConnConfig.ConnectTimeout)
 	}
+	if m := cfg.ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
+		t.Errorf("query mode %s, want pgx's default (prepared statements) unless OneShot", m)
+	}
+	// A command that runs each statement once sends them unprepared.
+	if cfg, err = c.PoolConfig(PoolOptions{OneShot: true}); err != nil || cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeExec {
+		t.Errorf("OneShot: query mode %v (%v), want exec", cfg.ConnConfig.DefaultQueryExecMode, err)
+	}
 
 	// The URL's own settings win; no schema leaves search_path alone.
-	c = &Common{DatabaseURL: "postgres://u@h/db?pool_max_conns=3&application_name=mine&connect_timeout=2"}
-	cfg, err = c.PoolConfig(PoolOptions{AppName: "fftest", MaxConns: 7})
+	c = &Common{DatabaseURL: "postgres://u@h/db?pool_max_conns=3&application_name=mine&connect_timeout=2&default_query_exec_mode=simple_protocol"}
+	cfg, err = c.PoolConfig(PoolOptions{AppName: "fftest", MaxConns: 7, OneShot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +243,10 @@ func TestPoolConfig(t *testing.T) {
 	if _, ok := rp["search_path"]; ok {
 		t.Errorf("search_path set without a schema: %q", rp["search_path"])
 	}
-	if rp["application_name"] != "mine" || cfg.MaxConns != 3 || cfg.ConnConfig.ConnectTimeout != 2*time.Second {
-		t.Errorf("URL settings overridden: app %q MaxConns %d timeout %v", rp["application_name"], cfg.MaxConns, cfg.ConnConfig.ConnectTimeout)
+	if rp["application_name"] != "mine" || cfg.MaxConns != 3 || cfg.ConnConfig.ConnectTimeout != 2*time.Second ||
+		cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+		t.Errorf("URL settings overridden: app %q MaxConns %d timeout %v query mode %s", rp["application_name"], cfg.MaxConns,
+			cfg.ConnConfig.ConnectTimeout, cfg.ConnConfig.DefaultQueryExecMode)
 	}
 
 	c = &Common{DatabaseURL: "postgres://u@h/db", Schema: `x"; drop`}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffriver/ffriver"
 	"github.com/ffriver/ffriver/cmd/ffctl/internal/status"
+	"github.com/ffriver/ffriver/cmd/internal/cli"
 	"github.com/ffriver/ffriver/cmd/internal/ffview"
 	"github.com/ffriver/ffriver/executions"
 	"github.com/ffriver/ffriver/ff"
@@ -473,13 +474,15 @@ func scaleReadLatencies(ctx context.Context, pool *pgxpool.Pool, st *executions.
 			return err
 		},
 		// As an operator's ffctl status reads it, less the process's
-		// start: a new pool of two connections, the service opened on
-		// it, the report and its ticks (River's leader, each scanner's
-		// last tick). Each new connection plans every statement and
-		// loads the catalog entries of every table and index it reads.
+		// start: a new pool of two connections that sends its statements
+		// unprepared, the service opened on it, the report and its ticks
+		// (River's leader, each scanner's last tick). Each new connection
+		// plans every statement and loads the catalog entries of every
+		// table and index it reads.
 		statusNewConn: func(int) error {
 			cfg := pool.Config().Copy()
 			cfg.MaxConns, cfg.MinConns = 2, 0
+			cli.UnpreparedStatements(cfg)
 			fresh, err := pgxpool.NewWithConfig(ctx, cfg)
 			if err != nil {
 				return err
