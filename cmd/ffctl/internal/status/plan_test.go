@@ -167,7 +167,7 @@ func TestStreamRowReadsItsWindow(t *testing.T) {
 	}
 	lease := func() Stream {
 		t.Helper()
-		out, err := streams(ctx, db.Pool, s)
+		out, err := streams(ctx, db.Pool, s, true)
 		if err != nil {
 			t.Fatal(err)
 		}
