@@ -255,7 +255,7 @@ func (c *Common) PoolConfig(o PoolOptions) (*pgxpool.Config, error) {
 // (pgx.QueryExecModeExec), for a command that runs each statement once.
 // pgx's default prepares a statement the first time a connection runs it,
 // a round trip of its own, which only a statement run again pays back: a
-// report on a new connection (ffctl status) ran 40 of them, 9–14 % of its
+// report on a new connection (ffctl status) ran 42 of them, 10–14 % of its
 // time (ffctl bench scale, 1,000,000 executions).
 func UnpreparedStatements(cfg *pgxpool.Config) {
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
