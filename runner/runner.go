@@ -156,8 +156,9 @@ type Config struct {
 	// FetchCooldown is the least time between two claims, so that slots
 	// freed one by one are claimed together; after a claim that took
 	// longer than it, the runner also waits, up to FetchCooldown from the
-	// claim's return, for a claim's share of slots to be free before it
-	// claims fewer. 0 claims as soon as a slot is free.
+	// claim's return, for a claim's share of slots to be free (or all
+	// those the claims in flight leave) before it claims fewer. 0 claims
+	// as soon as a slot is free.
 	FetchCooldown time.Duration
 	// ClaimsInFlight is how many claims may run at once, each asking for
 	// its share of the free slots (MaxWorkers/ClaimsInFlight, at least
