@@ -409,9 +409,10 @@ func (r *Runner) fetch(ctx, base context.Context, handlers, ends *sync.WaitGroup
 	}()
 	for ctx.Err() == nil {
 		free := r.cfg.MaxWorkers - int(r.active.Load()) - asked
+		claimable := free > 0 && more && inFlight < claims
 		var gather <-chan time.Time
 		var gt *time.Timer
-		if free > 0 && more && inFlight < claims {
+		if claimable {
 			if cool := r.cfg.FetchCooldown - time.Since(last); cool > 0 {
 				if !sleep(ctx, cool) {
 					return
@@ -433,7 +434,7 @@ func (r *Runner) fetch(ctx, base context.Context, handlers, ends *sync.WaitGroup
 				gather = gt.C
 			}
 		}
-		if free > 0 && more && inFlight < claims && gather == nil {
+		if claimable && gather == nil {
 			last = time.Now()
 			ask := p
 			ask.Max = min(free, share)

@@ -229,8 +229,11 @@ func TestPoolConfig(t *testing.T) {
 		t.Errorf("query mode %s, want pgx's default (prepared statements) unless OneShot", m)
 	}
 	// A command that runs each statement once sends them unprepared.
-	if cfg, err = c.PoolConfig(PoolOptions{OneShot: true}); err != nil || cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeExec {
-		t.Errorf("OneShot: query mode %v (%v), want exec", cfg.ConnConfig.DefaultQueryExecMode, err)
+	if cfg, err = c.PoolConfig(PoolOptions{OneShot: true}); err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeExec {
+		t.Errorf("OneShot: query mode %s, want exec", m)
 	}
 
 	// The URL's own settings win; no schema leaves search_path alone.
