@@ -35,19 +35,19 @@ func (AttemptTimeoutScanner) Due(ctx context.Context, q workers.Querier, req wor
 	return dueExec(ctx, q, req, attemptTimeoutDue, req.NowMs)
 }
 
-var attemptTimeoutDue = dueShape{timer: true, part: "a.partition_key", due: "a.lease_expires_at_ms", gateOrder: "a.lease_expires_at_ms", partOrdered: true,
-	rows: `FROM {S}ff_attempt a
-		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $1{PART}
-		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + dueExecFilterSQL}
+// attemptTimer is what AttemptTimeoutScanner acts on: expired leases of
+// running attempts.
+var attemptTimer = timer{from: `FROM {S}ff_attempt a
+JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id`,
+	part: "a.partition_key", id: "a.execution_id", due: "a.lease_expires_at_ms", attempt: "a.attempt_index",
+	state: "c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index"}
+
+var attemptTimeoutDue = attemptTimer.dueShape()
 
 // NextDueSQL implements workers.NextDueScanner: the earliest lease expiry
 // after afterMs of a running attempt (ff_attempt_lease_due_idx).
 func (AttemptTimeoutScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
-	return nextDueSQL(req, `FROM {S}ff_attempt a
-		JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-		WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms > $1
-		  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index`+dueExecFilterSQL, "a.lease_expires_at_ms", afterMs)
+	return nextDueSQL(req, attemptTimer.nextDueRows(), attemptTimer.due, afterMs)
 }
 
 // Unprocessable implements Auditor: expired leases in partitions outside
@@ -69,15 +69,7 @@ func (AttemptTimeoutScanner) Unprocessable(ctx context.Context, q workers.Querie
 }
 
 // attemptScanSQL is the statement of AttemptTimeoutScanner's Scan (workers.ExecutionsScanQuery).
-const attemptScanSQL = `
-SELECT a.execution_id, a.lease_expires_at_ms, a.attempt_index
-FROM {S}ff_attempt a
-JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms <= $2
-  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + workers.ExecFilterSQL + `
-  AND ($6::bigint IS NULL OR (a.lease_expires_at_ms, a.execution_id) > ($6::bigint, $7::uuid))
-ORDER BY a.lease_expires_at_ms, a.execution_id
-LIMIT $8`
+var attemptScanSQL = attemptTimer.scanSQL()
 
 // expireAttemptItem is the item of one candidate of attemptScanSQL.
 func expireAttemptItem(id ff.ExecutionID, attempt int32) river.JobArgs {
@@ -97,15 +89,7 @@ func (AttemptTimeoutScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQue
 // attemptRangeSQL is the statement of AttemptTimeoutScanner's
 // DueRangeQuery (workers.ExecutionsRangeQuery): the leases of running
 // attempts that expired in a range, in ff_attempt_lease_due_idx's order.
-const attemptRangeSQL = `
-SELECT a.partition_key, a.execution_id, a.attempt_index
-FROM {S}ff_attempt a
-JOIN {S}ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
-WHERE a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms > $1 AND a.lease_expires_at_ms <= $2
-  AND a.partition_key >= 0 AND a.partition_key < $6
-  AND c.lifecycle_phase = 'active' AND c.attempt_index = a.attempt_index` + workers.ExecFilterSQL + `
-ORDER BY a.lease_expires_at_ms
-LIMIT $7`
+var attemptRangeSQL = attemptTimer.rangeSQL()
 
 // DueRangeQuery implements workers.RangeScanner.
 func (AttemptTimeoutScanner) DueRangeQuery(req workers.DueRequest, limit int) (workers.ScanQuery, error) {

@@ -34,17 +34,17 @@ func (DelayedPromoterScanner) Due(ctx context.Context, q workers.Querier, req wo
 	return dueExec(ctx, q, req, delayedPromoterDue, req.NowMs)
 }
 
-var delayedPromoterDue = dueShape{timer: true, part: "c.partition_key", due: "c.delay_until_ms", gateOrder: "c.delay_until_ms", partOrdered: true,
-	rows: `FROM {S}ff_exec_core c
-		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $1{PART}
-		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + dueExecFilterSQL}
+// delayTimer is what DelayedPromoterScanner acts on: delays come due of
+// runnable executions not eligible until then.
+var delayTimer = timer{from: "FROM {S}ff_exec_core c", part: "c.partition_key", id: "c.execution_id", due: "c.delay_until_ms", attempt: "0",
+	state: "c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'"}
+
+var delayedPromoterDue = delayTimer.dueShape()
 
 // NextDueSQL implements workers.NextDueScanner: the earliest delay after
 // afterMs of a delayed execution (ff_exec_core_delay_due_idx).
 func (DelayedPromoterScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
-	return nextDueSQL(req, `FROM {S}ff_exec_core c
-		WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms > $1
-		  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'`+dueExecFilterSQL, "c.delay_until_ms", afterMs)
+	return nextDueSQL(req, delayTimer.nextDueRows(), delayTimer.due, afterMs)
 }
 
 // Unprocessable implements Auditor: delays come due in partitions outside
@@ -66,14 +66,7 @@ func (DelayedPromoterScanner) Unprocessable(ctx context.Context, q workers.Queri
 }
 
 // delayScanSQL is the statement of DelayedPromoterScanner's Scan (workers.ExecutionsScanQuery).
-const delayScanSQL = `
-SELECT c.execution_id, c.delay_until_ms, 0
-FROM {S}ff_exec_core c
-WHERE c.partition_key = $1 AND c.delay_until_ms IS NOT NULL AND c.delay_until_ms <= $2
-  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + workers.ExecFilterSQL + `
-  AND ($6::bigint IS NULL OR (c.delay_until_ms, c.execution_id) > ($6::bigint, $7::uuid))
-ORDER BY c.delay_until_ms, c.execution_id
-LIMIT $8`
+var delayScanSQL = delayTimer.scanSQL()
 
 // promoteDelayedItem is the item of one candidate of delayScanSQL.
 func promoteDelayedItem(id ff.ExecutionID, _ int32) river.JobArgs {
@@ -93,14 +86,7 @@ func (DelayedPromoterScanner) ScanQuery(req workers.ScanRequest) (workers.ScanQu
 // delayRangeSQL is the statement of DelayedPromoterScanner's DueRangeQuery
 // (workers.ExecutionsRangeQuery): the delays that came due in a range, in
 // ff_exec_core_delay_due_idx's order.
-const delayRangeSQL = `
-SELECT c.partition_key, c.execution_id, 0
-FROM {S}ff_exec_core c
-WHERE c.delay_until_ms IS NOT NULL AND c.delay_until_ms > $1 AND c.delay_until_ms <= $2
-  AND c.partition_key >= 0 AND c.partition_key < $6
-  AND c.lifecycle_phase = 'runnable' AND c.eligibility_state = 'not_eligible_until_time'` + workers.ExecFilterSQL + `
-ORDER BY c.delay_until_ms
-LIMIT $7`
+var delayRangeSQL = delayTimer.rangeSQL()
 
 // DueRangeQuery implements workers.RangeScanner.
 func (DelayedPromoterScanner) DueRangeQuery(req workers.DueRequest, limit int) (workers.ScanQuery, error) {

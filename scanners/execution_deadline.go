@@ -34,35 +34,29 @@ func (ExecutionDeadlineScanner) Due(ctx context.Context, q workers.Querier, req 
 	return dueExec(ctx, q, req, executionDeadlineDue, req.NowMs)
 }
 
-var executionDeadlineDue = dueShape{timer: true, part: "c.partition_key", due: "c.deadline_at_ms", gateOrder: "c.deadline_at_ms", partOrdered: true,
-	rows: `FROM {S}ff_exec_core c
-		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms <= $1{PART}` + dueExecFilterSQL}
+// deadlineTimer is what ExecutionDeadlineScanner acts on: passed deadlines
+// of non-terminal executions.
+var deadlineTimer = timer{from: "FROM {S}ff_exec_core c", part: "c.partition_key", id: "c.execution_id", due: "c.deadline_at_ms", attempt: "0",
+	state: "c.lifecycle_phase NOT IN ('terminal', 'cancelled')"}
+
+var executionDeadlineDue = deadlineTimer.dueShape()
 
 // NextDueSQL implements workers.NextDueScanner: the earliest deadline after
 // afterMs of a non-terminal execution (ff_exec_core_deadline_due_idx).
 func (ExecutionDeadlineScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
-	return nextDueSQL(req, `FROM {S}ff_exec_core c
-		WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms > $1`+dueExecFilterSQL,
-		"c.deadline_at_ms", afterMs)
+	return nextDueSQL(req, deadlineTimer.nextDueRows(), deadlineTimer.due, afterMs)
 }
 
 // Unprocessable implements Auditor: passed deadlines in partitions outside
 // the schema's count.
 func (ExecutionDeadlineScanner) Unprocessable(ctx context.Context, q workers.Querier, req workers.DueRequest) ([]workers.Unprocessable, error) {
 	return audit(ctx, q, req, req.NowMs, "c.partition_key, c.execution_id, c.deadline_at_ms, c.lifecycle_phase",
-		`FROM {S}ff_exec_core c WHERE c.deadline_at_ms IS NOT NULL AND c.lifecycle_phase NOT IN ('terminal', 'cancelled') AND c.deadline_at_ms <= {AT}`, "c",
+		deadlineTimer.auditRows(), "c",
 		[]auditCase{outOfRange(req, "c.partition_key")})
 }
 
 // deadlineScanSQL is the statement of ExecutionDeadlineScanner's Scan (workers.ExecutionsScanQuery).
-const deadlineScanSQL = `
-SELECT c.execution_id, c.deadline_at_ms, 0
-FROM {S}ff_exec_core c
-WHERE c.partition_key = $1 AND c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms <= $2
-  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')` + workers.ExecFilterSQL + `
-  AND ($6::bigint IS NULL OR (c.deadline_at_ms, c.execution_id) > ($6::bigint, $7::uuid))
-ORDER BY c.deadline_at_ms, c.execution_id
-LIMIT $8`
+var deadlineScanSQL = deadlineTimer.scanSQL()
 
 // expireDeadlineItem is the item of one candidate of deadlineScanSQL.
 func expireDeadlineItem(id ff.ExecutionID, _ int32) river.JobArgs {
@@ -82,14 +76,7 @@ func (ExecutionDeadlineScanner) ScanQuery(req workers.ScanRequest) (workers.Scan
 // deadlineRangeSQL is the statement of ExecutionDeadlineScanner's
 // DueRangeQuery (workers.ExecutionsRangeQuery): the deadlines that passed
 // in a range, in ff_exec_core_deadline_due_idx's order.
-const deadlineRangeSQL = `
-SELECT c.partition_key, c.execution_id, 0
-FROM {S}ff_exec_core c
-WHERE c.deadline_at_ms IS NOT NULL AND c.deadline_at_ms > $1 AND c.deadline_at_ms <= $2
-  AND c.partition_key >= 0 AND c.partition_key < $6
-  AND c.lifecycle_phase NOT IN ('terminal', 'cancelled')` + workers.ExecFilterSQL + `
-ORDER BY c.deadline_at_ms
-LIMIT $7`
+var deadlineRangeSQL = deadlineTimer.rangeSQL()
 
 // DueRangeQuery implements workers.RangeScanner.
 func (ExecutionDeadlineScanner) DueRangeQuery(req workers.DueRequest, limit int) (workers.ScanQuery, error) {
