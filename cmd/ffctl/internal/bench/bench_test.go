@@ -101,7 +101,7 @@ func TestScenariosRunSmall(t *testing.T) {
 		"lease expiry → expired event at the consumer p99", "delay come due → claimed by a claimer (5 ms poll) p99",
 		"deadline passed → expired completion at the consumer max", "scheduler + worker CPU", "Postgres transactions while idle",
 		"2000 lease events removed: a partition dropped", "WAL per removed event", "dead tuples left",
-		"building the big store", "exec get p99 on 2000 executions", "retention pass: outbox events dropped"} {
+		"building the big store", "stream catch-up of 500 events on 2000 executions", "exec get p99 on 2000 executions", "retention pass: outbox events dropped"} {
 		if !strings.Contains(table, row) {
 			t.Fatalf("table misses %q:\n%s", row, table)
 		}
