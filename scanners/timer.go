@@ -9,9 +9,11 @@ import (
 // timer is what a timer scanner (attempt_timeout, delayed_promoter,
 // execution_deadline) acts on: rows whose due time has passed, of
 // executions in the state the scanner's transition applies to. Its
-// statements (Due's rows, NextDueSQL, Scan's and DueRangeQuery's, the
-// audit's) are built from this one description, so that what each counts,
-// wakes for, scans and audits is the same predicate.
+// statements (Due's rows, NextDueSQL, Scan's and DueRangeQuery's, and
+// execution_deadline's audit) are built from this one description, so that
+// what each counts, wakes for and scans is the same predicate. The other
+// two audits read past it on purpose: rows due in any state, to find the
+// ones no scan can process.
 type timer struct {
 	// from is the FROM clause, ff_exec_core aliased c.
 	from string
