@@ -47,7 +47,7 @@ var attemptTimeoutDue = attemptTimer.dueShape()
 // NextDueSQL implements workers.NextDueScanner: the earliest lease expiry
 // after afterMs of a running attempt (ff_attempt_lease_due_idx).
 func (AttemptTimeoutScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
-	return nextDueSQL(req, attemptTimer.nextDueRows(), attemptTimer.due, afterMs)
+	return attemptTimer.nextDueSQL(req, afterMs)
 }
 
 // Unprocessable implements Auditor: expired leases in partitions outside

@@ -44,7 +44,7 @@ var delayedPromoterDue = delayTimer.dueShape()
 // NextDueSQL implements workers.NextDueScanner: the earliest delay after
 // afterMs of a delayed execution (ff_exec_core_delay_due_idx).
 func (DelayedPromoterScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
-	return nextDueSQL(req, delayTimer.nextDueRows(), delayTimer.due, afterMs)
+	return delayTimer.nextDueSQL(req, afterMs)
 }
 
 // Unprocessable implements Auditor: delays come due in partitions outside

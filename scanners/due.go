@@ -124,12 +124,3 @@ func dueExec(ctx context.Context, q workers.Querier, req workers.DueRequest, sh 
 		})
 	return capDue(due, req.Cap), err
 }
-
-// nextDueSQL is a NextDueSQL statement: the earliest due time of rows
-// after $1 (rows is "FROM … WHERE <predicate and filter>", with $1 the
-// bound and the filter's $2..$4), read in the order of the due index (due),
-// stopping at the first row.
-func nextDueSQL(req workers.DueRequest, rows, due string, afterMs int64) (string, []any) {
-	ns, tk, tv := actions.FilterParams(req.Filter)
-	return req.SQL(`SELECT (SELECT ` + due + ` ` + rows + ` ORDER BY ` + due + ` LIMIT 1)`), []any{afterMs, ns, tk, tv}
-}

@@ -44,7 +44,7 @@ var executionDeadlineDue = deadlineTimer.dueShape()
 // NextDueSQL implements workers.NextDueScanner: the earliest deadline after
 // afterMs of a non-terminal execution (ff_exec_core_deadline_due_idx).
 func (ExecutionDeadlineScanner) NextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
-	return nextDueSQL(req, deadlineTimer.nextDueRows(), deadlineTimer.due, afterMs)
+	return deadlineTimer.nextDueSQL(req, afterMs)
 }
 
 // Unprocessable implements Auditor: passed deadlines in partitions outside

@@ -3,6 +3,7 @@ package scanners
 import (
 	"strings"
 
+	"github.com/ffriver/ffriver/internal/actions"
 	"github.com/ffriver/ffriver/workers"
 )
 
@@ -44,9 +45,13 @@ func (t timer) dueShape() dueShape {
 		rows: t.from + "\nWHERE " + t.where("<= $1{PART}") + dueExecFilterSQL}
 }
 
-// nextDueRows is NextDueSQL's rows: due after $1, the filter's $2..$4.
-func (t timer) nextDueRows() string {
-	return t.from + "\nWHERE " + t.where("> $1") + dueExecFilterSQL
+// nextDueSQL is the timer's workers.NextDueScanner statement: the
+// earliest due time after afterMs ($1) with the filter ($2..$4), read in
+// the order of the due index, stopping at the first row.
+func (t timer) nextDueSQL(req workers.DueRequest, afterMs int64) (string, []any) {
+	ns, tk, tv := actions.FilterParams(req.Filter)
+	return req.SQL("SELECT (SELECT " + t.due + " " + t.from + "\nWHERE " + t.where("> $1") + dueExecFilterSQL +
+		" ORDER BY " + t.due + " LIMIT 1)"), []any{afterMs, ns, tk, tv}
 }
 
 // auditRows is the rows of the timer's audit: due at {AT}, in any state
