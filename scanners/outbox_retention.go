@@ -261,7 +261,7 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q workers.Qu
 		return nil, err
 	}
 	// The streams in the order of the report, and their tables.
-	streams := []string{subscribe.StreamLeases, subscribe.StreamCompletions}
+	streams := subscribe.Streams()
 	var tables []string
 	for _, stream := range streams {
 		table, err := subscribe.StreamTable(stream)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffriver/ffriver/ff"
 	"github.com/ffriver/ffriver/internal/dbutil"
+	"github.com/ffriver/ffriver/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -18,22 +19,28 @@ const (
 	StreamCompletions = "completions"
 )
 
-// streamTables maps a stream's name to its outbox table, the stream column
-// of ff_stream_consumer.
-var streamTables = map[string]string{StreamLeases: "ff_lease_event", StreamCompletions: "ff_completion_event"}
+// Streams returns the streams' names in the order reports list them:
+// leases, then completions.
+func Streams() []string { return []string{StreamLeases, StreamCompletions} }
 
 // StreamTable returns the outbox table of the stream called name
-// (StreamLeases or StreamCompletions).
+// (StreamLeases or StreamCompletions), the stream column of
+// ff_stream_consumer.
 func StreamTable(name string) (string, error) {
-	if t, ok := streamTables[name]; ok {
-		return t, nil
+	switch name {
+	case StreamLeases:
+		return outbox.LeaseTable, nil
+	case StreamCompletions:
+		return outbox.CompletionTable, nil
 	}
 	return "", ff.Validationf("stream", "%s: want %q or %q", ff.Excerpt(name), StreamLeases, StreamCompletions)
 }
 
+// streamOfTable returns the name of the stream whose outbox is table, or
+// table itself when it is neither.
 func streamOfTable(table string) string {
-	for s, t := range streamTables {
-		if t == table {
+	for _, s := range Streams() {
+		if t, _ := StreamTable(s); t == table {
 			return s
 		}
 	}

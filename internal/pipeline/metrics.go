@@ -196,7 +196,7 @@ func NewMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*Metrics, err
 	}
 	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		if w := m.waits.Load(); w != nil {
-			for _, stream := range []string{subscribe.StreamLeases, subscribe.StreamCompletions} {
+			for _, stream := range subscribe.Streams() {
 				o.ObserveFloat64(waiting, (*w)[stream].Seconds(), metric.WithAttributeSet(attribute.NewSet(LabelStream.String(stream))))
 			}
 		}
@@ -238,7 +238,7 @@ func (m *Metrics) recordWaits(waits []outboxretention.Wait) error {
 		return nil
 	}
 	byStream := map[string]time.Duration{}
-	for _, stream := range []string{subscribe.StreamLeases, subscribe.StreamCompletions} {
+	for _, stream := range subscribe.Streams() {
 		table, err := subscribe.StreamTable(stream)
 		if err != nil {
 			return err

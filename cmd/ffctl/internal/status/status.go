@@ -21,7 +21,6 @@ import (
 	"github.com/ffriver/ffriver/internal/dbutil"
 	"github.com/ffriver/ffriver/internal/outboxretention"
 	"github.com/ffriver/ffriver/internal/pipeline"
-	"github.com/ffriver/ffriver/outbox"
 	"github.com/ffriver/ffriver/subscribe"
 	"github.com/ffriver/ffriver/workers"
 	"github.com/jackc/pgx/v5"
@@ -345,10 +344,16 @@ func streams(ctx context.Context, q workers.Querier, s dbutil.Schema, writers bo
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	tables := []struct{ name, table string }{{"leases", outbox.LeaseTable}, {"completions", outbox.CompletionTable}}
+	type table struct{ name, table string }
+	var tables []table
 	var names []string
-	for _, t := range tables {
-		names = append(names, t.table)
+	for _, name := range subscribe.Streams() {
+		t, err := subscribe.StreamTable(name)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, table{name, t})
+		names = append(names, t)
 	}
 	windows := map[string]int64{}
 	rows, err := q.Query(ctx, s.SQL(streamWindowSQL), names)
