@@ -57,12 +57,15 @@ func audit(ctx context.Context, q workers.Querier, req workers.DueRequest, at in
 		why *int
 		n   int64
 	}
-	// Without parallel workers (dbutil.NoParallel), which cost more than
-	// the read. Bitmap scans stay allowed: a from clause with an OR (the
-	// delayed_promoter's) needs one to read by index at all; without it
-	// that audit read all of ff_exec_core (215 ms on 1,000,000 executions).
+	// Without parallel workers or JIT (dbutil.BoundedSettings), which
+	// cost more than the read: at 10,000,000 executions the
+	// delayed_promoter's audit was estimated past jit_above_cost and
+	// compiled, 28 ms of a 0.5 ms read on a new connection. Bitmap scans
+	// stay allowed: a from clause with an OR (the delayed_promoter's)
+	// needs one to read by index at all; without it that audit read all
+	// of ff_exec_core (215 ms on 1,000,000 executions).
 	var got []found
-	err := dbutil.ScopedRead(ctx, q, "SELECT "+dbutil.NoParallel, req.SQL(b.String()), args, func(rows pgx.Rows) error {
+	err := dbutil.ScopedRead(ctx, q, dbutil.BoundedSettings, req.SQL(b.String()), args, func(rows pgx.Rows) error {
 		var err error
 		got, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (found, error) {
 			var f found

@@ -18,7 +18,23 @@ const PlannerSettings = OrderedSettings + `, ` + NoParallel
 // OrderedSettings are PlannerSettings with parallel workers left on: the
 // stream pages' (package subscribe), whose catch-up over a partitioned
 // outbox read half as fast without them.
-const OrderedSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+const OrderedSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), ` + NoJIT
+
+// BoundedSettings are the settings of a read of a bounded handful of rows
+// whose plan is left to the planner (the scanners' audits, which count at
+// most pipeline.AuditCap+1 rows and need a bitmap scan to read an OR by
+// index): no JIT (NoJIT) and no parallel workers (NoParallel).
+const BoundedSettings = `SELECT ` + NoJIT + `, ` + NoParallel
+
+// NoJIT is the set_config call (in a SELECT list) that keeps a statement
+// from being compiled by JIT. ffriver's reads and writes each touch a
+// bounded handful of rows, and a plan's estimate past jit_above_cost
+// (100,000 by default: a bitmap scan over an estimate of tens of thousands
+// of rows reaches it at 10,000,000 executions) makes Postgres compile it
+// first: 10-12 ms on the 2-core VM, 17-25 ms on a new connection, which
+// loads the JIT provider too, for a read that took under a millisecond
+// (the delayed_promoter audit in ffctl status, 28 November 2026).
+const NoJIT = `set_config('jit', 'off', true)`
 
 // NoParallel is the set_config call (in a SELECT list) that keeps a
 // statement from starting parallel workers. The statements run under
@@ -53,7 +69,7 @@ const NoParallel = `set_config('max_parallel_workers_per_gather', '0', true)`
 // transaction. A cached plan is kept whatever the settings of the
 // transactions that reuse it: a statement planned without them (run in a
 // caller's transaction first, on the same connection) keeps that plan.
-const KeyedSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), ` + NoParallel
+const KeyedSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), ` + NoJIT + `, ` + NoParallel
 
 // scopedSavepoint names the savepoint ScopedRead opens in a transaction.
 const scopedSavepoint = "ffriver_scoped_read"

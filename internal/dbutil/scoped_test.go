@@ -121,3 +121,38 @@ func TestScopedRead(t *testing.T) {
 		t.Fatalf("after a failed read on the pool: enable_sort = %s, want on", v)
 	}
 }
+
+// Every settings ffriver reads with turns JIT off for the read (a plan
+// estimated past jit_above_cost is compiled first, tens of milliseconds
+// for a read of a few rows), and every one but OrderedSettings parallel
+// workers too; on a connection whose own jit_above_cost would compile
+// everything, they are back as they were after the read.
+func TestSettingsTurnJITOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t, &testdb.Options{NoMigrate: true, MaxConns: 1})
+	if _, err := db.Pool.Exec(ctx, `SET jit = on; SET jit_above_cost = 0; SET max_parallel_workers_per_gather = 2`); err != nil {
+		t.Fatal(err)
+	}
+	const read = `SELECT current_setting('jit'), current_setting('max_parallel_workers_per_gather') WHERE $1::int = 1`
+	for name, c := range map[string]struct {
+		settings, parallel string
+	}{
+		"PlannerSettings": {dbutil.PlannerSettings, "0"},
+		"OrderedSettings": {dbutil.OrderedSettings, "2"},
+		"KeyedSettings":   {dbutil.KeyedSettings, "0"},
+		"BoundedSettings": {dbutil.BoundedSettings, "0"},
+	} {
+		var jit, parallel string
+		err := dbutil.ScopedRead(ctx, db.Pool, c.settings, read, []any{1}, func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&jit, &parallel}, func() error { return nil })
+			return err
+		})
+		if err != nil || jit != "off" || parallel != c.parallel {
+			t.Errorf("%s: the read saw jit %q, max_parallel_workers_per_gather %q (%v); want off, %s", name, jit, parallel, err, c.parallel)
+		}
+		if err := db.Pool.QueryRow(ctx, `SELECT current_setting('jit'), current_setting('max_parallel_workers_per_gather')`).Scan(&jit, &parallel); err != nil || jit != "on" || parallel != "2" {
+			t.Errorf("%s: after the read jit %q, max_parallel_workers_per_gather %q (%v); want on, 2", name, jit, parallel, err)
+		}
+	}
+}
