@@ -106,6 +106,18 @@ func TestDuePlans(t *testing.T) {
 			}
 		}
 	}
+	// The wake loop's next due time (workers.NextDueScanner, read with
+	// dbutil.PlannerSettings): the due index read in order from the
+	// horizon, stopping at the first row, with every seeded item due past
+	// the horizon (1) or only the later ones, and filtered.
+	for _, s := range []workers.NextDueScanner{AttemptTimeoutScanner{}, DelayedPromoterScanner{}, ExecutionDeadlineScanner{}} {
+		for _, f := range []ff.Filter{{}, {Namespace: "ns-1"}} {
+			for _, after := range []int64{1, now - 60_000} {
+				sql, args := s.NextDueSQL(workers.DueRequest{Store: st, NowMs: now, Filter: f}, after)
+				explain(s.Name()+" next due time", sql, args...)
+			}
+		}
+	}
 	// The dependency scanner's probe for any waiting hop, with hops
 	// waiting and with none before the bound.
 	for _, bound := range []int64{now, 0} {

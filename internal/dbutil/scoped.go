@@ -86,9 +86,7 @@ const scopedSavepoint = "ffriver_scoped_read"
 func ScopedRead(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, settings, sql string, args []any, read func(pgx.Rows) error) error {
-	b, ok := q.(interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	})
+	b, ok := q.(Batcher)
 	if !ok {
 		rows, err := q.Query(ctx, sql, args...)
 		if err != nil {
@@ -100,6 +98,30 @@ func ScopedRead(ctx context.Context, q interface {
 		}
 		return rows.Err()
 	}
+	return ScopedBatch(ctx, b, settings, func(batch *pgx.Batch) { batch.Queue(sql, args...) }, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		err = read(rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		return err
+	})
+}
+
+// Batcher is what sends a batch: a pool, a connection, a transaction.
+type Batcher interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}
+
+// ScopedBatch is ScopedRead for several statements: queue adds them to the
+// batch after the settings, and read reads their results, in order, all
+// in the one round trip and the one transaction (or savepoint) the
+// settings end with.
+func ScopedBatch(ctx context.Context, q Batcher, settings string, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
 	var conn *pgx.Conn // the connection of a transaction q is in
 	switch c := q.(type) {
 	case pgx.Tx:
@@ -117,11 +139,11 @@ func ScopedRead(ctx context.Context, q interface {
 	batch := &pgx.Batch{}
 	batch.Queue(open)
 	batch.Queue(settings)
-	batch.Queue(sql, args...)
+	queue(batch)
 	for _, s := range end {
 		batch.Queue(s)
 	}
-	err := runScoped(b.SendBatch(ctx, batch), len(end), read)
+	err := runScoped(q.SendBatch(ctx, batch), len(end), read)
 	if conn != nil && err != nil && conn.PgConn().TxStatus() == 'E' {
 		// The server stopped at an error, before the savepoint was
 		// rolled back: roll it back here, so that the caller's
@@ -136,9 +158,9 @@ func ScopedRead(ctx context.Context, q interface {
 	return err
 }
 
-// runScoped reads the results of ScopedRead's batch: the open statement,
-// the settings, the query (to read) and end statements.
-func runScoped(br pgx.BatchResults, end int, read func(pgx.Rows) error) (err error) {
+// runScoped reads the results of ScopedBatch's batch: the open statement,
+// the settings, the queued statements (to read) and end statements.
+func runScoped(br pgx.BatchResults, end int, read func(pgx.BatchResults) error) (err error) {
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr
@@ -149,16 +171,7 @@ func runScoped(br pgx.BatchResults, end int, read func(pgx.Rows) error) (err err
 			return err
 		}
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	err = read(rows)
-	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
-	if err != nil {
+	if err := read(br); err != nil {
 		return err
 	}
 	for range end {
