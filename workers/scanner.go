@@ -338,7 +338,9 @@ type NextDueScanner interface {
 	// the earliest due time later than afterMs of the items Scan returns
 	// once they are due (with req's filter), NULL when there is none. It
 	// must read one index in due order and stop at its first row: the wake
-	// loop runs it several times a second, also on an idle store.
+	// loop runs it several times a second, also on an idle store, with
+	// bitmap scans, sorts, JIT and parallel workers off for the statement
+	// (so an index in due order is the plan it gets).
 	NextDueSQL(req DueRequest, afterMs int64) (sql string, args []any)
 }
 
