@@ -31,9 +31,9 @@ const BoundedSettings = `SELECT ` + NoJIT + `, ` + NoParallel
 // bounded handful of rows, and a plan's estimate past jit_above_cost
 // (100,000 by default: a bitmap scan over an estimate of tens of thousands
 // of rows reaches it at 10,000,000 executions) makes Postgres compile it
-// first: 10-12 ms on the 2-core VM, 17-25 ms on a new connection, which
-// loads the JIT provider too, for a read that took under a millisecond
-// (the delayed_promoter audit in ffctl status, 28 November 2026).
+// first: about 11 ms on the 2-core VM, 28-35 ms on a new connection, which
+// loads the JIT provider too, for a read of 0.1 ms (the delayed_promoter
+// audit in ffctl status, 28 November 2026).
 const NoJIT = `set_config('jit', 'off', true)`
 
 // NoParallel is the set_config call (in a SELECT list) that keeps a
