@@ -261,15 +261,7 @@ func (s *OutboxRetentionScanner) Unprocessable(ctx context.Context, q workers.Qu
 		return nil, err
 	}
 	// The streams in the order of the report, and their tables.
-	streams := subscribe.Streams()
-	var tables []string
-	for _, stream := range streams {
-		table, err := subscribe.StreamTable(stream)
-		if err != nil {
-			return nil, err
-		}
-		tables = append(tables, table)
-	}
+	streams, tables := subscribe.Streams(), subscribe.StreamTables()
 	type holder struct {
 		table, name  string
 		lagMs, maxMs int64

@@ -3,6 +3,7 @@ package subscribe
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ffriver/ffriver/ff"
@@ -23,15 +24,16 @@ const (
 // leases, then completions.
 func Streams() []string { return []string{StreamLeases, StreamCompletions} }
 
+// StreamTables returns the streams' outbox tables, in the order of
+// Streams.
+func StreamTables() []string { return []string{outbox.LeaseTable, outbox.CompletionTable} }
+
 // StreamTable returns the outbox table of the stream called name
 // (StreamLeases or StreamCompletions), the stream column of
 // ff_stream_consumer.
 func StreamTable(name string) (string, error) {
-	switch name {
-	case StreamLeases:
-		return outbox.LeaseTable, nil
-	case StreamCompletions:
-		return outbox.CompletionTable, nil
+	if i := slices.Index(Streams(), name); i >= 0 {
+		return StreamTables()[i], nil
 	}
 	return "", ff.Validationf("stream", "%s: want %q or %q", ff.Excerpt(name), StreamLeases, StreamCompletions)
 }
@@ -39,10 +41,8 @@ func StreamTable(name string) (string, error) {
 // streamOfTable returns the name of the stream whose outbox is table, or
 // table itself when it is neither.
 func streamOfTable(table string) string {
-	for _, s := range Streams() {
-		if t, _ := StreamTable(s); t == table {
-			return s
-		}
+	if i := slices.Index(StreamTables(), table); i >= 0 {
+		return Streams()[i]
 	}
 	return table
 }

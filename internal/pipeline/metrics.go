@@ -233,24 +233,20 @@ func (m *Metrics) recordConsumers(cs []subscribe.ConsumerInfo, retention time.Du
 // recordWaits keeps how long each outbox's partition maintenance has been
 // waiting for a lock (none waiting: every stream at 0), for the retention
 // gauge.
-func (m *Metrics) recordWaits(waits []outboxretention.Wait) error {
+func (m *Metrics) recordWaits(waits []outboxretention.Wait) {
 	if m == nil {
-		return nil
+		return
 	}
+	tables := subscribe.StreamTables()
 	byStream := map[string]time.Duration{}
-	for _, stream := range subscribe.Streams() {
-		table, err := subscribe.StreamTable(stream)
-		if err != nil {
-			return err
-		}
+	for i, stream := range subscribe.Streams() {
 		for _, w := range waits {
-			if w.Table == table {
+			if w.Table == tables[i] {
 				byStream[stream] = w.Age
 			}
 		}
 	}
 	m.waits.Store(&byStream)
-	return nil
 }
 
 // startItems records 0 items of every outcome in itemOutcomes for each

@@ -346,14 +346,9 @@ func streams(ctx context.Context, q workers.Querier, s dbutil.Schema, writers bo
 	}
 	type table struct{ name, table string }
 	var tables []table
-	var names []string
-	for _, name := range subscribe.Streams() {
-		t, err := subscribe.StreamTable(name)
-		if err != nil {
-			return nil, err
-		}
-		tables = append(tables, table{name, t})
-		names = append(names, t)
+	names := subscribe.StreamTables()
+	for i, name := range subscribe.Streams() {
+		tables = append(tables, table{name, names[i]})
 	}
 	windows := map[string]int64{}
 	rows, err := q.Query(ctx, s.SQL(streamWindowSQL), names)
