@@ -200,6 +200,7 @@ func (s *Store) newClaimer(k claimKey) *coalescer[claimAsk, []Lease] {
 		caps = strings.Split(k.caps, "\x00")
 	}
 	return &coalescer[claimAsk, []Lease]{max: 256, inFlight: claimersInFlight(runtime.GOMAXPROCS(0)),
+		spill: batchSpill, weight: func(a claimAsk) int { return a.max },
 		run: func(ctx context.Context, asks []claimAsk, d *delivery[claimAsk, []Lease]) {
 			got, err := s.claimPipelined(ctx, k.lane, caps, k.ttl, asks)
 			for i := range asks {

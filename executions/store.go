@@ -187,7 +187,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	st := &Store{pool: pool, schema: s, parts: parts, clock: clock, out: out, waker: cfg.Waker, cascader: cfg.Cascader,
 		logger: logger, sweepOnly: cfg.Cascader == nil && !cfg.FlowsBySweep}
-	st.finisher = &coalescer[Finish, FinishOutcome]{max: 256, inFlight: finishersInFlight(runtime.GOMAXPROCS(0)), run: st.finishBatch}
+	st.finisher = &coalescer[Finish, FinishOutcome]{max: 256, inFlight: finishersInFlight(runtime.GOMAXPROCS(0)), spill: batchSpill, run: st.finishBatch}
 	return st, nil
 }
 
