@@ -235,9 +235,7 @@ func TestRunnerResolvesEndsCutOffWhileTheyCommit(t *testing.T) {
 	if got := f.leaseEvents(); got["acquired"] != n || got["revoked"] != n || len(got) != 2 {
 		t.Errorf("lease events = %v, want %d acquired and %d revoked", got, n, n)
 	}
-	if got := counter(t, reader, runner.MetricExecutions, "completed"); got != n {
-		t.Errorf("%s{outcome=completed} = %d, want %d", runner.MetricExecutions, got, n)
-	}
+	awaitCounted(t, reader, "completed", int64(n))
 	if s := logs.String(); strings.Contains(s, "could not commit") {
 		t.Errorf("the runner gave up on an end:\n%s", s)
 	}
@@ -292,9 +290,7 @@ func TestRunnerResolvesEndsOfUnknownOutcome(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	f.awaitStates(ids, "completed", len(ids))
-	fftest.Await(t, 90*time.Second, "every end counted", func() bool {
-		return counter(t, reader, runner.MetricExecutions, "completed") == int64(len(ids))
-	})
+	awaitCounted(t, reader, "completed", int64(len(ids)))
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

@@ -144,9 +144,7 @@ func TestRunnerRunsEveryExecutionOnce(t *testing.T) {
 			if got := f.leaseEvents(); got["acquired"] != len(ids) || got["revoked"] != len(ids) || len(got) != 2 {
 				t.Errorf("lease events = %v, want %d acquired and revoked", got, len(ids))
 			}
-			if got := counter(t, reader, runner.MetricExecutions, "completed"); got != int64(len(ids)) {
-				t.Errorf("%s{outcome=completed} = %d, want %d", runner.MetricExecutions, got, len(ids))
-			}
+			awaitCounted(t, reader, "completed", int64(len(ids)))
 		})
 	}
 }
@@ -334,6 +332,19 @@ func TestNewRefusesBadConfig(t *testing.T) {
 }
 
 // counter reads a counter's value for an outcome from reader.
+// awaitCounted fails unless the runner's executions metric counts n ends
+// of outcome. A handler's end is counted once its commit returns, just
+// after another session can see it: it is awaited, then checked exact.
+func awaitCounted(t *testing.T, reader *sdkmetric.ManualReader, outcome string, n int64) {
+	t.Helper()
+	fftest.Await(t, 90*time.Second, outcome+" ends counted", func() bool {
+		return counter(t, reader, runner.MetricExecutions, outcome) >= n
+	})
+	if got := counter(t, reader, runner.MetricExecutions, outcome); got != n {
+		t.Errorf("%s{outcome=%s} = %d, want %d", runner.MetricExecutions, outcome, got, n)
+	}
+}
+
 func counter(t *testing.T, reader *sdkmetric.ManualReader, name, outcome string) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
