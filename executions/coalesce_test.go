@@ -12,7 +12,7 @@ import (
 // it only once spill calls wait: calls that come one by one while a batch
 // runs ride the next batch together instead of each starting a batch of
 // its own (on 16 cores' settings, eight finish batches of one or two calls
-// each held the runner at 0.4-0.55 of River's no-op jobs at 64 workers).
+// each held the runner at 0.42-0.59 of River's no-op jobs at 64 workers).
 // The pipeline, not the database, is under test here: the batches' run
 // records the calls it is given.
 func TestCoalescerSpillsOnlyAFullEnoughQueue(t *testing.T) {

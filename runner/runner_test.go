@@ -331,7 +331,6 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 }
 
-// counter reads a counter's value for an outcome from reader.
 // awaitCounted fails unless the runner's executions metric counts n ends
 // of outcome. A handler's end is counted once its commit returns, just
 // after another session can see it: it is awaited, then checked exact.
@@ -345,6 +344,7 @@ func awaitCounted(t *testing.T, reader *sdkmetric.ManualReader, outcome string, 
 	}
 }
 
+// counter reads a counter's value for an outcome from reader.
 func counter(t *testing.T, reader *sdkmetric.ManualReader, name, outcome string) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
