@@ -89,27 +89,27 @@ func ScopedRead(ctx context.Context, q interface {
 	b, ok := q.(Batcher)
 	if !ok {
 		rows, err := q.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		if err := read(rows); err != nil {
-			return err
-		}
-		return rows.Err()
+		return readRows(rows, err, read)
 	}
 	return ScopedBatch(ctx, b, settings, func(batch *pgx.Batch) { batch.Queue(sql, args...) }, func(br pgx.BatchResults) error {
 		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		err = read(rows)
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-		return err
+		return readRows(rows, err, read)
 	})
+}
+
+// readRows runs read over rows, the result of a query that returned err,
+// closes them and returns the first error: the query's, read's or the
+// rows'.
+func readRows(rows pgx.Rows, err error, read func(pgx.Rows) error) error {
+	if err != nil {
+		return err
+	}
+	err = read(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	return err
 }
 
 // Batcher is what sends a batch: a pool, a connection, a transaction.
